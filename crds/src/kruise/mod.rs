@@ -1,0 +1,16 @@
+//! The OpenKruise kinds, group `apps.kruise.io` (served as v1alpha1 and v1beta1).
+
+pub mod common;
+pub mod imagepulljob;
+pub mod nodeimage;
+
+pub use common::{ImagePullPolicy, SandboxConfig};
+pub use imagepulljob::{
+    CompletionPolicy, CompletionPolicyType, FailedImageStatus, ImageListPullJob,
+    ImageListPullJobSpec, ImageListPullJobStatus, ImagePullJob, ImagePullJobNodeSelector,
+    ImagePullJobSpec, ImagePullJobStatus, ImagePullJobTemplate, PullPolicy,
+};
+pub use nodeimage::{
+    FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec,
+    ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SyncStatus,
+};

@@ -1,0 +1,140 @@
+//! ImagePrePullJob: KubeEdge's batch image pre-pull over edge nodes.
+
+use super::TaskStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Pre-pull a list of images onto a set of nodes.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "operations.kubeedge.io",
+    version = "v1alpha1",
+    kind = "ImagePrePullJob",
+    status = "ImagePrePullJobStatus",
+    shortname = "ippj",
+    category = "prepull",
+    doc = "ImagePrePullJob pre-pulls a list of images onto the nodes it names or selects, with checks, a concurrency limit and a failure tolerance.",
+    printcolumn = r#"{"name":"STATE","type":"string","jsonPath":".status.state","description":"Phase of the job"}"#,
+    printcolumn = r#"{"name":"EVENT","type":"string","jsonPath":".status.event","description":"Step the phase refers to"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","jsonPath":".status.reason","priority":1}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePrePullJobSpec {
+    /// What to pull, where, and how.
+    pub image_pre_pull_template: ImagePrePullTemplate,
+}
+
+/// What to pull, where, and how.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.nodeNames) && size(self.nodeNames) > 0) != has(self.labelSelector)",
+    "message": "exactly one of spec.imagePrePullTemplate.nodeNames and spec.imagePrePullTemplate.labelSelector must be set"
+}]))]
+pub struct ImagePrePullTemplate {
+    /// The images to pre-pull.
+    #[schemars(schema_with = "crate::reference::image_set_schema")]
+    pub images: Vec<String>,
+    /// Names of the nodes to pull on. Set this or labelSelector, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub node_names: Option<Vec<String>>,
+    /// Labels selecting the nodes to pull on. Set this or nodeNames, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Checks each node passes before pulling: `disk`, `cpu`, `mem` (default `["disk"]`).
+    /// A check fails when usage is above the daemon's threshold (80% by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "default" = ["disk"],
+        "x-kubernetes-list-type" = "set",
+        "items" = {"type": "string", "enum": ["disk", "cpu", "mem"]}
+    ))]
+    pub check_items: Option<Vec<String>>,
+    /// Fraction of nodes that may fail while the job still succeeds, a decimal
+    /// in [0, 1] (default "0.1"). "0" tolerates no failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "default" = "0.1",
+        "x-kubernetes-validations" = [{
+            "rule": "self.matches('^(0(\\\\.[0-9]+)?|1(\\\\.0+)?|\\\\.[0-9]+)$')",
+            "message": "spec.imagePrePullTemplate.failureTolerate must be a decimal number between 0 and 1, such as \"0.1\""
+        }]
+    ))]
+    pub failure_tolerate: Option<String>,
+    /// Most nodes working on this job at once (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1), extend("default" = 1))]
+    pub concurrency: Option<i32>,
+    /// Limit for each node (checks and all its images), in seconds.
+    /// Unset or 0 means 300; the controller applies that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0), extend("default" = 300))]
+    pub timeout_seconds: Option<i64>,
+    /// Secret with registry credentials, as `namespace/name`. It must be of type
+    /// kubernetes.io/dockerconfigjson.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$')",
+        "message": "spec.imagePrePullTemplate.imageSecrets must be of the form namespace/name"
+    }]))]
+    pub image_secrets: Option<String>,
+    /// Retries of a failed pull on a node (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0), extend("default" = 0))]
+    pub retry_times: Option<i32>,
+}
+
+/// Status of an ImagePrePullJob, in the v1alpha1 shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePrePullJobStatus {
+    /// Phase of the job: "", checking, pulling, successful or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The step the state refers to: Init, Check, Pull or TimeOut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Outcome: Success or Failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Why the job failed, or how far along it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the state last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// One entry per node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Vec<ImagePrePullStatus>>,
+}
+
+/// The pre-pull status of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePrePullStatus {
+    /// The node's task status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_status: Option<TaskStatus>,
+    /// One entry per image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_status: Option<Vec<ImageStatus>>,
+}
+
+/// The pre-pull status of one image on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageStatus {
+    /// The image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// successful or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Why the pull failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,139 @@
+//! NodeUpgradeJob: KubeEdge's rolling upgrade of the node agent.
+
+use super::TaskStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Default upgrade image; its tag is replaced by `version`.
+pub const DEFAULT_UPGRADE_IMAGE: &str = "kubeedge/installation-package";
+
+/// Upgrade the node agent on a set of nodes to a version.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "operations.kubeedge.io",
+    version = "v1alpha1",
+    kind = "NodeUpgradeJob",
+    status = "NodeUpgradeJobStatus",
+    shortname = "nuj",
+    category = "prepull",
+    doc = "NodeUpgradeJob upgrades the node agent on the nodes it names or selects, with checks, a backup first and a rollback on failure.",
+    printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".spec.version","description":"Target version"}"#,
+    printcolumn = r#"{"name":"STATE","type":"string","jsonPath":".status.state","description":"Phase of the job"}"#,
+    printcolumn = r#"{"name":"EVENT","type":"string","jsonPath":".status.event","description":"Step the phase refers to"}"#,
+    printcolumn = r#"{"name":"REASON","type":"string","jsonPath":".status.reason","priority":1}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.nodeNames) && size(self.nodeNames) > 0) != has(self.labelSelector)",
+    "message": "exactly one of spec.nodeNames and spec.labelSelector must be set"
+}]))]
+pub struct NodeUpgradeJobSpec {
+    /// Target version, `vX.Y.Z` (an optional pre-release suffix such as `-rc.1` is allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.matches('^v[0-9]+\\\\.[0-9]+\\\\.[0-9]+(-[0-9A-Za-z.-]+)?$')",
+        "message": "spec.version must be of the form vX.Y.Z, such as v1.16.0"
+    }]))]
+    pub version: Option<String>,
+    /// Limit for each node, in seconds. Unset or 0 means 300; the controller applies that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0), extend("default" = 300))]
+    pub timeout_seconds: Option<i64>,
+    /// Names of the nodes to upgrade. Set this or labelSelector, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub node_names: Option<Vec<String>>,
+    /// Labels selecting the nodes to upgrade. Set this or nodeNames, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Image that ships the upgrade tool (keadm); any tag or digest is replaced by version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "kubeedge/installation-package"))]
+    pub image: Option<String>,
+    /// Most nodes upgrading at once (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1), extend("default" = 1))]
+    pub concurrency: Option<i32>,
+    /// Checks each node passes first: `disk`, `cpu`, `mem` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "set",
+        "items" = {"type": "string", "enum": ["disk", "cpu", "mem"]}
+    ))]
+    pub check_items: Option<Vec<String>>,
+    /// Fraction of nodes that may fail while the job still succeeds, a decimal in [0, 1] (default "0.1").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "default" = "0.1",
+        "x-kubernetes-validations" = [{
+            "rule": "self.matches('^(0(\\\\.[0-9]+)?|1(\\\\.0+)?|\\\\.[0-9]+)$')",
+            "message": "spec.failureTolerate must be a decimal number between 0 and 1, such as \"0.1\""
+        }]
+    ))]
+    pub failure_tolerate: Option<String>,
+    /// Accepted for compatibility with KubeEdge; nodeimage does not pause for confirmation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_confirmation: Option<bool>,
+    /// Accepted for compatibility with KubeEdge (the name keeps upstream's spelling); unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest_gatter: Option<ImageDigestGatter>,
+}
+
+/// How upstream KubeEdge resolves the upgrade image's digest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageDigestGatter {
+    /// A digest given directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// A registry API to ask for the digest.
+    #[serde(
+        rename = "registryAPI",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub registry_api: Option<RegistryApi>,
+}
+
+/// A registry API endpoint and token.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryApi {
+    /// Registry host.
+    pub host: String,
+    /// Bearer token.
+    pub token: String,
+}
+
+/// Status of a NodeUpgradeJob, in the v1alpha1 shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeUpgradeJobStatus {
+    /// Phase of the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The version the nodes were upgraded to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// The version the nodes ran before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub historic_version: Option<String>,
+    /// The step the state refers to: Init, Check, BackUp, Upgrade, TimeOut or Rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Outcome: Success or Failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Why the job failed, or how far along it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the state last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// One entry per node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_status: Option<Vec<TaskStatus>>,
+}

@@ -1,0 +1,16 @@
+//! The nodeimage API: Rust types for every kind nodeimage serves, and the
+//! CustomResourceDefinitions generated from them.
+//!
+//! The OpenKruise kinds (`apps.kruise.io`) live in [`kruise`], the KubeEdge
+//! kinds (`operations.kubeedge.io`) in [`kubeedge`]. Field names, types and
+//! optionality follow the upstream APIs so that manifests written for either
+//! project apply unchanged; validation that upstream does in webhooks is
+//! expressed here as schema constraints and CEL rules.
+
+pub mod crdgen;
+pub mod kruise;
+pub mod kubeedge;
+pub mod reference;
+
+pub use kruise::{ImageListPullJob, ImagePullJob, NodeImage};
+pub use kubeedge::{ImagePrePullJob, NodeUpgradeJob};

@@ -1,0 +1,222 @@
+// Command kubelocal runs a real Kubernetes control plane on loopback for
+// nodeimage's tests and demo: kube-apiserver with an embedded etcd, and a
+// kube-controller-manager limited to the controllers a test cluster needs
+// (garbage collection, namespaces, service accounts).
+//
+// Usage:
+//
+//	kubelocal apiserver <state-dir> <apiserver-port> <etcd-port>
+//	kubelocal controller-manager <state-dir>
+//
+// The apiserver subcommand creates its credentials in <state-dir> on first
+// start (a CA, a serving certificate for 127.0.0.1, a service-account signing
+// key, an admin bearer token) and writes <state-dir>/kubeconfig.
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/component-base/cli"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fail("usage: kubelocal apiserver <dir> <port> <etcd-port> | kubelocal controller-manager <dir>")
+	}
+	dir := os.Args[2]
+	switch os.Args[1] {
+	case "apiserver":
+		if len(os.Args) != 5 {
+			fail("usage: kubelocal apiserver <dir> <port> <etcd-port>")
+		}
+		runAPIServer(dir, os.Args[3], os.Args[4])
+	case "controller-manager":
+		runControllerManager(dir)
+	default:
+		fail("unknown subcommand " + os.Args[1])
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "kubelocal: "+msg)
+	os.Exit(2)
+}
+
+func must(err error, what string) {
+	if err != nil {
+		fail(what + ": " + err.Error())
+	}
+}
+
+func runAPIServer(dir, port, etcdPort string) {
+	pki := filepath.Join(dir, "pki")
+	must(os.MkdirAll(pki, 0o700), "create pki dir")
+	ensureCredentials(pki, dir, port)
+
+	etcd := startEtcd(filepath.Join(dir, "etcd"), etcdPort)
+	defer etcd.Close()
+
+	cmd := apiserver.NewAPIServerCommand()
+	cmd.SetArgs([]string{
+		"--etcd-servers=http://127.0.0.1:" + etcdPort,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + port,
+		"--tls-cert-file=" + filepath.Join(pki, "serving.crt"),
+		"--tls-private-key-file=" + filepath.Join(pki, "serving.key"),
+		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--token-auth-file=" + filepath.Join(pki, "tokens.csv"),
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(pki, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
+		"--api-audiences=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--allow-privileged=true",
+		"--profiling=false",
+		// Loopback addresses cannot be Endpoints of the kubernetes Service.
+		"--endpoint-reconciler-type=none",
+		"--v=0",
+	})
+	os.Exit(cli.Run(cmd))
+}
+
+func runControllerManager(dir string) {
+	cmd := kcm.NewControllerManagerCommand()
+	cmd.SetArgs([]string{
+		"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+		"--authentication-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+		"--authorization-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+		"--controllers=garbagecollector,namespace,serviceaccount",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		"--v=0",
+	})
+	os.Exit(cli.Run(cmd))
+}
+
+func startEtcd(dataDir, port string) *embed.Etcd {
+	cfg := embed.NewConfig()
+	cfg.Name = "kubelocal"
+	cfg.Dir = dataDir
+	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + port}
+	p, err := strconv.Atoi(port)
+	must(err, "etcd port")
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(p+1)}
+	cfg.ListenClientUrls = []url.URL{client}
+	cfg.AdvertiseClientUrls = []url.URL{client}
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	// Test data only: trading durability for speed is right here.
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	must(err, "start etcd")
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		fail("etcd did not become ready within 60s")
+	}
+	return e
+}
+
+// ensureCredentials creates the CA, serving cert, service-account key, admin
+// token and kubeconfig once; later starts reuse them.
+func ensureCredentials(pki, dir, port string) {
+	if _, err := os.Stat(filepath.Join(pki, "tokens.csv")); err == nil {
+		return
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err, "ca key")
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "nodeimage-test-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	must(err, "ca cert")
+	caCert, err := x509.ParseCertificate(caDER)
+	must(err, "parse ca")
+
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err, "serving key")
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	must(err, "serving cert")
+
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	must(err, "sa key")
+
+	tok := make([]byte, 24)
+	_, err = rand.Read(tok)
+	must(err, "token")
+	token := hex.EncodeToString(tok)
+
+	writePEM(filepath.Join(pki, "ca.crt"), "CERTIFICATE", caDER)
+	writePEM(filepath.Join(pki, "serving.crt"), "CERTIFICATE", srvDER)
+	srvKeyDER, err := x509.MarshalPKCS8PrivateKey(srvKey)
+	must(err, "marshal serving key")
+	writePEM(filepath.Join(pki, "serving.key"), "PRIVATE KEY", srvKeyDER)
+	writePEM(filepath.Join(pki, "sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey))
+
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: nodeimage-local
+  cluster:
+    server: https://127.0.0.1:%s
+    certificate-authority: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: nodeimage-local
+  context:
+    cluster: nodeimage-local
+    user: admin
+current-context: nodeimage-local
+`, port, filepath.Join(pki, "ca.crt"), token)
+	must(os.WriteFile(filepath.Join(dir, "kubeconfig"), []byte(kubeconfig), 0o600), "write kubeconfig")
+	// Written last: its presence marks the credentials as complete.
+	must(os.WriteFile(filepath.Join(pki, "tokens.csv"),
+		[]byte(token+",admin,admin-uid,\"system:masters\"\n"), 0o600), "write tokens")
+}
+
+func writePEM(path, typ string, der []byte) {
+	must(os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600), "write "+path)
+}
