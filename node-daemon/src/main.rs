@@ -1,1 +1,161 @@
-fn main() {}
+//! nodeimage-daemon: one per node; pulls what the node's NodeImage lists
+//! through containerd and reports status.
+
+mod backoff;
+mod checks;
+mod credentials;
+mod cri;
+mod desired;
+mod flags;
+mod progress;
+mod status;
+mod sync;
+mod worker;
+mod writer;
+
+use clap::Parser;
+use flags::Flags;
+use kube::runtime::events::{Recorder, Reporter};
+use nodeimage_api::kruise::NodeImage;
+use nodeimage_ops::{client, health, shutdown, telemetry};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = Flags::parse();
+    telemetry::init(flags.log_format, "info,kube_runtime=warn");
+    match run(flags).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "daemon stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Client(#[from] client::ClientError),
+    #[error("containerd socket {0}: {1}")]
+    Runtime(String, cri::CriError),
+    #[error("health server: {0}")]
+    Health(std::io::Error),
+}
+
+async fn run(flags: Flags) -> Result<(), Error> {
+    let client = client::connect(flags.kubeconfig.as_ref()).await?;
+    let runtime = cri::Runtime::new(&flags.containerd_socket)
+        .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
+    tracing::info!(
+        node = %flags.node_name,
+        socket = %flags.containerd_socket.display(),
+        max_concurrent_pulls = flags.max_concurrent_pulls,
+        "daemon starting"
+    );
+
+    let readiness = health::Readiness::default();
+    let synced = readiness.check("nodeimage-synced").await;
+    let runtime_ok = readiness.check("containerd").await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let health = tokio::spawn(health::serve(
+        flags.health_addr,
+        readiness.clone(),
+        None,
+        stopped(stop_rx.clone()),
+    ));
+    let probe = tokio::spawn(watch_runtime(runtime.clone(), runtime_ok, stop_rx.clone()));
+
+    let api: kube::Api<NodeImage> = kube::Api::all(client.clone());
+    let status = writer::StatusHandle::default();
+    let deps = Arc::new(worker::Deps {
+        runtime,
+        client: client.clone(),
+        slots: Arc::new(tokio::sync::Semaphore::new(
+            flags.max_concurrent_pulls as usize,
+        )),
+        status: status.clone(),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "nodeimage-daemon".into(),
+                instance: Some(flags.node_name.clone()),
+            },
+        ),
+        in_flight: Default::default(),
+        thresholds: checks::Thresholds {
+            disk: flags.disk_threshold_percent,
+            cpu: flags.cpu_threshold_percent,
+            mem: flags.mem_threshold_percent,
+        },
+    });
+    let writer = tokio::spawn(writer::run(
+        status,
+        api.clone(),
+        flags.node_name.clone(),
+        stop_rx.clone(),
+    ));
+    let sync = tokio::spawn(sync::run(
+        api,
+        flags.node_name.clone(),
+        deps,
+        synced,
+        stop_rx.clone(),
+    ));
+
+    shutdown::signal_received().await;
+    let _ = stop_tx.send(true);
+    let _ = sync.await;
+    // The writer makes a last write of what the pulls reported.
+    if tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("last status write did not finish within 5s");
+    }
+    let _ = probe.await;
+    match health.await {
+        Ok(Err(e)) => return Err(Error::Health(e)),
+        Err(e) => tracing::warn!(error = %e, "health server task failed"),
+        Ok(Ok(())) => {}
+    }
+    tracing::info!("daemon stopped cleanly");
+    Ok(())
+}
+
+/// Keeps the `containerd` readiness condition current.
+async fn watch_runtime(
+    runtime: cri::Runtime,
+    ok: health::Check,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut was: Option<bool> = None;
+    loop {
+        let now = match runtime.version().await {
+            Ok(v) => {
+                if was != Some(true) {
+                    tracing::info!(runtime = %v, "containerd reachable");
+                }
+                true
+            }
+            Err(e) => {
+                if was != Some(false) {
+                    tracing::warn!(socket = %runtime.socket().display(), error = %e, "containerd unreachable");
+                }
+                false
+            }
+        };
+        ok.set(now);
+        was = Some(now);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {},
+            _ = stop.changed() => return,
+        }
+    }
+}

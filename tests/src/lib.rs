@@ -148,14 +148,33 @@ pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
             let l = l.strip_prefix("export ").unwrap_or(l);
             let (k, v) = l.split_once('=')?;
             let v = v.trim();
-            let v = v
+            let quoted = v
                 .strip_prefix('"')
                 .and_then(|v| v.strip_suffix('"'))
-                .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-                .unwrap_or(v);
-            Some((k.trim().to_string(), v.to_string()))
+                .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')));
+            let v = match quoted {
+                Some(q) => q.to_string(),
+                None => unescape(v),
+            };
+            Some((k.trim().to_string(), v))
         })
         .collect()
+}
+
+/// Undoes shell backslash escapes (`printf %q` output such as `a\\ b`).
+fn unescape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(n) = chars.next() {
+                out.push(n);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
@@ -198,12 +217,13 @@ mod tests {
     #[test]
     fn env_file_parsing() {
         let vars = parse_env_file(
-            "# comment\nexport A=1\nexport B=\"two words\"\nC='x'\n\nexport D=a=b\n",
+            "# comment\nexport A=1\nexport B=\"two words\"\nC='x'\n\nexport D=a=b\nexport E=n-1\\ n-2\n",
         );
         assert_eq!(vars["A"], "1");
         assert_eq!(vars["B"], "two words");
         assert_eq!(vars["C"], "x");
         assert_eq!(vars["D"], "a=b");
+        assert_eq!(vars["E"], "n-1 n-2");
     }
 
     #[test]

@@ -1,0 +1,65 @@
+//! Command-line flags of nodeimage-controller.
+
+use clap::Parser;
+use nodeimage_ops::telemetry::LogFormat;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Mirrors Nodes into NodeImages and turns image pull jobs (OpenKruise
+/// ImagePullJob/ImageListPullJob, KubeEdge ImagePrePullJob/NodeUpgradeJob)
+/// into per-node tag entries, aggregating results into job status.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "nodeimage-controller", version)]
+pub struct Flags {
+    /// Kubeconfig file to use. Default: $KUBECONFIG, ~/.kube/config, or the in-cluster config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the /healthz and /readyz endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub health_addr: SocketAddr,
+
+    /// Log format: text or json.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// How long a node daemon may take to pick up a new tag entry before the
+    /// tag is marked Failed ("node did not respond"), e.g. 600s or 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub response_timeout: Duration,
+}
+
+/// Parses `90`, `90s`, `10m` or `1h` into a duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 90s, 10m or 1h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{s:?}: unit must be s, m or h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("1d").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

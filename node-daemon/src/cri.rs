@@ -1,0 +1,282 @@
+//! The node's container runtime over its unix socket: the CRI ImageService
+//! (the path kubelet pulls through, so kubelet finds what we pull) and the
+//! runtime version for readiness.
+
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{
+    AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, PodSandboxConfig,
+    PodSandboxMetadata, PullImageRequest, VersionRequest,
+};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+/// Annotation on every pull, so runtime logs and audits show who pulled.
+pub const PULLED_BY_ANNOTATION: &str = "nodeimage.dev/pulled-by";
+
+/// A failed runtime call, classified by what the caller should do about it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CriError {
+    /// The runtime cannot be reached: wait and retry, do not count an attempt.
+    #[error("containerd is unavailable: {0}")]
+    Unavailable(String),
+    /// The registry refused our credentials (or lack of them).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The image or tag does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// Any other failure, with the runtime's message.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CriError {
+    fn from_status(s: &tonic::Status) -> Self {
+        let msg = s.message().to_string();
+        let lower = msg.to_ascii_lowercase();
+        match s.code() {
+            tonic::Code::Unavailable => CriError::Unavailable(msg),
+            tonic::Code::NotFound => CriError::NotFound(msg),
+            _ if lower.contains("401 unauthorized")
+                || lower.contains("403 forbidden")
+                || lower.contains("unauthorized")
+                || lower.contains("authorization failed") =>
+            {
+                CriError::Unauthorized(msg)
+            }
+            _ if lower.contains("not found") => CriError::NotFound(msg),
+            _ => CriError::Other(msg),
+        }
+    }
+
+    /// Short label for metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CriError::Unavailable(_) => "unavailable",
+            CriError::Unauthorized(_) => "unauthorized",
+            CriError::NotFound(_) => "not_found",
+            CriError::Other(_) => "error",
+        }
+    }
+}
+
+/// A lazily connected channel to the runtime socket; reconnects by itself.
+#[derive(Clone)]
+pub struct Runtime {
+    channel: Channel,
+    socket: PathBuf,
+}
+
+impl Runtime {
+    /// Prepares a channel to `socket`; nothing is dialled until first use.
+    pub fn new(socket: &Path) -> Result<Self, CriError> {
+        let path = socket.to_path_buf();
+        let endpoint = Endpoint::try_from("http://[::]:50051")
+            .map_err(|e| CriError::Other(format!("endpoint: {e}")))?
+            .connect_timeout(Duration::from_secs(5));
+        let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
+            let p = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(p).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }));
+        Ok(Runtime {
+            channel,
+            socket: socket.to_path_buf(),
+        })
+    }
+
+    /// The raw channel, for containerd's own services on the same socket.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// Socket path, for messages.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(self.channel.clone())
+    }
+
+    /// Runtime name and version; proves the runtime answers CRI.
+    pub async fn version(&self) -> Result<String, CriError> {
+        let r = RuntimeServiceClient::new(self.channel.clone())
+            .version(VersionRequest {
+                version: "v1".into(),
+            })
+            .await
+            .map_err(|s| classify_transport(&s))?
+            .into_inner();
+        Ok(format!("{} {}", r.runtime_name, r.runtime_version))
+    }
+
+    /// The image's ID and repository digests if present on the node.
+    pub async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, CriError> {
+        let r = self
+            .images()
+            .image_status(ImageStatusRequest {
+                image: Some(ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .map_err(|s| classify_transport(&s))?
+            .into_inner();
+        Ok(r.image.map(|i| PresentImage {
+            id: i.id,
+            repo_digests: i.repo_digests,
+            size: i.size,
+        }))
+    }
+
+    /// Pulls `image`; returns the image reference the runtime reports.
+    pub async fn pull(
+        &self,
+        image: &str,
+        auth: Option<AuthConfig>,
+        labels: std::collections::BTreeMap<String, String>,
+        mut annotations: std::collections::BTreeMap<String, String>,
+    ) -> Result<String, CriError> {
+        annotations.insert(PULLED_BY_ANNOTATION.into(), "nodeimage-daemon".into());
+        let sandbox = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: "nodeimage-prepull".into(),
+                namespace: "nodeimage".into(),
+                ..Default::default()
+            }),
+            labels: labels.into_iter().collect(),
+            annotations: annotations.into_iter().collect(),
+            ..Default::default()
+        };
+        let r = self
+            .images()
+            .pull_image(PullImageRequest {
+                image: Some(ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                auth,
+                sandbox_config: Some(sandbox),
+            })
+            .await
+            .map_err(|s| classify_transport(&s))?
+            .into_inner();
+        Ok(r.image_ref)
+    }
+
+    /// Mount point of the filesystem that holds images, and its used bytes.
+    pub async fn image_fs(&self) -> Result<Vec<(String, u64)>, CriError> {
+        let r = self
+            .images()
+            .image_fs_info(ImageFsInfoRequest {})
+            .await
+            .map_err(|s| classify_transport(&s))?
+            .into_inner();
+        Ok(r.image_filesystems
+            .into_iter()
+            .map(|f| {
+                (
+                    f.fs_id.map(|i| i.mountpoint).unwrap_or_default(),
+                    f.used_bytes.map(|u| u.value).unwrap_or(0),
+                )
+            })
+            .collect())
+    }
+}
+
+/// Socket-level failures (connection refused, socket missing) surface as
+/// `Unknown`/`Unavailable` with a transport message; treat them as unavailable.
+fn classify_transport(s: &tonic::Status) -> CriError {
+    let m = s.message().to_ascii_lowercase();
+    if m.contains("transport error")
+        || m.contains("connection refused")
+        || m.contains("no such file")
+        || m.contains("error trying to connect")
+    {
+        CriError::Unavailable(s.message().to_string())
+    } else {
+        CriError::from_status(s)
+    }
+}
+
+/// An image present on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PresentImage {
+    /// The runtime's image ID (config digest).
+    pub id: String,
+    /// `name@sha256:…` entries naming the manifest it came from.
+    pub repo_digests: Vec<String>,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl PresentImage {
+    /// The repository digest for `name` (`host/repo`), else the first one,
+    /// else `name@<image id>`.
+    pub fn repo_digest_for(&self, name: &str) -> String {
+        let prefix = format!("{name}@");
+        self.repo_digests
+            .iter()
+            .find(|d| d.starts_with(&prefix))
+            .or_else(|| self.repo_digests.first())
+            .cloned()
+            .unwrap_or_else(|| format!("{name}@{}", self.id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_runtime_messages() {
+        let cases = [
+            (
+                tonic::Status::unknown(
+                    "failed to pull and unpack image \"127.0.0.1:5001/test:v1\": failed to resolve reference: pulling from host 127.0.0.1:5001 failed with status code [manifests v1]: 401 Unauthorized",
+                ),
+                "unauthorized",
+            ),
+            (
+                tonic::Status::not_found("127.0.0.1:5000/test:nope: not found"),
+                "not_found",
+            ),
+            (
+                tonic::Status::unknown("failed to resolve reference \"x\": x: not found"),
+                "not_found",
+            ),
+            (
+                tonic::Status::unavailable("connection refused"),
+                "unavailable",
+            ),
+            (tonic::Status::unknown("transport error"), "unavailable"),
+            (tonic::Status::unknown("no space left on device"), "error"),
+        ];
+        for (status, want) in cases {
+            assert_eq!(classify_transport(&status).reason(), want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn picks_the_repo_digest_of_the_pulled_name() {
+        let img = PresentImage {
+            id: "sha256:cfg".into(),
+            repo_digests: vec!["a/x@sha256:1".into(), "b/y@sha256:2".into()],
+            size: 1,
+        };
+        assert_eq!(img.repo_digest_for("b/y"), "b/y@sha256:2");
+        assert_eq!(img.repo_digest_for("c/z"), "a/x@sha256:1");
+        let bare = PresentImage {
+            repo_digests: vec![],
+            ..img
+        };
+        assert_eq!(bare.repo_digest_for("c/z"), "c/z@sha256:cfg");
+    }
+}

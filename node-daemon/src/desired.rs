@@ -1,0 +1,468 @@
+//! What the node should be doing: the tag entries of the NodeImage spec turned
+//! into pull tasks, and the plan of which pulls to start or cancel given what
+//! is running and what status already reports. Pure: no I/O here.
+
+use k8s_openapi::jiff::Timestamp;
+use nodeimage_api::kruise::{ImagePullPhase, NodeImage, SandboxConfig};
+use nodeimage_api::reference::ImageRef;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Default limit of one attempt.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default number of retries.
+pub const DEFAULT_BACKOFF_LIMIT: u32 = 3;
+
+/// Identifies a tag entry: the spec's image key and tag field.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TagKey {
+    /// Key of `spec.images`.
+    pub image: String,
+    /// The `tag` field (a tag or a digest).
+    pub tag: String,
+}
+
+impl std::fmt::Display for TagKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.tag.contains(':') {
+            write!(f, "{}@{}", self.image, self.tag)
+        } else {
+            write!(f, "{}:{}", self.image, self.tag)
+        }
+    }
+}
+
+/// Whether a present image is pulled again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullMode {
+    /// Succeed at once when the image is present.
+    IfNotPresent,
+    /// Pull even when present.
+    Always,
+}
+
+/// A Secret to read credentials from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SecretRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
+}
+
+impl std::fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Everything needed to pull one tag, or why the entry cannot be pulled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PullTask {
+    /// Which entry.
+    pub key: TagKey,
+    /// The entry's version (0 when unset).
+    pub version: i64,
+    /// What to pull; an error message when the entry is unusable.
+    pub target: Result<Target, String>,
+    /// When the entry was written, if known.
+    pub created_at: Option<Timestamp>,
+}
+
+/// A valid pull.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// The parsed reference.
+    pub image: ImageRef,
+    /// IfNotPresent or Always.
+    pub mode: PullMode,
+    /// Limit of one attempt.
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub backoff_limit: u32,
+    /// Limit of all attempts, counted from `created_at`.
+    pub active_deadline: Option<Duration>,
+    /// Secrets to read credentials from, in order.
+    pub secrets: Vec<SecretRef>,
+    /// Labels and annotations for the CRI pull.
+    pub sandbox: SandboxConfig,
+    /// Node checks before pulling.
+    pub check_items: Vec<String>,
+}
+
+/// Turns a NodeImage spec into pull tasks, one per tag entry, in spec order.
+pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
+    let mut out = Vec::new();
+    let Some(images) = &ni.spec.images else {
+        return out;
+    };
+    for (name, image) in images {
+        let secrets: Result<Vec<SecretRef>, String> = image
+            .pull_secrets
+            .iter()
+            .flatten()
+            .map(|s| match (&s.namespace, &s.name) {
+                (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok(SecretRef {
+                    namespace: ns.clone(),
+                    name: n.clone(),
+                }),
+                _ => Err("a pullSecrets entry lacks its namespace or name".to_string()),
+            })
+            .collect();
+        for t in &image.tags {
+            let key = TagKey {
+                image: name.clone(),
+                tag: t.tag.clone(),
+            };
+            let target = (|| {
+                let image_ref = ImageRef::from_name_and_tag(name, &t.tag)
+                    .map_err(|e| format!("cannot pull {key}: {e}"))?;
+                let mode = match t.image_pull_policy.as_deref() {
+                    None | Some("") | Some("IfNotPresent") => PullMode::IfNotPresent,
+                    Some("Always") => PullMode::Always,
+                    Some(other) => {
+                        return Err(format!(
+                            "unknown imagePullPolicy {other:?}: use IfNotPresent or Always"
+                        ));
+                    }
+                };
+                let policy = t.pull_policy.clone().unwrap_or_default();
+                let timeout = match policy.timeout_seconds {
+                    None => DEFAULT_TIMEOUT,
+                    Some(s) if s > 0 => Duration::from_secs(s as u64),
+                    Some(s) => {
+                        return Err(format!("pullPolicy.timeoutSeconds {s} must be positive"));
+                    }
+                };
+                let backoff_limit = match policy.backoff_limit {
+                    None => DEFAULT_BACKOFF_LIMIT,
+                    Some(b) if b >= 0 => b as u32,
+                    Some(b) => {
+                        return Err(format!("pullPolicy.backoffLimit {b} must not be negative"));
+                    }
+                };
+                let active_deadline = match policy.active_deadline_seconds {
+                    None => None,
+                    Some(s) if s > 0 => Some(Duration::from_secs(s as u64)),
+                    Some(s) => {
+                        return Err(format!(
+                            "pullPolicy.activeDeadlineSeconds {s} must be positive"
+                        ));
+                    }
+                };
+                Ok(Target {
+                    image: image_ref,
+                    mode,
+                    timeout,
+                    backoff_limit,
+                    active_deadline,
+                    secrets: secrets.clone()?,
+                    sandbox: image.sandbox_config.clone().unwrap_or_default(),
+                    check_items: t.check_items.clone().unwrap_or_default(),
+                })
+            })();
+            out.push(PullTask {
+                key,
+                version: t.version.unwrap_or(0),
+                target,
+                created_at: t.created_at.as_ref().map(|c| c.0),
+            });
+        }
+    }
+    out
+}
+
+/// What status already says about an entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reported {
+    /// Version the status answers.
+    pub version: i64,
+    /// Its phase.
+    pub phase: ImagePullPhase,
+    /// Whether it carries a completion time.
+    pub completed: bool,
+}
+
+/// Reads the per-tag status of a NodeImage.
+pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
+    let mut out = BTreeMap::new();
+    for (image, st) in ni
+        .status
+        .as_ref()
+        .and_then(|s| s.image_statuses.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        for t in &st.tags {
+            out.insert(
+                TagKey {
+                    image: image.clone(),
+                    tag: t.tag.clone(),
+                },
+                Reported {
+                    version: t.version.unwrap_or(0),
+                    phase: t.phase,
+                    completed: t.completion_time.is_some(),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Pulls to start and cancel.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Tasks to start, oldest entry first (so waiting pulls run in order).
+    pub start: Vec<PullTask>,
+    /// Running pulls to stop: removed from spec, or superseded by a new version.
+    pub cancel: Vec<TagKey>,
+}
+
+/// Decides which pulls to start or cancel. A task already finished for its
+/// version (status has a completion time) is not pulled again, which makes
+/// restarts safe; one reported but unfinished is resumed.
+pub fn plan(
+    tasks: &[PullTask],
+    reported: &BTreeMap<TagKey, Reported>,
+    running: &BTreeMap<TagKey, i64>,
+) -> Plan {
+    let mut p = Plan::default();
+    let wanted: BTreeSet<&TagKey> = tasks.iter().map(|t| &t.key).collect();
+    for key in running.keys() {
+        if !wanted.contains(key) {
+            p.cancel.push(key.clone());
+        }
+    }
+    for t in tasks {
+        match running.get(&t.key) {
+            Some(v) if *v == t.version => continue,
+            Some(_) => p.cancel.push(t.key.clone()),
+            None => {}
+        }
+        let done = reported
+            .get(&t.key)
+            .is_some_and(|r| r.version == t.version && r.phase.is_finished() && r.completed);
+        if !done {
+            p.start.push(t.clone());
+        }
+    }
+    p.start.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeimage_api::kruise::{
+        ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImageSpec, ReferenceObject,
+    };
+
+    fn ni(entries: &[(&str, ImageTagSpec)]) -> NodeImage {
+        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        for (name, tag) in entries {
+            images
+                .entry(name.to_string())
+                .or_default()
+                .tags
+                .push(tag.clone());
+        }
+        NodeImage::new(
+            "node-1",
+            NodeImageSpec {
+                images: Some(images),
+            },
+        )
+    }
+
+    fn tag(t: &str) -> ImageTagSpec {
+        ImageTagSpec {
+            tag: t.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tasks_apply_defaults_and_parse_references() {
+        let t = tasks(&ni(&[("127.0.0.1:5000/test", tag("v1"))]));
+        let target = t[0].target.as_ref().expect("valid");
+        assert_eq!(target.image.pull_ref(), "127.0.0.1:5000/test:v1");
+        assert_eq!(target.mode, PullMode::IfNotPresent);
+        assert_eq!(target.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(target.backoff_limit, 3);
+        assert_eq!(t[0].version, 0);
+
+        let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let t = tasks(&ni(&[("ubuntu", tag(digest))]));
+        assert_eq!(
+            t[0].target.as_ref().expect("valid").image.pull_ref(),
+            format!("docker.io/library/ubuntu@{digest}")
+        );
+    }
+
+    #[test]
+    fn bad_entries_become_failed_tasks_with_a_reason() {
+        let mut policy = tag("v1");
+        policy.image_pull_policy = Some("Sometimes".into());
+        let mut timeout = tag("v1");
+        timeout.pull_policy = Some(ImageTagPullPolicy {
+            timeout_seconds: Some(0),
+            ..Default::default()
+        });
+        let cases = [
+            (ni(&[("Bad Name!", tag("v1"))]), "cannot pull Bad Name!:v1"),
+            (ni(&[("ok", tag(""))]), "tag is empty"),
+            (ni(&[("ok", tag("bad tag"))]), "tag \"bad tag\""),
+            (
+                ni(&[("ok", policy)]),
+                "unknown imagePullPolicy \"Sometimes\"",
+            ),
+            (ni(&[("ok", timeout)]), "timeoutSeconds 0 must be positive"),
+        ];
+        for (obj, want) in cases {
+            let t = tasks(&obj);
+            let err = t[0].target.as_ref().expect_err("invalid");
+            assert!(err.contains(want), "{err} lacks {want}");
+        }
+        let mut spec = ni(&[("ok", tag("v1"))]);
+        if let Some(images) = spec.spec.images.as_mut()
+            && let Some(img) = images.get_mut("ok")
+        {
+            img.pull_secrets = Some(vec![ReferenceObject {
+                name: Some("s".into()),
+                ..Default::default()
+            }]);
+        }
+        let err = tasks(&spec)[0].target.clone().expect_err("invalid");
+        assert!(err.contains("lacks its namespace"), "{err}");
+    }
+
+    fn key(i: &str, t: &str) -> TagKey {
+        TagKey {
+            image: i.into(),
+            tag: t.into(),
+        }
+    }
+
+    fn task(i: &str, t: &str, version: i64, created_s: i64) -> PullTask {
+        PullTask {
+            key: key(i, t),
+            version,
+            target: Err("unused".into()),
+            created_at: Timestamp::from_second(created_s).ok(),
+        }
+    }
+
+    fn rep(version: i64, phase: ImagePullPhase, completed: bool) -> Reported {
+        Reported {
+            version,
+            phase,
+            completed,
+        }
+    }
+
+    #[test]
+    fn plan_table() {
+        use ImagePullPhase::*;
+        struct Case {
+            name: &'static str,
+            tasks: Vec<PullTask>,
+            reported: Vec<(TagKey, Reported)>,
+            running: Vec<(TagKey, i64)>,
+            start: Vec<TagKey>,
+            cancel: Vec<TagKey>,
+        }
+        let cases = vec![
+            Case {
+                name: "new entry starts",
+                tasks: vec![task("a", "1", 0, 10)],
+                reported: vec![],
+                running: vec![],
+                start: vec![key("a", "1")],
+                cancel: vec![],
+            },
+            Case {
+                name: "finished for this version is not pulled again (restart safety)",
+                tasks: vec![task("a", "1", 2, 10)],
+                reported: vec![(key("a", "1"), rep(2, Succeeded, true))],
+                running: vec![],
+                start: vec![],
+                cancel: vec![],
+            },
+            Case {
+                name: "failed for this version stays failed",
+                tasks: vec![task("a", "1", 0, 10)],
+                reported: vec![(key("a", "1"), rep(0, Failed, true))],
+                running: vec![],
+                start: vec![],
+                cancel: vec![],
+            },
+            Case {
+                name: "in flight at restart is resumed",
+                tasks: vec![task("a", "1", 0, 10)],
+                reported: vec![(key("a", "1"), rep(0, Pulling, false))],
+                running: vec![],
+                start: vec![key("a", "1")],
+                cancel: vec![],
+            },
+            Case {
+                name: "version bump re-pulls a finished tag",
+                tasks: vec![task("a", "1", 3, 10)],
+                reported: vec![(key("a", "1"), rep(2, Succeeded, true))],
+                running: vec![],
+                start: vec![key("a", "1")],
+                cancel: vec![],
+            },
+            Case {
+                name: "version bump cancels the running pull and restarts",
+                tasks: vec![task("a", "1", 3, 10)],
+                reported: vec![],
+                running: vec![(key("a", "1"), 2)],
+                start: vec![key("a", "1")],
+                cancel: vec![key("a", "1")],
+            },
+            Case {
+                name: "running same version is left alone",
+                tasks: vec![task("a", "1", 2, 10)],
+                reported: vec![],
+                running: vec![(key("a", "1"), 2)],
+                start: vec![],
+                cancel: vec![],
+            },
+            Case {
+                name: "removed from spec is cancelled",
+                tasks: vec![],
+                reported: vec![],
+                running: vec![(key("a", "1"), 0)],
+                start: vec![],
+                cancel: vec![key("a", "1")],
+            },
+            Case {
+                name: "starts oldest first",
+                tasks: vec![
+                    task("b", "1", 0, 30),
+                    task("a", "1", 0, 20),
+                    task("c", "1", 0, 10),
+                ],
+                reported: vec![],
+                running: vec![],
+                start: vec![key("c", "1"), key("a", "1"), key("b", "1")],
+                cancel: vec![],
+            },
+        ];
+        for c in cases {
+            let p = plan(
+                &c.tasks,
+                &c.reported.into_iter().collect(),
+                &c.running.into_iter().collect(),
+            );
+            let started: Vec<TagKey> = p.start.iter().map(|t| t.key.clone()).collect();
+            assert_eq!(started, c.start, "{}: start", c.name);
+            assert_eq!(p.cancel, c.cancel, "{}: cancel", c.name);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Command-line flags of nodeimage-daemon.
+
+use nodeimage_ops::telemetry::LogFormat;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Pulls the images listed in this node's NodeImage through the node's
+/// containerd (CRI, namespace k8s.io, as kubelet does) and reports per-tag
+/// status, progress and counts.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "nodeimage-daemon", version)]
+pub struct Flags {
+    /// Name of this node; its NodeImage has the same name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+
+    /// Kubeconfig file to use. Default: $KUBECONFIG, ~/.kube/config, or the in-cluster config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// containerd's gRPC socket (serves both CRI and containerd's own API).
+    #[arg(long, default_value = "/run/containerd/containerd.sock")]
+    pub containerd_socket: PathBuf,
+
+    /// Address of the /healthz and /readyz endpoints.
+    #[arg(long, default_value = "0.0.0.0:10221")]
+    pub health_addr: SocketAddr,
+
+    /// Most pulls running at once on this node; the rest wait in order.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub max_concurrent_pulls: u32,
+
+    /// The disk check fails above this usage of the image filesystem, in percent.
+    #[arg(long, default_value_t = 80.0)]
+    pub disk_threshold_percent: f64,
+
+    /// The cpu check fails above this CPU usage, in percent.
+    #[arg(long, default_value_t = 80.0)]
+    pub cpu_threshold_percent: f64,
+
+    /// The mem check fails above this memory usage, in percent.
+    #[arg(long, default_value_t = 80.0)]
+    pub mem_threshold_percent: f64,
+
+    /// Log format: text or json.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}

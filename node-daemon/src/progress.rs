@@ -1,0 +1,270 @@
+//! Byte progress of a pull, which CRI does not report: read from containerd's
+//! content service. Once containerd has fetched the image manifest (it labels
+//! it with the source repository), progress is the share of the manifest's
+//! blobs already committed plus the bytes of those still being written.
+//! Before that, and only when this is the only pull on the node, the active
+//! ingests are summed.
+
+use containerd_client::services::v1::content_client::ContentClient;
+use containerd_client::services::v1::{
+    Info, InfoRequest, ListContentRequest, ListStatusesRequest, ReadContentRequest,
+};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+use tonic::Request;
+use tonic::transport::Channel;
+
+/// containerd namespace that CRI (and kubelet) use.
+pub const K8S_NAMESPACE: &str = "k8s.io";
+const SOURCE_LABEL_PREFIX: &str = "containerd.io/distribution.source.";
+const MAX_MANIFEST_BYTES: i64 = 4 << 20;
+
+/// One blob of an image: digest and size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blob {
+    /// Content digest.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Percentage done given blob sizes, which are committed, and the offsets of
+/// active writes. Never reports 100 (only a finished pull does).
+pub fn percent(blobs: &[Blob], committed: &[bool], active: &BTreeMap<String, u64>) -> i32 {
+    let total: u64 = blobs.iter().map(|b| b.size).sum();
+    if total == 0 {
+        return 0;
+    }
+    let done: u64 = blobs
+        .iter()
+        .zip(committed)
+        .map(|(b, c)| {
+            if *c {
+                b.size
+            } else {
+                active.get(&b.digest).copied().unwrap_or(0).min(b.size)
+            }
+        })
+        .sum();
+    ((done.saturating_mul(100) / total) as i32).clamp(0, 99)
+}
+
+/// Percentage from active ingests alone (offset over total), or None when none.
+pub fn percent_of_ingests(ingests: &[(u64, u64)]) -> Option<i32> {
+    let total: u64 = ingests.iter().map(|(_, t)| *t).sum();
+    if total == 0 {
+        return None;
+    }
+    let off: u64 = ingests.iter().map(|(o, t)| (*o).min(*t)).sum();
+    Some(((off.saturating_mul(100) / total) as i32).clamp(0, 99))
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    config: Option<Descriptor>,
+    layers: Option<Vec<Descriptor>>,
+}
+
+#[derive(Deserialize)]
+struct Descriptor {
+    digest: String,
+    size: u64,
+}
+
+/// Blobs of a manifest JSON document, or None if it is not an image manifest.
+pub fn manifest_blobs(raw: &[u8]) -> Option<Vec<Blob>> {
+    let m: Manifest = serde_json::from_slice(raw).ok()?;
+    let layers = m.layers?;
+    let mut out: Vec<Blob> = m
+        .config
+        .into_iter()
+        .chain(layers)
+        .map(|d| Blob {
+            digest: d.digest,
+            size: d.size,
+        })
+        .collect();
+    out.dedup_by(|a, b| a.digest == b.digest);
+    Some(out)
+}
+
+/// Watches one pull's progress through containerd's content service.
+pub struct Probe {
+    client: ContentClient<Channel>,
+    registry: String,
+    repository: String,
+    started: SystemTime,
+    blobs: Option<Vec<Blob>>,
+}
+
+impl Probe {
+    /// A probe for a pull of `registry/repository` that began at `started`.
+    pub fn new(channel: Channel, registry: &str, repository: &str, started: SystemTime) -> Self {
+        Probe {
+            client: ContentClient::new(channel),
+            registry: registry.to_string(),
+            repository: repository.to_string(),
+            started,
+            blobs: None,
+        }
+    }
+
+    /// Current percentage, if it can be told. `alone` says whether this is
+    /// the only pull on the node (then unattributed ingests are ours).
+    pub async fn sample(&mut self, alone: bool) -> Option<i32> {
+        let active = self.active_ingests().await?;
+        if self.blobs.is_none() {
+            self.blobs = self.find_manifest().await;
+        }
+        match self.blobs.clone() {
+            Some(blobs) => {
+                let mut committed = Vec::with_capacity(blobs.len());
+                for b in &blobs {
+                    let is_active = active.contains_key(&b.digest);
+                    committed.push(!is_active && self.exists(&b.digest).await);
+                }
+                let offsets = active.iter().map(|(d, (o, _))| (d.clone(), *o)).collect();
+                Some(percent(&blobs, &committed, &offsets))
+            }
+            None if alone => percent_of_ingests(&active.values().copied().collect::<Vec<_>>()),
+            None => None,
+        }
+    }
+
+    async fn active_ingests(&mut self) -> Option<BTreeMap<String, (u64, u64)>> {
+        let req = namespaced(ListStatusesRequest { filters: vec![] });
+        let statuses = self.client.list_statuses(req).await.ok()?.into_inner();
+        Some(
+            statuses
+                .statuses
+                .into_iter()
+                .map(|s| (s.expected, (s.offset.max(0) as u64, s.total.max(0) as u64)))
+                .collect(),
+        )
+    }
+
+    async fn exists(&mut self, digest: &str) -> bool {
+        self.client
+            .info(namespaced(InfoRequest {
+                digest: digest.to_string(),
+            }))
+            .await
+            .is_ok()
+    }
+
+    /// The newest manifest of our repository fetched since the pull began.
+    async fn find_manifest(&mut self) -> Option<Vec<Blob>> {
+        let label = format!("{SOURCE_LABEL_PREFIX}{}", self.registry);
+        let mut stream = self
+            .client
+            .list(namespaced(ListContentRequest { filters: vec![] }))
+            .await
+            .ok()?
+            .into_inner();
+        let mut candidates: Vec<Info> = Vec::new();
+        while let Ok(Some(msg)) = stream.message().await {
+            for info in msg.info {
+                let ours = info
+                    .labels
+                    .get(&label)
+                    .is_some_and(|repos| repos.split(',').any(|r| r == self.repository));
+                let recent = info
+                    .updated_at
+                    .as_ref()
+                    .and_then(|t| SystemTime::try_from(*t).ok())
+                    .is_some_and(|t| t + std::time::Duration::from_secs(2) >= self.started);
+                if ours && recent && info.size < MAX_MANIFEST_BYTES {
+                    candidates.push(info);
+                }
+            }
+        }
+        candidates.sort_by_key(|i| std::cmp::Reverse(i.updated_at.map(|t| (t.seconds, t.nanos))));
+        for info in candidates {
+            if let Some(raw) = self.read(&info.digest).await
+                && let Some(blobs) = manifest_blobs(&raw)
+            {
+                return Some(blobs);
+            }
+        }
+        None
+    }
+
+    async fn read(&mut self, digest: &str) -> Option<Vec<u8>> {
+        let mut stream = self
+            .client
+            .read(namespaced(ReadContentRequest {
+                digest: digest.to_string(),
+                offset: 0,
+                size: 0,
+            }))
+            .await
+            .ok()?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Ok(Some(chunk)) = stream.message().await {
+            out.extend_from_slice(&chunk.data);
+            if out.len() as i64 > MAX_MANIFEST_BYTES {
+                return None;
+            }
+        }
+        Some(out)
+    }
+}
+
+fn namespaced<T>(msg: T) -> Request<T> {
+    let mut req = Request::new(msg);
+    req.metadata_mut().insert(
+        "containerd-namespace",
+        tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
+    );
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(d: &str, size: u64) -> Blob {
+        Blob {
+            digest: d.into(),
+            size,
+        }
+    }
+
+    #[test]
+    fn percent_table() {
+        let blobs = [blob("c", 100), blob("l1", 400), blob("l2", 500)];
+        let cases: &[(&[bool], &[(&str, u64)], i32)] = &[
+            (&[false, false, false], &[], 0),
+            (&[true, false, false], &[], 10),
+            (&[true, false, false], &[("l1", 200)], 30),
+            (&[true, true, false], &[("l2", 250)], 75),
+            (&[true, true, true], &[], 99),
+            (&[false, false, false], &[("l1", 10_000)], 40),
+        ];
+        for (committed, active, want) in cases {
+            let active = active.iter().map(|(d, o)| (d.to_string(), *o)).collect();
+            assert_eq!(percent(&blobs, committed, &active), *want, "{committed:?}");
+        }
+        assert_eq!(percent(&[], &[], &BTreeMap::new()), 0);
+    }
+
+    #[test]
+    fn ingests_alone() {
+        assert_eq!(percent_of_ingests(&[]), None);
+        assert_eq!(percent_of_ingests(&[(50, 100)]), Some(50));
+        assert_eq!(percent_of_ingests(&[(100, 100), (0, 100)]), Some(50));
+        assert_eq!(percent_of_ingests(&[(100, 100)]), Some(99));
+    }
+
+    #[test]
+    fn reads_manifests_not_indexes_or_configs() {
+        let m = br#"{"schemaVersion":2,"config":{"digest":"sha256:c","size":10},"layers":[{"digest":"sha256:a","size":5},{"digest":"sha256:b","size":7}]}"#;
+        let blobs = manifest_blobs(m).expect("manifest");
+        assert_eq!(blobs.iter().map(|b| b.size).sum::<u64>(), 22);
+        assert!(manifest_blobs(br#"{"manifests":[]}"#).is_none());
+        assert!(manifest_blobs(br#"{"architecture":"amd64"}"#).is_none());
+        assert!(manifest_blobs(b"not json").is_none());
+    }
+}

@@ -1,0 +1,227 @@
+//! The NodeImage status the daemon publishes: one entry per tag in spec, from
+//! the live state of its pull, else what status already said for the same
+//! version, else Waiting; and counts that always match the entries. Pure.
+
+use crate::desired::TagKey;
+use nodeimage_api::kruise::{
+    ImagePullPhase, ImageStatus, ImageTagStatus, NodeImage, NodeImageStatus,
+};
+use std::collections::BTreeMap;
+
+/// Builds the status to publish.
+pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeImageStatus {
+    let observed = ni.status.as_ref();
+    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    for (image, spec) in ni.spec.images.iter().flatten() {
+        let old_tags = observed
+            .and_then(|s| s.image_statuses.as_ref())
+            .and_then(|m| m.get(image))
+            .map(|s| s.tags.as_slice())
+            .unwrap_or_default();
+        let mut tags = Vec::with_capacity(spec.tags.len());
+        for t in &spec.tags {
+            let version = t.version.unwrap_or(0);
+            let key = TagKey {
+                image: image.clone(),
+                tag: t.tag.clone(),
+            };
+            let entry = live
+                .get(&key)
+                .filter(|l| l.version.unwrap_or(0) == version)
+                .cloned()
+                .or_else(|| {
+                    old_tags
+                        .iter()
+                        .find(|o| o.tag == t.tag && o.version.unwrap_or(0) == version)
+                        .cloned()
+                })
+                .unwrap_or_else(|| ImageTagStatus {
+                    tag: t.tag.clone(),
+                    phase: ImagePullPhase::Waiting,
+                    version: Some(version),
+                    ..Default::default()
+                });
+            tags.push(entry);
+        }
+        if !tags.is_empty() {
+            statuses.insert(image.clone(), ImageStatus { tags });
+        }
+    }
+    let mut out = NodeImageStatus {
+        image_statuses: (!statuses.is_empty()).then_some(statuses),
+        first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
+        ..Default::default()
+    };
+    recount(&mut out);
+    out
+}
+
+/// Sets desired/waiting/pulling/succeeded/failed from the tag entries.
+pub fn recount(s: &mut NodeImageStatus) {
+    let (mut desired, mut waiting, mut pulling, mut succeeded, mut failed) = (0, 0, 0, 0, 0);
+    for t in s
+        .image_statuses
+        .iter()
+        .flat_map(|m| m.values())
+        .flat_map(|i| &i.tags)
+    {
+        desired += 1;
+        match t.phase {
+            ImagePullPhase::Waiting => waiting += 1,
+            ImagePullPhase::Pulling => pulling += 1,
+            ImagePullPhase::Succeeded => succeeded += 1,
+            ImagePullPhase::Failed => failed += 1,
+        }
+    }
+    s.desired = desired;
+    s.waiting = Some(waiting);
+    s.pulling = Some(pulling);
+    s.succeeded = Some(succeeded);
+    s.failed = Some(failed);
+}
+
+/// The JSON merge patch that turns the observed status into `new`, guarded by
+/// the observed resourceVersion. Image keys that disappear are set to null.
+pub fn merge_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(old) = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref()) {
+        let map = status
+            .as_object_mut()
+            .map(|o| {
+                o.entry("imageStatuses")
+                    .or_insert_with(|| serde_json::json!({}))
+            })
+            .and_then(|v| v.as_object_mut());
+        if let Some(map) = map {
+            for k in old.keys() {
+                map.entry(k.clone()).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    serde_json::json!({
+        "metadata": {"resourceVersion": ni.metadata.resource_version},
+        "status": status,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeimage_api::kruise::{ImageSpec, ImageTagSpec, NodeImageSpec};
+
+    fn ni(tags: &[(&str, &str, i64)], status: &[(&str, &str, i64, ImagePullPhase)]) -> NodeImage {
+        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        for (i, t, v) in tags {
+            images
+                .entry(i.to_string())
+                .or_default()
+                .tags
+                .push(ImageTagSpec {
+                    tag: t.to_string(),
+                    version: Some(*v),
+                    ..Default::default()
+                });
+        }
+        let mut obj = NodeImage::new(
+            "n",
+            NodeImageSpec {
+                images: Some(images),
+            },
+        );
+        let mut st: BTreeMap<String, ImageStatus> = BTreeMap::new();
+        for (i, t, v, p) in status {
+            st.entry(i.to_string())
+                .or_default()
+                .tags
+                .push(ImageTagStatus {
+                    tag: t.to_string(),
+                    version: Some(*v),
+                    phase: *p,
+                    ..Default::default()
+                });
+        }
+        obj.status = Some(NodeImageStatus {
+            image_statuses: Some(st),
+            ..Default::default()
+        });
+        obj
+    }
+
+    fn phases(s: &NodeImageStatus) -> Vec<(String, String, ImagePullPhase)> {
+        s.image_statuses
+            .iter()
+            .flatten()
+            .flat_map(|(i, st)| {
+                st.tags
+                    .iter()
+                    .map(move |t| (i.clone(), t.tag.clone(), t.phase))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entries_come_from_live_then_observed_then_waiting() {
+        use ImagePullPhase::*;
+        let obj = ni(
+            &[("a", "1", 0), ("a", "2", 1), ("b", "1", 0), ("c", "1", 0)],
+            &[
+                ("a", "2", 1, Succeeded),
+                ("b", "1", 5, Failed),
+                ("gone", "1", 0, Failed),
+            ],
+        );
+        let live = BTreeMap::from([
+            (
+                TagKey {
+                    image: "a".into(),
+                    tag: "1".into(),
+                },
+                ImageTagStatus {
+                    tag: "1".into(),
+                    phase: Pulling,
+                    version: Some(0),
+                    progress: Some(40),
+                    ..Default::default()
+                },
+            ),
+            (
+                TagKey {
+                    image: "c".into(),
+                    tag: "1".into(),
+                },
+                // Live state of an older version is ignored.
+                ImageTagStatus {
+                    tag: "1".into(),
+                    phase: Succeeded,
+                    version: Some(7),
+                    ..Default::default()
+                },
+            ),
+        ]);
+        let s = build(&obj, &live);
+        assert_eq!(
+            phases(&s),
+            vec![
+                ("a".into(), "1".into(), Pulling),
+                ("a".into(), "2".into(), Succeeded),
+                ("b".into(), "1".into(), Waiting),
+                ("c".into(), "1".into(), Waiting),
+            ]
+        );
+        assert_eq!(
+            (s.desired, s.waiting, s.pulling, s.succeeded, s.failed),
+            (4, Some(2), Some(1), Some(1), Some(0))
+        );
+        let patch = merge_patch(&obj, &s);
+        assert!(patch["status"]["imageStatuses"]["gone"].is_null());
+        assert!(patch["status"]["imageStatuses"]["a"].is_object());
+    }
+
+    #[test]
+    fn empty_spec_gives_zero_counts() {
+        let s = build(&ni(&[], &[]), &BTreeMap::new());
+        assert_eq!(s.desired, 0);
+        assert_eq!(s.succeeded, Some(0));
+        assert!(s.image_statuses.is_none());
+    }
+}

@@ -1,0 +1,418 @@
+//! One tag's pull from start to end: wait for a slot, skip if present
+//! (IfNotPresent), pull through CRI with each matching credential then
+//! anonymously, retry with backoff, respect the per-attempt timeout and the
+//! active deadline, report progress, and finish Succeeded or Failed.
+
+use crate::backoff;
+use crate::checks::{self, Thresholds};
+use crate::credentials::{self, Credential};
+use crate::cri::{CriError, Runtime};
+use crate::desired::{PullMode, PullTask, SecretRef, TagKey, Target};
+use crate::progress::Probe;
+use crate::writer::StatusHandle;
+use k8s_cri::v1::AuthConfig;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{Event, EventType, Recorder};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+/// Wait while containerd is unreachable before trying again.
+const RUNTIME_RETRY: Duration = Duration::from_secs(2);
+/// How often progress is sampled during a pull.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// What every worker shares.
+pub struct Deps {
+    /// The node's runtime.
+    pub runtime: Runtime,
+    /// Client for reading pull secrets.
+    pub client: kube::Client,
+    /// Pull slots; the rest wait in order.
+    pub slots: Arc<Semaphore>,
+    /// Where state is reported.
+    pub status: StatusHandle,
+    /// Event recorder for the NodeImage.
+    pub recorder: Recorder,
+    /// Pulls running now (for progress attribution).
+    pub in_flight: AtomicUsize,
+    /// Limits of the node checks.
+    pub thresholds: Thresholds,
+}
+
+/// How a tag's pull ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Pulled (or present); the repository digest.
+    Succeeded(String),
+    /// Gave up, with the reason.
+    Failed(String),
+}
+
+struct Reporter<'a> {
+    deps: &'a Deps,
+    key: TagKey,
+    version: i64,
+    start: Option<Time>,
+}
+
+impl Reporter<'_> {
+    fn send(&self, phase: ImagePullPhase, progress: i32, message: Option<String>) {
+        self.deps.status.report(
+            &self.key,
+            ImageTagStatus {
+                tag: self.key.tag.clone(),
+                phase,
+                progress: Some(progress),
+                start_time: self.start.clone(),
+                version: Some(self.version),
+                message,
+                ..Default::default()
+            },
+        );
+    }
+
+    fn finish(&self, outcome: &Outcome) {
+        let (phase, progress, image_id, message) = match outcome {
+            Outcome::Succeeded(id) => (ImagePullPhase::Succeeded, 100, Some(id.clone()), None),
+            Outcome::Failed(m) => (ImagePullPhase::Failed, 0, None, Some(m.clone())),
+        };
+        self.deps.status.report(
+            &self.key,
+            ImageTagStatus {
+                tag: self.key.tag.clone(),
+                phase,
+                progress: Some(progress),
+                start_time: self.start.clone().or_else(|| Some(now())),
+                completion_time: Some(now()),
+                version: Some(self.version),
+                image_id,
+                message,
+            },
+        );
+    }
+}
+
+/// The current time as the API stores it (whole seconds), so that what we
+/// write compares equal to what we read back.
+fn now() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// Runs one task to its end (or until aborted).
+pub async fn run(task: PullTask, deps: Arc<Deps>) {
+    let mut rep = Reporter {
+        deps: &deps,
+        key: task.key.clone(),
+        version: task.version,
+        start: None,
+    };
+    let target = match &task.target {
+        Ok(t) => t.clone(),
+        Err(msg) => {
+            let outcome = Outcome::Failed(msg.clone());
+            rep.finish(&outcome);
+            announce(&deps, &task.key, &outcome).await;
+            return;
+        }
+    };
+    let deadline = target.active_deadline.map(|d| {
+        let created = task.created_at.unwrap_or_else(Timestamp::now);
+        let elapsed =
+            Duration::try_from(Timestamp::now().duration_since(created)).unwrap_or(Duration::ZERO);
+        Instant::now() + d.saturating_sub(elapsed)
+    });
+    rep.send(ImagePullPhase::Waiting, 0, None);
+    let permit = tokio::select! {
+        p = deps.slots.clone().acquire_owned() => p.ok(),
+        _ = sleep_until(deadline) => None,
+    };
+    let outcome = match permit {
+        None => Outcome::Failed(deadline_message(&target, "waiting for a pull slot")),
+        Some(_permit) => {
+            deps.in_flight.fetch_add(1, Ordering::SeqCst);
+            rep.start = Some(now());
+            rep.send(ImagePullPhase::Pulling, 0, None);
+            tracing::info!(tag = %task.key, version = task.version, "pull started");
+            let o = pull(&rep, &target, deadline).await;
+            deps.in_flight.fetch_sub(1, Ordering::SeqCst);
+            o
+        }
+    };
+    rep.finish(&outcome);
+    announce(&deps, &task.key, &outcome).await;
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn deadline_message(t: &Target, during: &str) -> String {
+    format!(
+        "exceeded activeDeadlineSeconds ({}s) while {during}",
+        t.active_deadline.map(|d| d.as_secs()).unwrap_or(0)
+    )
+}
+
+async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
+    let (type_, reason, note) = match outcome {
+        Outcome::Succeeded(id) => {
+            tracing::info!(tag = %key, image_id = %id, "pull succeeded");
+            (
+                EventType::Normal,
+                "PullImageSucceed",
+                format!("Image {key} pulled ({id})"),
+            )
+        }
+        Outcome::Failed(m) => {
+            tracing::warn!(tag = %key, reason = %m, "pull failed");
+            (
+                EventType::Warning,
+                "PullImageFailed",
+                format!("Image {key} failed: {m}"),
+            )
+        }
+    };
+    let Some(ni) = deps.status.observed() else {
+        return;
+    };
+    let reference = kube::Resource::object_ref(&ni, &());
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(&note, 1000)),
+        action: "Pull".into(),
+        secondary: None,
+    };
+    if let Err(e) = deps.recorder.publish(&ev, &reference).await {
+        tracing::warn!(error = %e, "could not record event");
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Waits out a runtime outage, reporting why; false if the deadline passed.
+async fn wait_for_runtime(rep: &Reporter<'_>, msg: &str, deadline: Option<Instant>) -> bool {
+    rep.send(
+        ImagePullPhase::Waiting,
+        0,
+        Some(format!("{msg}; waiting for containerd")),
+    );
+    let wake = Instant::now() + RUNTIME_RETRY;
+    !matches!(deadline, Some(d) if d <= wake) && {
+        tokio::time::sleep_until(wake).await;
+        true
+    }
+}
+
+async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outcome {
+    let deps = rep.deps;
+    let name = t.image.name();
+    let reference = t.image.pull_ref();
+
+    // Node checks first (ImagePrePullJob's checkItems).
+    if !t.check_items.is_empty()
+        && let Err(reason) = checks::run(&t.check_items, &deps.runtime, &deps.thresholds).await
+    {
+        return Outcome::Failed(reason);
+    }
+
+    // IfNotPresent: a present image succeeds without contacting the registry.
+    if t.mode == PullMode::IfNotPresent {
+        loop {
+            match deps.runtime.image_status(&reference).await {
+                Ok(Some(img)) => return Outcome::Succeeded(img.repo_digest_for(&name)),
+                Ok(None) => break,
+                Err(CriError::Unavailable(m)) => {
+                    if !wait_for_runtime(rep, &m, deadline).await {
+                        return Outcome::Failed(deadline_message(t, "containerd was unavailable"));
+                    }
+                }
+                Err(e) => {
+                    return Outcome::Failed(format!("checking whether {reference} is present: {e}"));
+                }
+            }
+        }
+    }
+
+    let creds = match load_credentials(&deps.client, &t.secrets).await {
+        Ok(c) => c,
+        Err(m) => return Outcome::Failed(m),
+    };
+    let candidates: Vec<Option<&Credential>> = credentials::matching(&creds, &name)
+        .into_iter()
+        .map(Some)
+        .chain(std::iter::once(None))
+        .collect();
+
+    let attempts = t.backoff_limit + 1;
+    let mut attempt = 1;
+    let mut last_error = String::new();
+    while attempt <= attempts {
+        let wait = backoff::delay_before(attempt);
+        if let Some(d) = deadline
+            && Instant::now() + wait >= d
+        {
+            return Outcome::Failed(format!(
+                "{}; last error: {last_error}",
+                deadline_message(t, "retrying")
+            ));
+        }
+        tokio::time::sleep(wait).await;
+        let limit = match deadline {
+            Some(d) => t.timeout.min(d.saturating_duration_since(Instant::now())),
+            None => t.timeout,
+        };
+        let result = tokio::time::timeout(limit, pull_with_progress(rep, t, &candidates)).await;
+        match result {
+            Ok(Ok(image_ref)) => {
+                let id = match deps.runtime.image_status(&image_ref).await {
+                    Ok(Some(img)) => img.repo_digest_for(&name),
+                    _ => format!("{name}@{image_ref}"),
+                };
+                return Outcome::Succeeded(id);
+            }
+            Ok(Err(CriError::Unavailable(m))) => {
+                if !wait_for_runtime(rep, &m, deadline).await {
+                    return Outcome::Failed(deadline_message(t, "containerd was unavailable"));
+                }
+                continue;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(tag = %rep.key, reason = e.reason(), "runtime refused the pull");
+                last_error = e.to_string();
+            }
+            Err(_) => {
+                last_error = format!("attempt timed out after {}s", limit.as_secs());
+            }
+        }
+        tracing::info!(tag = %rep.key, attempt, attempts, error = %last_error, "pull attempt failed");
+        if attempt < attempts {
+            rep.send(
+                ImagePullPhase::Pulling,
+                0,
+                Some(format!(
+                    "attempt {attempt} of {attempts} failed: {last_error}; retrying in {}s",
+                    backoff::delay_before(attempt + 1).as_secs()
+                )),
+            );
+        }
+        attempt += 1;
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Outcome::Failed(format!(
+            "{}; last error: {last_error}",
+            deadline_message(t, "pulling")
+        ));
+    }
+    Outcome::Failed(format!(
+        "pull failed after {attempts} attempts: {last_error}"
+    ))
+}
+
+/// One attempt: each candidate credential in turn (auth failures move on to
+/// the next), sampling progress while the runtime pulls.
+async fn pull_with_progress(
+    rep: &Reporter<'_>,
+    t: &Target,
+    candidates: &[Option<&Credential>],
+) -> Result<String, CriError> {
+    let deps = rep.deps;
+    let reference = t.image.pull_ref();
+    let labels = t.sandbox.labels.clone().unwrap_or_default();
+    let annotations = t.sandbox.annotations.clone().unwrap_or_default();
+    let mut last = CriError::Other("no credentials tried".into());
+    for cred in candidates {
+        let auth = cred.map(|c| AuthConfig {
+            username: c.username.clone(),
+            password: c.password.clone(),
+            server_address: c.registry.clone(),
+            ..Default::default()
+        });
+        let call = deps
+            .runtime
+            .pull(&reference, auth, labels.clone(), annotations.clone());
+        tokio::pin!(call);
+        let mut probe = Probe::new(
+            deps.runtime.channel(),
+            &t.image.registry,
+            &t.image.repository,
+            SystemTime::now(),
+        );
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        let mut shown = 0;
+        let result = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                _ = tick.tick() => {
+                    let alone = deps.in_flight.load(Ordering::SeqCst) <= 1;
+                    if let Some(p) = probe.sample(alone).await && p != shown {
+                        shown = p;
+                        rep.send(ImagePullPhase::Pulling, p, None);
+                    }
+                }
+            }
+        };
+        match result {
+            Ok(r) => return Ok(r),
+            Err(e @ CriError::Unauthorized(_)) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// Reads every listed secret; a missing or unusable one fails the tag with its name.
+async fn load_credentials(
+    client: &kube::Client,
+    secrets: &[SecretRef],
+) -> Result<Vec<Credential>, String> {
+    let mut out = Vec::new();
+    for s in secrets {
+        let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &s.namespace);
+        let secret = match api.get_opt(&s.name).await {
+            Ok(Some(secret)) => secret,
+            Ok(None) => return Err(format!("pull secret {s} not found")),
+            Err(e) => {
+                return Err(format!(
+                    "reading pull secret {s}: {}",
+                    describe_api_error(&e)
+                ));
+            }
+        };
+        let data = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        let creds = credentials::parse_secret(&s.to_string(), secret.type_.as_deref(), &data)
+            .map_err(|e| e.to_string())?;
+        out.extend(creds);
+    }
+    Ok(out)
+}
+
+fn describe_api_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}

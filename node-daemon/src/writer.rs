@@ -1,0 +1,340 @@
+//! Publishes the NodeImage status: coalesces reports from the pull workers,
+//! writes phase changes within a fraction of a second, progress at most about
+//! once a second, and nothing when nothing changed. Writes are merge patches
+//! of the status subresource guarded by resourceVersion.
+
+use crate::desired::TagKey;
+use crate::status;
+use nodeimage_api::kruise::{ImageTagStatus, NodeImage};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+/// Quiet time that gathers simultaneous phase changes into one write.
+const COALESCE: Duration = Duration::from_millis(150);
+/// Least time between writes that only move progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct Inner {
+    observed: Option<NodeImage>,
+    live: BTreeMap<TagKey, ImageTagStatus>,
+    urgent: bool,
+    pending: bool,
+}
+
+/// Handle that workers and the watch loop report through.
+#[derive(Clone, Default)]
+pub struct StatusHandle {
+    inner: Arc<Mutex<Inner>>,
+    notify: Arc<Notify>,
+}
+
+impl StatusHandle {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data; keep going with it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the latest NodeImage seen by the watch. A spec change is urgent
+    /// (new tags must show as Waiting at once); anything else is rate-limited.
+    pub fn observe(&self, ni: NodeImage) {
+        self.update(ni, true);
+    }
+
+    /// Records the object our own write returned; nothing new to write.
+    fn observe_written(&self, ni: NodeImage) {
+        self.update(ni, false);
+    }
+
+    fn update(&self, ni: NodeImage, mark: bool) {
+        let mut g = self.lock();
+        let newer = match (&g.observed, &ni.metadata.resource_version) {
+            (Some(old), Some(new)) => match (
+                old.metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|r| r.parse::<u64>().ok()),
+                new.parse::<u64>().ok(),
+            ) {
+                (Some(o), Some(n)) => n >= o,
+                _ => true,
+            },
+            _ => true,
+        };
+        if newer {
+            let spec_changed = g.observed.as_ref().is_none_or(|o| o.spec != ni.spec);
+            g.observed = Some(ni);
+            if mark {
+                g.pending = true;
+                g.urgent |= spec_changed;
+                drop(g);
+                self.notify.notify_one();
+            }
+        }
+    }
+
+    /// Forgets the NodeImage (it was deleted).
+    pub fn forget(&self) {
+        let mut g = self.lock();
+        g.observed = None;
+        g.live.clear();
+    }
+
+    /// Reports a tag's state; phase, version or message changes are urgent.
+    pub fn report(&self, key: &TagKey, st: ImageTagStatus) {
+        let mut g = self.lock();
+        let urgent = match g.live.get(key) {
+            Some(old) => {
+                old.phase != st.phase || old.version != st.version || old.message != st.message
+            }
+            None => true,
+        };
+        let changed = g.live.get(key) != Some(&st);
+        g.live.insert(key.clone(), st);
+        if changed {
+            g.pending = true;
+            g.urgent |= urgent;
+            drop(g);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Drops a tag's live state (its pull was cancelled).
+    pub fn clear(&self, key: &TagKey) {
+        let mut g = self.lock();
+        if g.live.remove(key).is_some() {
+            g.pending = true;
+            g.urgent = true;
+            drop(g);
+            self.notify.notify_one();
+        }
+    }
+
+    /// The NodeImage last seen.
+    pub fn observed(&self) -> Option<NodeImage> {
+        self.lock().observed.clone()
+    }
+
+    /// Takes what should be written now, if anything differs from the observed status.
+    fn take(&self) -> Option<(NodeImage, serde_json::Value)> {
+        let mut g = self.lock();
+        g.pending = false;
+        g.urgent = false;
+        let ni = g.observed.clone()?;
+        let new = status::build(&ni, &g.live);
+        if ni.status.as_ref() == Some(&new) {
+            return None;
+        }
+        Some((ni.clone(), status::merge_patch(&ni, &new)))
+    }
+
+    fn state(&self) -> (bool, bool) {
+        let g = self.lock();
+        (g.pending, g.urgent)
+    }
+}
+
+/// Where status writes go.
+pub trait StatusSink: Send + Sync + 'static {
+    /// Applies a status merge patch; returns the updated object.
+    fn patch(
+        &self,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> impl std::future::Future<Output = Result<NodeImage, kube::Error>> + Send;
+}
+
+impl StatusSink for kube::Api<NodeImage> {
+    async fn patch(&self, name: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
+        self.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    }
+}
+
+/// Runs the writer until `stop` flips to true, then makes a last write.
+pub async fn run(
+    handle: StatusHandle,
+    sink: impl StatusSink,
+    name: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last_write = Instant::now() - PROGRESS_INTERVAL;
+    loop {
+        let (pending, urgent) = handle.state();
+        if !pending {
+            tokio::select! {
+                _ = handle.notify.notified() => {},
+                _ = stop.changed() => {},
+            }
+            if *stop.borrow() {
+                break;
+            }
+            continue;
+        }
+        if urgent {
+            tokio::time::sleep(COALESCE).await;
+        } else {
+            tokio::time::sleep_until(last_write + PROGRESS_INTERVAL).await;
+        }
+        write_once(&handle, &sink, &name, &mut last_write).await;
+        if *stop.borrow() {
+            break;
+        }
+    }
+    write_once(&handle, &sink, &name, &mut last_write).await;
+}
+
+async fn write_once(handle: &StatusHandle, sink: &impl StatusSink, name: &str, last: &mut Instant) {
+    let Some((ni, patch)) = handle.take() else {
+        return;
+    };
+    *last = Instant::now();
+    match sink.patch(name, patch).await {
+        Ok(updated) => {
+            let counts = updated.status.as_ref().map(|s| {
+                (
+                    s.desired,
+                    s.waiting.unwrap_or(0),
+                    s.pulling.unwrap_or(0),
+                    s.succeeded.unwrap_or(0),
+                    s.failed.unwrap_or(0),
+                )
+            });
+            tracing::debug!(?counts, "status written");
+            handle.observe_written(updated);
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            // Someone else wrote first; the watch brings their version and we
+            // rebuild on top of it.
+            tracing::debug!(rv = ?ni.metadata.resource_version, "status write conflicted; retrying on the newer object");
+            retry_later(handle, Duration::from_millis(300)).await;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "status write failed; retrying");
+            retry_later(handle, Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn retry_later(handle: &StatusHandle, after: Duration) {
+    tokio::time::sleep(after).await;
+    let mut g = handle.lock();
+    g.pending = true;
+    g.urgent = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageTagSpec, NodeImageSpec};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Clone, Default)]
+    struct Recorder {
+        writes: Arc<AtomicUsize>,
+        last: Arc<Mutex<Option<serde_json::Value>>>,
+    }
+
+    impl StatusSink for Recorder {
+        async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            let mut ni = node_image("2");
+            let status = serde_json::from_value(patch["status"].clone()).unwrap_or_default();
+            ni.status = Some(status);
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(patch);
+            Ok(ni)
+        }
+    }
+
+    fn node_image(rv: &str) -> NodeImage {
+        let mut images = BTreeMap::new();
+        images.insert(
+            "a".to_string(),
+            ImageSpec {
+                tags: vec![ImageTagSpec {
+                    tag: "1".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        let mut ni = NodeImage::new(
+            "n",
+            NodeImageSpec {
+                images: Some(images),
+            },
+        );
+        ni.metadata.resource_version = Some(rv.into());
+        ni
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn coalesces_and_skips_unchanged_writes() {
+        let h = StatusHandle::default();
+        let sink = Recorder::default();
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(run(h.clone(), sink.clone(), "n".into(), rx));
+        h.observe(node_image("1"));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            sink.writes.load(Ordering::SeqCst),
+            1,
+            "the Waiting entry is written"
+        );
+
+        let key = TagKey {
+            image: "a".into(),
+            tag: "1".into(),
+        };
+        // Ten progress reports in one second make at most two writes.
+        h.report(
+            &key,
+            ImageTagStatus {
+                tag: "1".into(),
+                phase: ImagePullPhase::Pulling,
+                version: Some(0),
+                progress: Some(0),
+                ..Default::default()
+            },
+        );
+        for p in 1..=10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            h.report(
+                &key,
+                ImageTagStatus {
+                    tag: "1".into(),
+                    phase: ImagePullPhase::Pulling,
+                    version: Some(0),
+                    progress: Some(p * 9),
+                    ..Default::default()
+                },
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let writes = sink.writes.load(Ordering::SeqCst);
+        assert!((2..=4).contains(&writes), "{writes} writes");
+        // Nothing changed: nothing written.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(sink.writes.load(Ordering::SeqCst), writes);
+        let _ = tx.send(true);
+        let _ = task.await;
+        let last = sink
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            last["status"]["imageStatuses"]["a"]["tags"][0]["progress"],
+            90
+        );
+        assert_eq!(last["metadata"]["resourceVersion"], "2");
+    }
+}

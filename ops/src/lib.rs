@@ -1,0 +1,8 @@
+//! What both nodeimage binaries need to run in production: structured logs,
+//! a kube client from kubeconfig or in-cluster config, `/healthz` and
+//! `/readyz`, and a shutdown signal.
+
+pub mod client;
+pub mod health;
+pub mod shutdown;
+pub mod telemetry;
