@@ -28,6 +28,15 @@ pub struct Flags {
     /// tag is marked Failed ("node did not respond"), e.g. 600s or 10m.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub response_timeout: Duration,
+
+    /// Namespace where jobs' pull secrets are copied for the node daemons
+    /// (created if absent). The daemons may read secrets only there.
+    #[arg(
+        long,
+        env = "NODEIMAGE_SECRETS_NAMESPACE",
+        default_value = "nodeimage-secrets"
+    )]
+    pub secrets_namespace: String,
 }
 
 /// Parses `90`, `90s`, `10m` or `1h` into a duration.

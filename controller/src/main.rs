@@ -1,14 +1,26 @@
 //! nodeimage-controller: mirrors Nodes into NodeImages, keeps NodeImage specs
 //! tidy, and (in later modules) turns jobs into per-node tag entries.
 
+mod clock;
+mod context;
+mod entries;
 mod flags;
 mod housekeeping;
+mod imagepulljob;
+mod lifecycle;
 mod nodemirror;
+mod pullsecrets;
+mod rollout;
+mod watch;
 
 use clap::Parser;
 use flags::Flags;
 use nodeimage_ops::{client, health, shutdown, telemetry};
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long in-flight reconciles may take to finish after a stop signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -28,6 +40,8 @@ async fn main() -> ExitCode {
 enum Error {
     #[error(transparent)]
     Client(#[from] client::ClientError),
+    #[error(transparent)]
+    Context(#[from] context::ContextError),
     #[error("health server on {addr}: {source}")]
     Health {
         addr: std::net::SocketAddr,
@@ -37,31 +51,37 @@ enum Error {
 
 async fn run(flags: Flags) -> Result<(), Error> {
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
+    let ctx = context::Context::new(client, &flags)?;
     tracing::info!(
         response_timeout_s = flags.response_timeout.as_secs(),
         "controller starting"
     );
     let readiness = health::Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
     let health_addr = flags.health_addr;
-    let health = tokio::spawn(health::serve(health_addr, readiness.clone(), None, stopped));
+    let health = tokio::spawn(health::serve(
+        health_addr,
+        readiness.clone(),
+        None,
+        lifecycle::stopped(stop_rx.clone()),
+    ));
 
-    let ctx = nodemirror::Context::new(client.clone(), &flags);
     let work = async {
         tokio::join!(
             nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             housekeeping::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
         )
     };
+    let mut work = std::pin::pin!(work);
     tokio::select! {
-        _ = work => tracing::warn!("controllers ended"),
-        _ = shutdown::signal_received() => {},
+        _ = &mut work => tracing::warn!("controllers ended without a stop signal"),
+        _ = shutdown::signal_received() => {
+            let _ = stop_tx.send(true);
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await.is_err() {
+                tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "reconciles still running after the grace period; exiting anyway");
+            }
+        }
     }
     let _ = stop_tx.send(true);
     match health.await {

@@ -1,0 +1,37 @@
+# nodeimage: the two commands a newcomer needs, and a few building blocks.
+#   make demo   start the local cluster and nodeimage, pull an image onto every node
+#   make test   run every test (lint, unit, end-to-end on the local cluster)
+
+.PHONY: demo test build lint unit crds cluster-up cluster-down nodeimage-up nodeimage-down
+
+demo:
+	tests/demo.sh
+
+test:
+	tests/run-all.sh
+
+build:
+	cargo build --workspace
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+unit:
+	cargo test --workspace
+
+# Regenerate crds/yaml from the Rust types.
+crds:
+	UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml
+
+cluster-up:
+	tests/cluster/up.sh
+
+cluster-down:
+	tests/cluster/down.sh
+
+nodeimage-up:
+	tests/nodeimage.sh start
+
+nodeimage-down:
+	tests/nodeimage.sh stop

@@ -1,0 +1,172 @@
+//! Housekeeping of NodeImages: fill `createdAt`, drop tags whose owners are
+//! gone or whose TTL passed, fail tags the node did not answer in time, keep
+//! the counts right, and delete NodeImages whose Node is gone.
+//!
+//! A NodeImage is reconciled when it changes, when its Node is deleted (or
+//! turns virtual or terminating), when a job owning one of its tags is
+//! deleted, when any of those caches is (re)listed, and when its plan's next
+//! due time comes.
+
+mod owners;
+pub mod patch;
+pub mod plan;
+mod reconcile;
+
+use crate::context::Context;
+use crate::lifecycle;
+use crate::nodemirror::decide;
+use crate::watch::{self, SyncSignals, Synced};
+use futures::channel::mpsc;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeImage, NodeUpgradeJob};
+use nodeimage_ops::health::Readiness;
+use owners::{JobCache, OwnerCaches};
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// Runs housekeeping until `stop` turns true.
+pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+    let client = ctx.client.clone();
+    let (relisted_tx, relisted_rx) = mpsc::unbounded::<()>();
+    let signals = |check| SyncSignals {
+        synced: Synced::default(),
+        check,
+        relisted: Some(relisted_tx.clone()),
+    };
+
+    let (nodeimages, nodeimage_writer) = reflector::store::<NodeImage>();
+    let nodeimage_events = watch::reflect(
+        "nodeimages",
+        Api::all(client.clone()),
+        nodeimage_writer,
+        watch::without_managed_fields,
+        SyncSignals {
+            synced: Synced::default(),
+            check: readiness.check("nodeimages-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|event| {
+        std::future::ready(match event {
+            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
+            _ => None,
+        })
+    });
+
+    // Nodes: only a Node that no longer wants its NodeImage wakes it.
+    let node_signals = signals(readiness.check("nodes-synced").await);
+    let nodes_synced = node_signals.synced.clone();
+    let (nodes, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+    let node_events = watch::reflect(
+        "nodes",
+        Api::all(client.clone()),
+        node_writer,
+        watch::without_managed_fields,
+        node_signals,
+    )
+    .filter_map(|event| {
+        std::future::ready(match event {
+            watcher::Event::Delete(n) => Some(Ok(n)),
+            watcher::Event::Apply(n) if !decide::wants_nodeimage(&n.metadata) => Some(Ok(n)),
+            _ => None,
+        })
+    });
+
+    let (pull_jobs, pull_deleted) = job_cache::<ImagePullJob>(
+        "imagepulljobs",
+        &client,
+        signals(readiness.check("imagepulljobs-synced").await),
+    );
+    let (pre_pull_jobs, pre_pull_deleted) = job_cache::<ImagePrePullJob>(
+        "imageprepulljobs",
+        &client,
+        signals(readiness.check("imageprepulljobs-synced").await),
+    );
+    let (upgrade_jobs, upgrade_deleted) = job_cache::<NodeUpgradeJob>(
+        "nodeupgradejobs",
+        &client,
+        signals(readiness.check("nodeupgradejobs-synced").await),
+    );
+    drop(relisted_tx);
+
+    let state = Arc::new(reconcile::State {
+        ctx,
+        nodes,
+        nodes_synced,
+        owners: OwnerCaches {
+            image_pull_jobs: pull_jobs,
+            image_pre_pull_jobs: pre_pull_jobs,
+            node_upgrade_jobs: upgrade_jobs,
+        },
+    });
+    tracing::info!("housekeeping starting");
+    Controller::for_stream(nodeimage_events, nodeimages.clone())
+        .watches_stream(node_events, |node: PartialObjectMeta<Node>| {
+            Some(ObjectRef::<NodeImage>::new(&node.name_any()))
+        })
+        .watches_stream(pull_deleted, owned_by(nodeimages.clone()))
+        .watches_stream(pre_pull_deleted, owned_by(nodeimages.clone()))
+        .watches_stream(upgrade_deleted, owned_by(nodeimages))
+        .reconcile_all_on(relisted_rx)
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome("housekeeping", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("housekeeping stopped");
+}
+
+/// A metadata cache of one job kind, and the stream of its deleted jobs.
+fn job_cache<K>(
+    what: &'static str,
+    client: &kube::Client,
+    signals: SyncSignals,
+) -> (
+    JobCache<K>,
+    impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
+    let synced = signals.synced.clone();
+    let deleted = watch::reflect(
+        what,
+        Api::all(client.clone()),
+        writer,
+        watch::without_managed_fields,
+        signals,
+    )
+    .filter_map(|event| {
+        std::future::ready(match event {
+            watcher::Event::Delete(job) => Some(Ok(job)),
+            _ => None,
+        })
+    });
+    (JobCache { store, synced }, deleted)
+}
+
+/// Maps a deleted job to the NodeImages holding tags it owned.
+fn owned_by<K: Resource<DynamicType = ()>>(
+    nodeimages: Store<NodeImage>,
+) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<NodeImage>> + Send + Sync + 'static {
+    move |job| {
+        let Some(uid) = job.metadata.uid.as_deref() else {
+            return Vec::new();
+        };
+        nodeimages
+            .state()
+            .iter()
+            .filter(|ni| owners::has_owner_uid(&ni.spec, uid))
+            .map(|ni| ObjectRef::from_obj(ni.as_ref()))
+            .collect()
+    }
+}

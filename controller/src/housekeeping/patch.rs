@@ -1,0 +1,146 @@
+//! Narrow JSON merge patches (RFC 7386) with an optimistic-concurrency
+//! precondition.
+//!
+//! A merge patch cannot replace a map: keys missing from the patch are kept.
+//! So the patch is the difference between what was read and what is
+//! planned, with `null` for removed keys. Carrying the `resourceVersion`
+//! that was read makes the server refuse the patch (409 Conflict) if anyone
+//! wrote in between, so the difference is applied to exactly the state it
+//! was computed from.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+/// Why a patch could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("serialising the planned {what}: {source}")]
+pub struct PatchError {
+    what: &'static str,
+    #[source]
+    source: serde_json::Error,
+}
+
+/// The merge patch that turns `old` into `new`, or `None` if they are equal.
+/// Objects are diffed key by key; anything else (arrays included) is replaced.
+pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = Map::new();
+            for key in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            for (key, value) in n {
+                let change = match o.get(key) {
+                    Some(before) => merge_diff(before, value),
+                    None => Some(value.clone()),
+                };
+                if let Some(change) = change {
+                    patch.insert(key.clone(), change);
+                }
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        _ if old == new => None,
+        _ => Some(new.clone()),
+    }
+}
+
+/// A merge patch setting `path` (e.g. `["spec", "images"]`) from `old` to
+/// `new`, guarded by `resource_version`; `None` when nothing differs.
+pub fn guarded<T: Serialize>(
+    what: &'static str,
+    resource_version: Option<&str>,
+    path: &[&str],
+    old: &T,
+    new: &T,
+) -> Result<Option<Value>, PatchError> {
+    let to_value = |v: &T| serde_json::to_value(v).map_err(|source| PatchError { what, source });
+    let Some(mut body) = merge_diff(&to_value(old)?, &to_value(new)?) else {
+        return Ok(None);
+    };
+    for key in path.iter().rev() {
+        body = json!({ *key: body });
+    }
+    if let Value::Object(map) = &mut body {
+        map.insert(
+            "metadata".into(),
+            json!({ "resourceVersion": resource_version }),
+        );
+    }
+    Ok(Some(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_diff_table() {
+        let cases = [
+            ("equal", json!({"a": 1}), json!({"a": 1}), None),
+            (
+                "scalar changed",
+                json!({"a": 1}),
+                json!({"a": 2}),
+                Some(json!({"a": 2})),
+            ),
+            (
+                "key removed",
+                json!({"a": 1, "b": 2}),
+                json!({"a": 1}),
+                Some(json!({"b": null})),
+            ),
+            (
+                "key added",
+                json!({}),
+                json!({"a": {"x": 1}}),
+                Some(json!({"a": {"x": 1}})),
+            ),
+            (
+                "nested change only",
+                json!({"a": {"x": 1, "y": 2}, "b": 3}),
+                json!({"a": {"x": 1, "y": 5}, "b": 3}),
+                Some(json!({"a": {"y": 5}})),
+            ),
+            (
+                "arrays replaced whole",
+                json!({"tags": [{"tag": "1"}, {"tag": "2"}]}),
+                json!({"tags": [{"tag": "2"}]}),
+                Some(json!({"tags": [{"tag": "2"}]})),
+            ),
+            (
+                "from null",
+                Value::Null,
+                json!({"a": 1}),
+                Some(json!({"a": 1})),
+            ),
+            (
+                "all keys removed",
+                json!({"a": 1}),
+                json!({}),
+                Some(json!({"a": null})),
+            ),
+        ];
+        for (name, old, new, want) in cases {
+            assert_eq!(merge_diff(&old, &new), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn guarded_patch_nests_the_diff_and_carries_the_resource_version() {
+        let old = json!({"nginx": {"tags": [{"tag": "1"}]}, "redis": {"tags": [{"tag": "7"}]}});
+        let new = json!({"nginx": {"tags": [{"tag": "1"}]}});
+        let patch =
+            guarded("spec", Some("42"), &["spec", "images"], &old, &new).expect("serialises");
+        assert_eq!(
+            patch,
+            Some(json!({
+                "metadata": {"resourceVersion": "42"},
+                "spec": {"images": {"redis": null}},
+            }))
+        );
+        let same =
+            guarded("spec", Some("42"), &["spec", "images"], &old, &old).expect("serialises");
+        assert_eq!(same, None);
+    }
+}

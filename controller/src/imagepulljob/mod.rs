@@ -1,0 +1,155 @@
+//! ImagePullJob: one image onto the nodes a job selects, a bounded number at
+//! a time, through tag entries in their NodeImages. The decisions are in
+//! `plan`; `reconcile` reads, calls the plan, and writes narrow patches.
+//!
+//! A job is woken when it changes, when a NodeImage holding one of its tags
+//! changes, when a pod in its namespace changes (podSelector jobs), when one
+//! of its source pull secrets changes, and when its plan's due time comes.
+
+pub mod plan;
+mod reconcile;
+
+use crate::context::Context;
+use crate::lifecycle;
+use crate::watch::{self, SyncSignals, Synced};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodeimage_api::{ImagePullJob, NodeImage};
+use nodeimage_ops::health::Readiness;
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// Kind name in tag owner references.
+pub const KIND: &str = "ImagePullJob";
+
+/// Runs the ImagePullJob controller until `stop` turns true.
+pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+    let client = ctx.client.clone();
+    if let Err(e) = crate::pullsecrets::ensure_namespace(&client, &ctx.secrets_namespace).await {
+        tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; pull secrets will fail until it exists");
+    }
+
+    let (nodeimages, ni_writer) = reflector::store::<NodeImage>();
+    let ni_events = watch::reflect(
+        "imagepulljob-nodeimages",
+        Api::all(client.clone()),
+        ni_writer,
+        watch::without_managed_fields,
+        SyncSignals {
+            synced: Synced::default(),
+            check: readiness.check("imagepulljob-nodeimages-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
+            _ => None,
+        })
+    });
+
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let pod_events = watch::reflect(
+        "imagepulljob-pods",
+        Api::all(client.clone()),
+        pod_writer,
+        reconcile::trim_pod,
+        SyncSignals {
+            synced: Synced::default(),
+            check: readiness.check("pods-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(p) | watcher::Event::Delete(p) => Some(Ok(p)),
+            _ => None,
+        })
+    });
+
+    let secret_events = watcher(
+        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|r: Result<PartialObjectMeta<Secret>, watcher::Error>| {
+        std::future::ready(r.ok().map(Ok))
+    });
+
+    let controller = Controller::new(
+        Api::<ImagePullJob>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let jobs = controller.store();
+    let jobs_for_pods = jobs.clone();
+    let jobs_for_secrets = jobs.clone();
+    let state = Arc::new(reconcile::State {
+        ctx,
+        nodeimages,
+        pods,
+    });
+    tracing::info!("imagepulljob controller starting");
+    controller
+        .watches_stream(ni_events, |ni: NodeImage| owners_of(&ni))
+        .watches_stream(pod_events, move |pod: Pod| {
+            let ns = pod.namespace();
+            jobs_for_pods
+                .state()
+                .iter()
+                .filter(|j| j.namespace() == ns && j.spec.template.pod_selector.is_some())
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(secret_events, move |s: PartialObjectMeta<Secret>| {
+            let (ns, name) = (s.namespace(), s.name_any());
+            jobs_for_secrets
+                .state()
+                .iter()
+                .filter(|j| {
+                    j.namespace() == ns
+                        && j.spec
+                            .template
+                            .pull_secrets
+                            .iter()
+                            .flatten()
+                            .any(|p| *p == name)
+                })
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome("imagepulljob", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("imagepulljob controller stopped");
+}
+
+/// The ImagePullJobs owning a tag of this NodeImage.
+fn owners_of(ni: &NodeImage) -> Vec<ObjectRef<ImagePullJob>> {
+    let mut out: Vec<ObjectRef<ImagePullJob>> = ni
+        .spec
+        .images
+        .iter()
+        .flat_map(|m| m.values())
+        .flat_map(|i| &i.tags)
+        .flat_map(|t| t.owner_references.iter().flatten())
+        .filter(|o| o.kind.as_deref() == Some(KIND))
+        .filter_map(|o| {
+            let name = o.name.as_deref()?;
+            let ns = o.namespace.as_deref()?;
+            Some(ObjectRef::new(name).within(ns))
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out.dedup();
+    out
+}

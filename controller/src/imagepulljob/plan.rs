@@ -1,0 +1,751 @@
+//! What an ImagePullJob should do next, decided from a snapshot of its
+//! NodeImages (and pods, for podSelector) and the clock. Pure.
+
+use crate::clock::{api_time, instant};
+use crate::entries::EntryRequest;
+use crate::rollout::{self, Entry, NodeState, Selector, Tally};
+use chrono::{DateTime, TimeDelta, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use nodeimage_api::kruise::{
+    CompletionPolicyType, ImagePullJob, ImagePullJobStatus, ImageTagPullPolicy, NodeImage,
+    ReferenceObject,
+};
+use nodeimage_api::reference::ImageRef;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Added to a finished entry's lifetime so the job reads the result first.
+pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
+/// How long a Never job's entry lives before it is re-added (re-pulled): a day.
+pub const NEVER_ENTRY_TTL_SECONDS: i32 = 86_400;
+/// Smallest per-entry deadline of a Never job.
+pub const NEVER_MIN_DEADLINE_SECONDS: i64 = 1_800;
+/// How often a Never job looks for expired entries to add again.
+pub const NEVER_RESYNC: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A pod, as far as node selection cares.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodInfo {
+    /// Pod labels.
+    pub labels: BTreeMap<String, String>,
+    /// Node it is scheduled to, if any.
+    pub node_name: Option<String>,
+    /// Still running or about to (not Succeeded/Failed, not being deleted).
+    pub active: bool,
+}
+
+/// Everything the plan reads.
+pub struct Inputs<'a> {
+    /// The job.
+    pub job: &'a ImagePullJob,
+    /// Every NodeImage.
+    pub nodeimages: &'a [Arc<NodeImage>],
+    /// Pods of the job's namespace (used with podSelector).
+    pub pods: &'a [PodInfo],
+    /// Copies of the job's pull secrets the daemons may read.
+    pub secrets: Vec<ReferenceObject>,
+    /// Pull secrets named by the job that do not exist.
+    pub missing_secrets: Vec<String>,
+    /// The time.
+    pub now: DateTime<Utc>,
+}
+
+/// An event to publish on the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEvent {
+    /// Warning rather than Normal.
+    pub warning: bool,
+    /// Short CamelCase reason.
+    pub reason: &'static str,
+    /// Human text.
+    pub note: String,
+}
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The job's new status.
+    pub status: ImagePullJobStatus,
+    /// The entry to write (same on every node).
+    pub request: Option<EntryRequest>,
+    /// Nodes to write the entry to: newly started, and started ones whose
+    /// entry may need to follow a spec edit.
+    pub write_to: Vec<String>,
+    /// Events to publish.
+    pub events: Vec<JobEvent>,
+    /// When to look again, if nothing wakes the job before.
+    pub requeue_after: Option<std::time::Duration>,
+    /// The job's TTL after completion has passed: delete it.
+    pub delete: bool,
+}
+
+/// The NodeImage entry (image key, tag) for a job's image, or why it has none.
+pub fn entry_for(image: &str) -> Result<Entry, String> {
+    let r = ImageRef::parse(image).map_err(|e| e.to_string())?;
+    let tag = r
+        .digest
+        .clone()
+        .or_else(|| r.tag.clone())
+        .unwrap_or_else(|| "latest".into());
+    Ok(Entry {
+        image: r.familiar_name(),
+        tag,
+    })
+}
+
+fn parallelism(p: Option<&IntOrString>) -> usize {
+    match p {
+        None => 1,
+        Some(IntOrString::Int(n)) => (*n).max(0) as usize,
+        Some(IntOrString::String(s)) => s.trim().parse().unwrap_or(1),
+    }
+}
+
+/// The nodes a job selects, sorted by name; only nodes with a NodeImage count.
+pub fn select_nodes(
+    job: &ImagePullJob,
+    nodeimages: &[Arc<NodeImage>],
+    pods: &[PodInfo],
+) -> Result<Vec<String>, String> {
+    let t = &job.spec.template;
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    let have: BTreeSet<String> = nodeimages.iter().map(|n| n.name_any()).collect();
+    if let Some(ps) = &t.pod_selector {
+        let sel = Selector {
+            match_labels: ps.match_labels.as_ref(),
+            match_expressions: ps.match_expressions.as_deref(),
+        };
+        for p in pods.iter().filter(|p| p.active) {
+            if let Some(node) = &p.node_name
+                && rollout::selector_matches(&sel, &p.labels)
+                    .map_err(|e| format!("invalid podSelector: {e}"))?
+                && have.contains(node)
+            {
+                out.insert(node.clone());
+            }
+        }
+        return Ok(out.into_iter().collect());
+    }
+    match &t.selector {
+        Some(s) if s.names.as_ref().is_some_and(|n| !n.is_empty()) => {
+            for n in s.names.iter().flatten() {
+                if have.contains(n) {
+                    out.insert(n.clone());
+                }
+            }
+        }
+        Some(s) => {
+            let sel = Selector {
+                match_labels: s.match_labels.as_ref(),
+                match_expressions: s.match_expressions.as_deref(),
+            };
+            for ni in nodeimages {
+                if rollout::selector_matches(&sel, ni.labels())
+                    .map_err(|e| format!("invalid selector: {e}"))?
+                {
+                    out.insert(ni.name_any());
+                }
+            }
+        }
+        None => out.extend(have),
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The tag entry's pull policy, derived from the job as OpenKruise does: an
+/// Always job's entries outlive the job's own TTL (or deadline, or all its
+/// attempts) by a grace period; a Never job's entries live a day, then the
+/// job adds them again so nodes re-pull daily.
+pub fn entry_pull_policy(job: &ImagePullJob) -> ImageTagPullPolicy {
+    let t = &job.spec.template;
+    let timeout = t
+        .pull_policy
+        .as_ref()
+        .and_then(|p| p.timeout_seconds)
+        .unwrap_or(600);
+    let backoff = t
+        .pull_policy
+        .as_ref()
+        .and_then(|p| p.backoff_limit)
+        .unwrap_or(3);
+    let cp = t.completion_policy.clone().unwrap_or_default();
+    match cp.type_.unwrap_or_default() {
+        CompletionPolicyType::Always => {
+            let base = cp
+                .ttl_seconds_after_finished
+                .map(i64::from)
+                .or(cp.active_deadline_seconds)
+                .unwrap_or(i64::from(timeout) * i64::from(backoff + 1));
+            ImageTagPullPolicy {
+                timeout_seconds: Some(timeout),
+                backoff_limit: Some(backoff),
+                ttl_seconds_after_finished: Some(
+                    i32::try_from(base + ENTRY_TTL_GRACE_SECONDS).unwrap_or(i32::MAX),
+                ),
+                active_deadline_seconds: cp.active_deadline_seconds,
+            }
+        }
+        CompletionPolicyType::Never => ImageTagPullPolicy {
+            timeout_seconds: Some(timeout),
+            backoff_limit: Some(backoff),
+            ttl_seconds_after_finished: Some(NEVER_ENTRY_TTL_SECONDS),
+            active_deadline_seconds: Some(NEVER_MIN_DEADLINE_SECONDS.max(i64::from(timeout))),
+        },
+    }
+}
+
+/// The job as an owner of tag entries.
+pub fn owner_ref(job: &ImagePullJob) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps.kruise.io/v1alpha1".into()),
+        kind: Some("ImagePullJob".into()),
+        namespace: job.namespace(),
+        name: Some(job.name_any()),
+        uid: job.uid(),
+        ..Default::default()
+    }
+}
+
+/// Decides the job's next step.
+pub fn plan(inp: Inputs<'_>) -> Plan {
+    let job = inp.job;
+    let old = job.status.clone().unwrap_or_default();
+    let now = inp.now;
+    let cp = job
+        .spec
+        .template
+        .completion_policy
+        .clone()
+        .unwrap_or_default();
+    let always = cp.type_.unwrap_or_default() == CompletionPolicyType::Always;
+    let mut events = Vec::new();
+
+    // A completed job only waits for its TTL.
+    if let Some(done) = old.completion_time.as_ref().map(instant) {
+        let (delete, requeue_after) = match cp.ttl_seconds_after_finished {
+            Some(ttl) => {
+                let due = done + TimeDelta::seconds(i64::from(ttl));
+                (now >= due, (due - now).to_std().ok())
+            }
+            None => (false, None),
+        };
+        return Plan {
+            status: old,
+            request: None,
+            write_to: vec![],
+            events,
+            requeue_after,
+            delete,
+        };
+    }
+
+    let start_time = old.start_time.as_ref().map(instant).unwrap_or(now);
+    if old.start_time.is_none() {
+        events.push(JobEvent {
+            warning: false,
+            reason: "Started",
+            note: format!("Started pulling {}", job.spec.image),
+        });
+    }
+
+    let entry = match entry_for(&job.spec.image) {
+        Ok(e) => e,
+        Err(e) => {
+            let status = ImagePullJobStatus {
+                start_time: Some(api_time(start_time)),
+                message: Some(format!("cannot pull {}: {e}", job.spec.image)),
+                ..old
+            };
+            return Plan {
+                status,
+                request: None,
+                write_to: vec![],
+                events,
+                requeue_after: None,
+                delete: false,
+            };
+        }
+    };
+    let uid = job.uid().unwrap_or_default();
+    let selected = match select_nodes(job, inp.nodeimages, inp.pods) {
+        Ok(s) => s,
+        Err(e) => {
+            let status = ImagePullJobStatus {
+                start_time: Some(api_time(start_time)),
+                message: Some(e),
+                ..old
+            };
+            return Plan {
+                status,
+                request: None,
+                write_to: vec![],
+                events,
+                requeue_after: None,
+                delete: false,
+            };
+        }
+    };
+    let by_name: BTreeMap<String, &Arc<NodeImage>> =
+        inp.nodeimages.iter().map(|n| (n.name_any(), n)).collect();
+    let mut nodes: Vec<(String, NodeState)> = selected
+        .iter()
+        .filter_map(|n| by_name.get(n).map(|ni| (n.clone(), ni)))
+        .map(|(n, ni)| {
+            let states = rollout::entry_states(ni, std::slice::from_ref(&entry), &uid);
+            let pairs: Vec<_> = states.into_iter().map(|s| (entry.clone(), s)).collect();
+            (n, rollout::node_state(&pairs))
+        })
+        .collect();
+
+    let deadline = cp
+        .active_deadline_seconds
+        .filter(|_| always)
+        .map(|s| start_time + TimeDelta::seconds(s));
+    let past_deadline = deadline.is_some_and(|d| now >= d);
+    if past_deadline {
+        nodes = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
+    }
+    let tally = rollout::tally(&nodes);
+    let limit = parallelism(job.spec.template.parallelism.as_ref());
+    let start = if past_deadline {
+        vec![]
+    } else {
+        rollout::to_start(&nodes, limit)
+    };
+    let mut write_to: Vec<String> = nodes
+        .iter()
+        .filter(|(_, s)| matches!(s, NodeState::Active(_)))
+        .map(|(n, _)| n.clone())
+        .collect();
+    write_to.extend(start.iter().cloned());
+
+    let complete = always && tally.finished();
+    let failed_nodes: Vec<String> = tally.failed.iter().map(|(n, _)| n.clone()).collect();
+    let old_failed: BTreeSet<&String> = old.failed_nodes.iter().flatten().collect();
+    for (n, reason) in &tally.failed {
+        if !old_failed.contains(n) {
+            events.push(JobEvent {
+                warning: true,
+                reason: "NodeFailed",
+                note: format!("Node {n} failed to pull {}: {reason}", job.spec.image),
+            });
+        }
+    }
+    let mut message = status_message(&tally, complete, limit, past_deadline);
+    if !inp.missing_secrets.is_empty() {
+        message.push_str(&format!(
+            "; pull secret(s) not found, pulling without them: {}",
+            inp.missing_secrets.join(", ")
+        ));
+    }
+    if complete {
+        events.push(JobEvent {
+            warning: !tally.failed.is_empty(),
+            reason: "Completed",
+            note: format!(
+                "Completed: {} of {} node(s) pulled {}, {} failed",
+                tally.succeeded,
+                tally.desired,
+                job.spec.image,
+                tally.failed.len()
+            ),
+        });
+    }
+    let status = ImagePullJobStatus {
+        start_time: Some(api_time(start_time)),
+        completion_time: complete.then(|| api_time(now)),
+        desired: tally.desired as i32,
+        active: (tally.active + start.len()) as i32,
+        succeeded: tally.succeeded as i32,
+        failed: tally.failed.len() as i32,
+        message: Some(message),
+        failed_nodes: (!failed_nodes.is_empty()).then_some(failed_nodes),
+    };
+    let requeue_after = if complete {
+        cp.ttl_seconds_after_finished
+            .map(|t| std::time::Duration::from_secs(t.max(0) as u64))
+    } else if !always {
+        Some(NEVER_RESYNC)
+    } else {
+        deadline.and_then(|d| (d - now).to_std().ok())
+    };
+    let request = (!write_to.is_empty()).then(|| EntryRequest {
+        image: entry.image.clone(),
+        tag: entry.tag.clone(),
+        owner: owner_ref(job),
+        pull_policy: entry_pull_policy(job),
+        image_pull_policy: job
+            .spec
+            .template
+            .image_pull_policy
+            .map(|p| format!("{p:?}")),
+        secrets: inp.secrets.clone(),
+        sandbox: job.spec.template.sandbox_config.clone(),
+        check_items: None,
+    });
+    Plan {
+        status,
+        request,
+        write_to,
+        events,
+        requeue_after,
+        delete: false,
+    }
+}
+
+fn status_message(t: &Tally, complete: bool, limit: usize, past_deadline: bool) -> String {
+    if complete {
+        if t.desired == 0 {
+            return "job has completed: no node matched".into();
+        }
+        let mut m = format!(
+            "job has completed: {} succeeded, {} failed",
+            t.succeeded,
+            t.failed.len()
+        );
+        if past_deadline {
+            m.push_str(" (activeDeadlineSeconds exceeded)");
+        }
+        return m;
+    }
+    if limit == 0 && t.active == 0 && t.not_started > 0 {
+        return "job is paused: parallelism is 0".into();
+    }
+    format!("job is running, progress {:.1}%", t.percent_done())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use nodeimage_api::kruise::{
+        CompletionPolicy, ImagePullJobNodeSelector, ImagePullJobSpec, ImagePullPhase, ImageSpec,
+        ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
+    };
+
+    fn now(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(s, 0).unwrap_or_default()
+    }
+
+    fn job(par: i32, cp: CompletionPolicy) -> ImagePullJob {
+        let mut j = ImagePullJob::new(
+            "j",
+            ImagePullJobSpec {
+                image: "127.0.0.1:5000/test:v1".into(),
+                template: Default::default(),
+            },
+        );
+        j.metadata.namespace = Some("ns".into());
+        j.metadata.uid = Some("uid-j".into());
+        j.spec.template.parallelism = Some(IntOrString::Int(par));
+        j.spec.template.completion_policy = Some(cp);
+        j
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)], phase: Option<ImagePullPhase>) -> Arc<NodeImage> {
+        let mut ni = NodeImage::new(name, NodeImageSpec::default());
+        ni.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        if let Some(phase) = phase {
+            let tag = ImageTagSpec {
+                tag: "v1".into(),
+                version: Some(0),
+                owner_references: Some(vec![ObjectReference {
+                    uid: Some("uid-j".into()),
+                    ..Default::default()
+                }]),
+                created_at: Some(api_time(now(100))),
+                ..Default::default()
+            };
+            ni.spec.images = Some(BTreeMap::from([(
+                "127.0.0.1:5000/test".to_string(),
+                ImageSpec {
+                    tags: vec![tag],
+                    ..Default::default()
+                },
+            )]));
+            ni.status = Some(NodeImageStatus {
+                image_statuses: Some(BTreeMap::from([(
+                    "127.0.0.1:5000/test".to_string(),
+                    ImageStatus {
+                        tags: vec![ImageTagStatus {
+                            tag: "v1".into(),
+                            phase,
+                            version: Some(0),
+                            message: (phase == ImagePullPhase::Failed)
+                                .then(|| "401 Unauthorized".into()),
+                            ..Default::default()
+                        }],
+                    },
+                )])),
+                ..Default::default()
+            });
+        }
+        Arc::new(ni)
+    }
+
+    fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
+        plan(Inputs {
+            job: j,
+            nodeimages: nodes,
+            pods: &[],
+            secrets: vec![],
+            missing_secrets: vec![],
+            now: now(at),
+        })
+    }
+
+    #[test]
+    fn entries_normalise_like_openkruise() {
+        let d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let cases = [
+            ("nginx", "nginx", "latest"),
+            ("nginx:1.9.1", "nginx", "1.9.1"),
+            ("docker.io/library/nginx:1", "nginx", "1"),
+            ("127.0.0.1:5000/big:v1", "127.0.0.1:5000/big", "v1"),
+        ];
+        for (input, image, tag) in cases {
+            assert_eq!(
+                entry_for(input),
+                Ok(Entry {
+                    image: image.into(),
+                    tag: tag.into()
+                }),
+                "{input}"
+            );
+        }
+        assert_eq!(
+            entry_for(&format!("app@{d}")).map(|e| e.tag),
+            Ok(d.to_string())
+        );
+        assert!(entry_for("Bad!").is_err());
+    }
+
+    #[test]
+    fn selection_table() {
+        let nodes = vec![
+            node("n1", &[("zone", "a")], None),
+            node("n2", &[("zone", "b")], None),
+            node("n3", &[("zone", "a")], None),
+        ];
+        let mut j = job(1, CompletionPolicy::default());
+        assert_eq!(
+            select_nodes(&j, &nodes, &[]),
+            Ok(vec!["n1".into(), "n2".into(), "n3".into()])
+        );
+        j.spec.template.selector = Some(ImagePullJobNodeSelector {
+            names: Some(vec!["n3".into(), "missing".into(), "n1".into()]),
+            ..Default::default()
+        });
+        assert_eq!(
+            select_nodes(&j, &nodes, &[]),
+            Ok(vec!["n1".into(), "n3".into()])
+        );
+        j.spec.template.selector = Some(ImagePullJobNodeSelector {
+            match_labels: Some(BTreeMap::from([("zone".into(), "b".into())])),
+            ..Default::default()
+        });
+        assert_eq!(select_nodes(&j, &nodes, &[]), Ok(vec!["n2".into()]));
+        j.spec.template.selector = None;
+        j.spec.template.pod_selector = Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+            ..Default::default()
+        });
+        let pod = |labels: &[(&str, &str)], node: Option<&str>, active: bool| PodInfo {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            node_name: node.map(str::to_string),
+            active,
+        };
+        let pods = vec![
+            pod(&[("app", "web")], Some("n3"), true),
+            pod(&[("app", "web")], None, true),
+            pod(&[("app", "web")], Some("n1"), false),
+            pod(&[("app", "db")], Some("n2"), true),
+            pod(&[("app", "web")], Some("gone"), true),
+        ];
+        assert_eq!(select_nodes(&j, &nodes, &pods), Ok(vec!["n3".into()]));
+    }
+
+    #[test]
+    fn rollout_respects_parallelism_and_completes() {
+        use ImagePullPhase::*;
+        let j = job(1, CompletionPolicy::default());
+        let fresh = vec![
+            node("n1", &[], None),
+            node("n2", &[], None),
+            node("n3", &[], None),
+        ];
+        let p = run(&j, &fresh, 200);
+        assert_eq!(p.write_to, vec!["n1"]);
+        assert_eq!((p.status.desired, p.status.active), (3, 1));
+        assert!(p.events.iter().any(|e| e.reason == "Started"));
+
+        let one_pulling = vec![
+            node("n1", &[], Some(Pulling)),
+            node("n2", &[], None),
+            node("n3", &[], None),
+        ];
+        let p = run(&j, &one_pulling, 200);
+        assert_eq!(p.write_to, vec!["n1"], "no new node while one pulls");
+
+        let one_done = vec![
+            node("n1", &[], Some(Succeeded)),
+            node("n2", &[], None),
+            node("n3", &[], None),
+        ];
+        let p = run(&j, &one_done, 200);
+        assert_eq!(p.write_to, vec!["n2"]);
+        assert_eq!(p.status.succeeded, 1);
+
+        let mut j2 = job(
+            3,
+            CompletionPolicy {
+                ttl_seconds_after_finished: Some(30),
+                ..Default::default()
+            },
+        );
+        j2.status = Some(ImagePullJobStatus {
+            start_time: Some(api_time(now(150))),
+            ..Default::default()
+        });
+        let all_done = vec![
+            node("n1", &[], Some(Succeeded)),
+            node("n2", &[], Some(Failed)),
+            node("n3", &[], Some(Succeeded)),
+        ];
+        let p = run(&j2, &all_done, 200);
+        assert!(p.status.completion_time.is_some());
+        assert_eq!((p.status.succeeded, p.status.failed), (2, 1));
+        assert_eq!(p.status.failed_nodes, Some(vec!["n2".to_string()]));
+        assert!(
+            p.events
+                .iter()
+                .any(|e| e.reason == "NodeFailed" && e.note.contains("401"))
+        );
+        assert!(p.events.iter().any(|e| e.reason == "Completed"));
+        assert_eq!(p.requeue_after, Some(std::time::Duration::from_secs(30)));
+
+        // After completion: wait for the TTL, then delete.
+        let mut done = j2.clone();
+        done.status = Some(p.status);
+        assert!(!run(&done, &all_done, 210).delete);
+        assert!(run(&done, &all_done, 230).delete);
+    }
+
+    #[test]
+    fn paused_deadline_and_never() {
+        use ImagePullPhase::*;
+        let fresh = vec![node("n1", &[], None), node("n2", &[], None)];
+        let p = run(&job(0, CompletionPolicy::default()), &fresh, 10);
+        assert!(p.write_to.is_empty());
+        assert_eq!(
+            p.status.message.as_deref(),
+            Some("job is paused: parallelism is 0")
+        );
+
+        let mut j = job(
+            1,
+            CompletionPolicy {
+                active_deadline_seconds: Some(700),
+                ..Default::default()
+            },
+        );
+        j.status = Some(ImagePullJobStatus {
+            start_time: Some(api_time(now(0))),
+            ..Default::default()
+        });
+        let p = run(
+            &j,
+            &[
+                node("n1", &[], Some(Succeeded)),
+                node("n2", &[], Some(Pulling)),
+            ],
+            700,
+        );
+        assert!(p.status.completion_time.is_some());
+        assert_eq!(p.status.failed, 1);
+        assert!(
+            p.status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("activeDeadlineSeconds"))
+        );
+
+        let never = job(
+            5,
+            CompletionPolicy {
+                type_: Some(CompletionPolicyType::Never),
+                ..Default::default()
+            },
+        );
+        let p = run(&never, &[node("n1", &[], Some(Succeeded))], 10);
+        assert!(
+            p.status.completion_time.is_none(),
+            "Never jobs never complete"
+        );
+        assert_eq!(p.requeue_after, Some(NEVER_RESYNC));
+        let pol = entry_pull_policy(&never);
+        assert_eq!(
+            pol.ttl_seconds_after_finished,
+            Some(NEVER_ENTRY_TTL_SECONDS)
+        );
+        assert_eq!(
+            pol.active_deadline_seconds,
+            Some(NEVER_MIN_DEADLINE_SECONDS)
+        );
+    }
+
+    #[test]
+    fn entry_ttl_follows_job_settings() {
+        let j = job(
+            1,
+            CompletionPolicy {
+                ttl_seconds_after_finished: Some(20),
+                ..Default::default()
+            },
+        );
+        assert_eq!(entry_pull_policy(&j).ttl_seconds_after_finished, Some(320));
+        let j = job(
+            1,
+            CompletionPolicy {
+                active_deadline_seconds: Some(1200),
+                ..Default::default()
+            },
+        );
+        assert_eq!(entry_pull_policy(&j).ttl_seconds_after_finished, Some(1500));
+        assert_eq!(entry_pull_policy(&j).active_deadline_seconds, Some(1200));
+        let j = job(1, CompletionPolicy::default());
+        assert_eq!(
+            entry_pull_policy(&j).ttl_seconds_after_finished,
+            Some(600 * 4 + 300)
+        );
+    }
+
+    #[test]
+    fn missing_secrets_are_named() {
+        let j = job(1, CompletionPolicy::default());
+        let p = plan(Inputs {
+            job: &j,
+            nodeimages: &[node("n1", &[], None)],
+            pods: &[],
+            secrets: vec![],
+            missing_secrets: vec!["ns/absent".into()],
+            now: now(1),
+        });
+        assert!(
+            p.status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("ns/absent"))
+        );
+    }
+}

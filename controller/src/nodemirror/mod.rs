@@ -1,0 +1,95 @@
+//! The node mirror: every Node gets a NodeImage of the same name carrying
+//! the Node's labels. (Deleting the NodeImage of a gone Node is done by
+//! housekeeping, which reconciles NodeImages; a controller of Nodes is never
+//! called for a Node that no longer exists.)
+
+pub mod decide;
+mod reconcile;
+
+use crate::context::Context;
+use crate::lifecycle;
+use crate::watch::{self, SyncSignals, Synced};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
+use nodeimage_api::NodeImage;
+use nodeimage_ops::health::Readiness;
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// Runs the node mirror until `stop` turns true.
+pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+    let client = ctx.client.clone();
+
+    let (nodes, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+    let node_events = watch::reflect(
+        "nodes (mirror)",
+        Api::all(client.clone()),
+        node_writer,
+        watch::without_managed_fields,
+        SyncSignals {
+            synced: Synced::default(),
+            check: readiness.check("mirror-nodes-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|event| {
+        std::future::ready(match event {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => Some(Ok(n)),
+            _ => None,
+        })
+    });
+
+    let nodeimages_synced = Synced::default();
+    let (nodeimages, nodeimage_writer) = reflector::store::<PartialObjectMeta<NodeImage>>();
+    let nodeimage_events = watch::reflect(
+        "nodeimages (mirror)",
+        Api::all(client),
+        nodeimage_writer,
+        keep_mirror_fields,
+        SyncSignals {
+            synced: nodeimages_synced.clone(),
+            check: readiness.check("mirror-nodeimages-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|event| {
+        std::future::ready(match event {
+            watcher::Event::Apply(ni)
+            | watcher::Event::InitApply(ni)
+            | watcher::Event::Delete(ni) => Some(Ok(ni)),
+            _ => None,
+        })
+    });
+
+    let state = Arc::new(reconcile::State {
+        ctx,
+        nodeimages,
+        nodeimages_synced,
+    });
+    tracing::info!("node mirror starting");
+    Controller::for_stream(node_events, nodes)
+        .watches_stream(nodeimage_events, |ni: PartialObjectMeta<NodeImage>| {
+            Some(ObjectRef::<PartialObjectMeta<Node>>::new(&ni.name_any()))
+        })
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome("node mirror", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("node mirror stopped");
+}
+
+/// Keeps only the mirror's own managed-field entries, which tell which
+/// labels it set; the rest is not needed in the cache.
+fn keep_mirror_fields(ni: &mut PartialObjectMeta<NodeImage>) {
+    if let Some(fields) = ni.metadata.managed_fields.as_mut() {
+        fields.retain(|f| f.manager.as_deref() == Some(decide::FIELD_MANAGER));
+    }
+}

@@ -1,0 +1,580 @@
+//! The rollout rules every job kind shares: which nodes a selector picks, how
+//! far each node is with a job's tag entries, which nodes may start now under
+//! the job's budget, node timeouts and job deadlines, the failure tolerance.
+//! Pure: decisions over snapshots and an explicit `now`.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+use nodeimage_api::kruise::{ImagePullPhase, NodeImage};
+use std::collections::BTreeMap;
+
+use crate::clock::instant;
+
+/// A label selector in its parts (the job kinds spell it differently).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selector<'a> {
+    /// Labels that must all be equal.
+    pub match_labels: Option<&'a BTreeMap<String, String>>,
+    /// Requirements that must all hold.
+    pub match_expressions: Option<&'a [LabelSelectorRequirement]>,
+}
+
+/// Whether `labels` satisfy the selector; an empty selector matches all.
+pub fn selector_matches(
+    sel: &Selector<'_>,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, String> {
+    for (k, v) in sel.match_labels.into_iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return Ok(false);
+        }
+    }
+    for req in sel.match_expressions.into_iter().flatten() {
+        let values = req.values.as_deref().unwrap_or_default();
+        let have = labels.get(&req.key);
+        let ok = match req.operator.as_str() {
+            "In" => have.is_some_and(|h| values.contains(h)),
+            "NotIn" => have.is_none_or(|h| !values.contains(h)),
+            "Exists" => have.is_some(),
+            "DoesNotExist" => have.is_none(),
+            other => return Err(format!("unknown label selector operator {other:?}")),
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A tag entry a job writes: the NodeImage image key and tag.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    /// Key in `spec.images`.
+    pub image: String,
+    /// The tag (or digest).
+    pub tag: String,
+}
+
+/// Where one entry of a job stands on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryState {
+    /// Not written for this job.
+    Missing,
+    /// Written; the node has not finished it (since the entry's createdAt).
+    Active(Option<DateTime<Utc>>),
+    /// Pulled.
+    Succeeded,
+    /// Failed, with the node's reason.
+    Failed(String),
+}
+
+/// How far one node is with all of a job's entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    /// Nothing written yet: the node waits for the job's budget.
+    NotStarted,
+    /// Working, since the earliest entry's createdAt.
+    Active(Option<DateTime<Utc>>),
+    /// Every entry pulled.
+    Succeeded,
+    /// Some entry failed (or the node timed out), with the reason.
+    Failed(String),
+}
+
+impl NodeState {
+    /// Whether the node is done with the job.
+    pub fn is_finished(&self) -> bool {
+        matches!(self, NodeState::Succeeded | NodeState::Failed(_))
+    }
+}
+
+/// Where each of `entries` stands in `ni` for the owner with `uid`. An entry
+/// counts only once it carries the owner and a status for its version.
+pub fn entry_states(ni: &NodeImage, entries: &[Entry], uid: &str) -> Vec<EntryState> {
+    entries
+        .iter()
+        .map(|e| {
+            let Some(tag) = ni
+                .spec
+                .images
+                .as_ref()
+                .and_then(|m| m.get(&e.image))
+                .and_then(|i| i.tags.iter().find(|t| t.tag == e.tag))
+            else {
+                return EntryState::Missing;
+            };
+            let owned = tag
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid.as_deref() == Some(uid));
+            if !owned {
+                return EntryState::Missing;
+            }
+            let version = tag.version.unwrap_or(0);
+            let status = ni
+                .status
+                .as_ref()
+                .and_then(|s| s.image_statuses.as_ref())
+                .and_then(|m| m.get(&e.image))
+                .and_then(|s| s.tags.iter().find(|t| t.tag == e.tag))
+                .filter(|t| t.version.unwrap_or(0) == version);
+            match status.map(|s| (s.phase, s.message.clone())) {
+                Some((ImagePullPhase::Succeeded, _)) => EntryState::Succeeded,
+                Some((ImagePullPhase::Failed, msg)) => {
+                    EntryState::Failed(msg.unwrap_or_else(|| "pull failed".into()))
+                }
+                _ => EntryState::Active(tag.created_at.as_ref().map(instant)),
+            }
+        })
+        .collect()
+}
+
+/// Combines a node's entry states: any missing → not started; any unfinished
+/// → active; any failed → failed (reasons joined); else succeeded.
+pub fn node_state(entries: &[(Entry, EntryState)]) -> NodeState {
+    if entries.is_empty() || entries.iter().any(|(_, s)| *s == EntryState::Missing) {
+        return NodeState::NotStarted;
+    }
+    let active: Vec<Option<DateTime<Utc>>> = entries
+        .iter()
+        .filter_map(|(_, s)| match s {
+            EntryState::Active(since) => Some(*since),
+            _ => None,
+        })
+        .collect();
+    if !active.is_empty() {
+        return NodeState::Active(active.into_iter().flatten().min());
+    }
+    let failures: Vec<String> = entries
+        .iter()
+        .filter_map(|(e, s)| match s {
+            EntryState::Failed(m) => Some(if entries.len() > 1 {
+                format!("{}:{}: {m}", e.image, e.tag)
+            } else {
+                m.clone()
+            }),
+            _ => None,
+        })
+        .collect();
+    if failures.is_empty() {
+        NodeState::Succeeded
+    } else {
+        NodeState::Failed(failures.join("; "))
+    }
+}
+
+/// Fails active nodes that have worked longer than `timeout` (KubeEdge's
+/// per-node timeoutSeconds), so a silent node frees its slot.
+pub fn apply_node_timeout(state: NodeState, timeout: TimeDelta, now: DateTime<Utc>) -> NodeState {
+    match state {
+        NodeState::Active(Some(since)) if now >= since + timeout => NodeState::Failed(format!(
+            "timed out: the node did not finish within {}s",
+            timeout.num_seconds()
+        )),
+        other => other,
+    }
+}
+
+/// When an active node times out, if it has a start time.
+pub fn node_timeout_at(state: &NodeState, timeout: TimeDelta) -> Option<DateTime<Utc>> {
+    match state {
+        NodeState::Active(Some(since)) => Some(*since + timeout),
+        _ => None,
+    }
+}
+
+/// The nodes to start now: the first not-started ones, in the given order,
+/// up to `limit` minus the active ones.
+pub fn to_start(nodes: &[(String, NodeState)], limit: usize) -> Vec<String> {
+    let active = nodes
+        .iter()
+        .filter(|(_, s)| matches!(s, NodeState::Active(_)))
+        .count();
+    nodes
+        .iter()
+        .filter(|(_, s)| *s == NodeState::NotStarted)
+        .take(limit.saturating_sub(active))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Counts of a job's nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Nodes selected.
+    pub desired: usize,
+    /// Nodes working.
+    pub active: usize,
+    /// Nodes waiting for the budget.
+    pub not_started: usize,
+    /// Nodes done.
+    pub succeeded: usize,
+    /// Nodes failed, with reasons, in node order.
+    pub failed: Vec<(String, String)>,
+}
+
+impl Tally {
+    /// Whether every node has finished.
+    pub fn finished(&self) -> bool {
+        self.active == 0 && self.not_started == 0
+    }
+
+    /// Percentage of nodes finished.
+    pub fn percent_done(&self) -> f64 {
+        if self.desired == 0 {
+            100.0
+        } else {
+            (self.succeeded + self.failed.len()) as f64 * 100.0 / self.desired as f64
+        }
+    }
+}
+
+/// Counts the nodes by state.
+pub fn tally(nodes: &[(String, NodeState)]) -> Tally {
+    let mut t = Tally {
+        desired: nodes.len(),
+        ..Default::default()
+    };
+    for (n, s) in nodes {
+        match s {
+            NodeState::NotStarted => t.not_started += 1,
+            NodeState::Active(_) => t.active += 1,
+            NodeState::Succeeded => t.succeeded += 1,
+            NodeState::Failed(m) => t.failed.push((n.clone(), m.clone())),
+        }
+    }
+    t
+}
+
+/// Past the job's deadline, every unfinished node counts as failed with `reason`.
+pub fn apply_deadline(nodes: Vec<(String, NodeState)>, reason: &str) -> Vec<(String, NodeState)> {
+    nodes
+        .into_iter()
+        .map(|(n, s)| {
+            if s.is_finished() {
+                (n, s)
+            } else {
+                (n, NodeState::Failed(reason.to_string()))
+            }
+        })
+        .collect()
+}
+
+/// KubeEdge's failure tolerance: parses `"0.1"`-style text (unset means 0.1).
+pub fn parse_tolerance(s: Option<&str>) -> Result<f64, String> {
+    match s.map(str::trim) {
+        None | Some("") => Ok(0.1),
+        Some(t) => match t.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+            _ => Err(format!(
+                "failureTolerate {t:?} is not a decimal between 0 and 1"
+            )),
+        },
+    }
+}
+
+/// Whether `failed` of `total` nodes exceeds the tolerance. "0" tolerates no
+/// failure but does not fail a job without failures (unlike upstream v1alpha1).
+pub fn exceeds_tolerance(failed: usize, total: usize, tolerance: f64) -> bool {
+    total > 0 && failed > 0 && (failed as f64 / total as f64) > tolerance + 1e-9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use nodeimage_api::kruise::{
+        ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
+    };
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn selector_table() {
+        let node = labels(&[("zone", "a"), ("type", "gpu")]);
+        let ml = labels(&[("zone", "a")]);
+        let ml_no = labels(&[("zone", "b")]);
+        let cases: Vec<(Selector, bool)> = vec![
+            (Selector::default(), true),
+            (
+                Selector {
+                    match_labels: Some(&ml),
+                    match_expressions: None,
+                },
+                true,
+            ),
+            (
+                Selector {
+                    match_labels: Some(&ml_no),
+                    match_expressions: None,
+                },
+                false,
+            ),
+        ];
+        for (sel, want) in cases {
+            assert_eq!(selector_matches(&sel, &node), Ok(want), "{sel:?}");
+        }
+        let exprs: Vec<(LabelSelectorRequirement, bool)> = vec![
+            (req("zone", "In", &["a", "b"]), true),
+            (req("zone", "In", &["c"]), false),
+            (req("zone", "NotIn", &["c"]), true),
+            (req("missing", "NotIn", &["c"]), true),
+            (req("type", "Exists", &[]), true),
+            (req("type", "DoesNotExist", &[]), false),
+            (req("missing", "DoesNotExist", &[]), true),
+        ];
+        for (r, want) in exprs {
+            let list = [r.clone()];
+            let sel = Selector {
+                match_labels: None,
+                match_expressions: Some(&list),
+            };
+            assert_eq!(selector_matches(&sel, &node), Ok(want), "{r:?}");
+        }
+        let bad = [req("zone", "Near", &[])];
+        let sel = Selector {
+            match_labels: None,
+            match_expressions: Some(&bad),
+        };
+        assert!(selector_matches(&sel, &node).is_err());
+    }
+
+    fn ni(
+        entries: &[(&str, &str, &[&str], i64)],
+        status: &[(&str, &str, i64, ImagePullPhase, &str)],
+    ) -> NodeImage {
+        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        for (image, tag, owners, version) in entries {
+            images
+                .entry(image.to_string())
+                .or_default()
+                .tags
+                .push(ImageTagSpec {
+                    tag: tag.to_string(),
+                    version: Some(*version),
+                    owner_references: Some(
+                        owners
+                            .iter()
+                            .map(|u| ObjectReference {
+                                uid: Some(u.to_string()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    created_at: Some(crate::clock::api_time(
+                        DateTime::from_timestamp(100, 0).unwrap_or_default(),
+                    )),
+                    ..Default::default()
+                });
+        }
+        let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+        for (image, tag, version, phase, msg) in status {
+            statuses
+                .entry(image.to_string())
+                .or_default()
+                .tags
+                .push(ImageTagStatus {
+                    tag: tag.to_string(),
+                    version: Some(*version),
+                    phase: *phase,
+                    message: (!msg.is_empty()).then(|| msg.to_string()),
+                    ..Default::default()
+                });
+        }
+        let mut obj = NodeImage::new(
+            "n",
+            NodeImageSpec {
+                images: Some(images),
+            },
+        );
+        obj.status = Some(NodeImageStatus {
+            image_statuses: Some(statuses),
+            ..Default::default()
+        });
+        obj
+    }
+
+    fn entry(i: &str, t: &str) -> Entry {
+        Entry {
+            image: i.into(),
+            tag: t.into(),
+        }
+    }
+
+    #[test]
+    fn entry_state_table() {
+        use ImagePullPhase::*;
+        let since = Some(DateTime::from_timestamp(100, 0).unwrap_or_default());
+        let cases: Vec<(NodeImage, EntryState)> = vec![
+            (ni(&[], &[]), EntryState::Missing),
+            (ni(&[("a", "1", &["other"], 0)], &[]), EntryState::Missing),
+            (
+                ni(&[("a", "1", &["me"], 0)], &[]),
+                EntryState::Active(since),
+            ),
+            (
+                ni(
+                    &[("a", "1", &["me", "other"], 1)],
+                    &[("a", "1", 0, Succeeded, "")],
+                ),
+                EntryState::Active(since),
+            ),
+            (
+                ni(&[("a", "1", &["me"], 1)], &[("a", "1", 1, Pulling, "")]),
+                EntryState::Active(since),
+            ),
+            (
+                ni(&[("a", "1", &["me"], 1)], &[("a", "1", 1, Succeeded, "")]),
+                EntryState::Succeeded,
+            ),
+            (
+                ni(
+                    &[("a", "1", &["me"], 0)],
+                    &[("a", "1", 0, Failed, "401 Unauthorized")],
+                ),
+                EntryState::Failed("401 Unauthorized".into()),
+            ),
+        ];
+        for (obj, want) in cases {
+            assert_eq!(
+                entry_states(&obj, &[entry("a", "1")], "me"),
+                vec![want.clone()],
+                "{want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_state_combines_entries() {
+        let t = Some(DateTime::from_timestamp(5, 0).unwrap_or_default());
+        let t2 = Some(DateTime::from_timestamp(9, 0).unwrap_or_default());
+        let (a, b) = (entry("a", "1"), entry("b", "1"));
+        let cases: Vec<(Vec<(Entry, EntryState)>, NodeState)> = vec![
+            (vec![], NodeState::NotStarted),
+            (
+                vec![
+                    (a.clone(), EntryState::Succeeded),
+                    (b.clone(), EntryState::Missing),
+                ],
+                NodeState::NotStarted,
+            ),
+            (
+                vec![
+                    (a.clone(), EntryState::Active(t2)),
+                    (b.clone(), EntryState::Active(t)),
+                ],
+                NodeState::Active(t),
+            ),
+            (
+                vec![
+                    (a.clone(), EntryState::Failed("x".into())),
+                    (b.clone(), EntryState::Active(t)),
+                ],
+                NodeState::Active(t),
+            ),
+            (
+                vec![
+                    (a.clone(), EntryState::Succeeded),
+                    (b.clone(), EntryState::Succeeded),
+                ],
+                NodeState::Succeeded,
+            ),
+            (
+                vec![
+                    (a.clone(), EntryState::Failed("x".into())),
+                    (b.clone(), EntryState::Succeeded),
+                ],
+                NodeState::Failed("a:1: x".into()),
+            ),
+            (
+                vec![(a.clone(), EntryState::Failed("x".into()))],
+                NodeState::Failed("x".into()),
+            ),
+        ];
+        for (entries, want) in cases {
+            assert_eq!(node_state(&entries), want, "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn budget_fills_free_slots_in_order() {
+        let s = |n: &str, st: NodeState| (n.to_string(), st);
+        let active = NodeState::Active(None);
+        let nodes = vec![
+            s("a", NodeState::Succeeded),
+            s("b", active.clone()),
+            s("c", NodeState::NotStarted),
+            s("d", NodeState::NotStarted),
+            s("e", NodeState::NotStarted),
+        ];
+        assert_eq!(to_start(&nodes, 1), Vec::<String>::new());
+        assert_eq!(to_start(&nodes, 2), vec!["c"]);
+        assert_eq!(to_start(&nodes, 10), vec!["c", "d", "e"]);
+        assert_eq!(to_start(&nodes, 0), Vec::<String>::new());
+    }
+
+    #[test]
+    fn timeouts_and_deadlines() {
+        let since = DateTime::from_timestamp(1000, 0).unwrap_or_default();
+        let timeout = TimeDelta::seconds(300);
+        let st = NodeState::Active(Some(since));
+        assert_eq!(
+            apply_node_timeout(st.clone(), timeout, since + TimeDelta::seconds(299)),
+            st
+        );
+        assert!(
+            matches!(apply_node_timeout(st.clone(), timeout, since + timeout), NodeState::Failed(m) if m.contains("timed out"))
+        );
+        assert_eq!(node_timeout_at(&st, timeout), Some(since + timeout));
+        let nodes = vec![
+            ("a".to_string(), NodeState::Succeeded),
+            ("b".to_string(), NodeState::NotStarted),
+            ("c".to_string(), st),
+        ];
+        let t = tally(&apply_deadline(nodes, "job exceeds activeDeadlineSeconds"));
+        assert_eq!(
+            (t.succeeded, t.failed.len(), t.active, t.not_started),
+            (1, 2, 0, 0)
+        );
+        assert!(t.finished());
+    }
+
+    #[test]
+    fn tolerance_table() {
+        assert_eq!(parse_tolerance(None), Ok(0.1));
+        assert_eq!(parse_tolerance(Some("0")), Ok(0.0));
+        assert_eq!(parse_tolerance(Some("0.5")), Ok(0.5));
+        assert!(parse_tolerance(Some("1.5")).is_err());
+        assert!(parse_tolerance(Some("x")).is_err());
+        let cases = [
+            (0, 3, 0.0, false),
+            (1, 3, 0.0, true),
+            (1, 3, 0.5, false),
+            (2, 3, 0.5, true),
+            (1, 10, 0.1, false),
+            (2, 10, 0.1, true),
+            (0, 0, 0.1, false),
+        ];
+        for (failed, total, tol, want) in cases {
+            assert_eq!(
+                exceeds_tolerance(failed, total, tol),
+                want,
+                "{failed}/{total} > {tol}"
+            );
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Watches that feed a reflector store and say when that store is synced.
+//!
+//! Decisions such as "this owner is gone" or "this node is gone" may only be
+//! taken from a store that has completed its first list; an empty store that
+//! has not been listed yet means nothing. Each watch here carries a
+//! [`Synced`] flag for the decision code and a readiness check for `/readyz`,
+//! and can announce every completed (re)list so the controller re-examines
+//! everything a re-list may have changed silently (objects deleted while the
+//! watch was down produce no delete event).
+
+use futures::channel::mpsc::UnboundedSender;
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use nodeimage_ops::health::Check;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether a reflector store has completed its first list.
+#[derive(Clone, Debug, Default)]
+pub struct Synced(Arc<AtomicBool>);
+
+impl Synced {
+    /// True once the store holds a complete list.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Marks the store as holding a complete list.
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// A flag that is already set, for tests of code that reads stores.
+    #[cfg(test)]
+    pub fn done() -> Self {
+        let s = Self::default();
+        s.set();
+        s
+    }
+}
+
+/// Where a watch reports that its store is synced.
+pub struct SyncSignals {
+    /// Set for the decision code.
+    pub synced: Synced,
+    /// Set for `/readyz`.
+    pub check: Check,
+    /// Told of every completed (re)list, when the owner wants to re-examine
+    /// everything then.
+    pub relisted: Option<UnboundedSender<()>>,
+}
+
+/// Watches `api` into `writer` (after `trim` drops what the store need not
+/// keep), logging watch errors and retrying with backoff, and yields the
+/// watch events once the store has applied them.
+pub fn reflect<K, F>(
+    what: &'static str,
+    api: Api<K>,
+    writer: Writer<K>,
+    trim: F,
+    signals: SyncSignals,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: FnMut(&mut K) + Send + 'static,
+{
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::InitDone) => {
+                    if !signals.synced.get() {
+                        tracing::info!(watch = what, "cache synced");
+                    }
+                    signals.synced.set();
+                    signals.check.set(true);
+                    if let Some(tx) = &signals.relisted {
+                        let _ = tx.unbounded_send(());
+                    }
+                    Some(watcher::Event::InitDone)
+                }
+                Ok(event) => Some(event),
+                Err(error) => {
+                    tracing::warn!(watch = what, %error, "watch failed; retrying with backoff");
+                    None
+                }
+            };
+            std::future::ready(out)
+        })
+}
+
+/// Drops all managed-field entries: stores that never look at field
+/// ownership need not hold them.
+pub fn without_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}

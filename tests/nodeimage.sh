@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs nodeimage itself against the local cluster: the controller and one
+# node daemon per simulated node, as background processes with PID files.
+#
+#   tests/nodeimage.sh start   # build the binaries, (re)start controller and daemons
+#   tests/nodeimage.sh stop    # stop them (only the PIDs we started)
+#
+# Needs a running local cluster (tests/cluster/up.sh). Logs: $STATE/logs/.
+set -euo pipefail
+# shellcheck source=tests/cluster/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
+
+ENV_FILE=$STATE/env.sh
+CONTROLLER_HEALTH=127.0.0.1:18080
+# Daemon i serves health on 127.0.0.1:$((DAEMON_HEALTH_BASE + i)).
+DAEMON_HEALTH_BASE=18100
+
+start() {
+  [[ -f $ENV_FILE ]] || die "no $ENV_FILE: start the cluster first (tests/cluster/up.sh)"
+  # shellcheck disable=SC1090
+  . "$ENV_FILE"
+  log "building nodeimage-controller and nodeimage-daemon"
+  (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-controller -p nodeimage-daemon)
+  local bin=$REPO_ROOT/target/debug
+  "$KUBECTL" apply --server-side --force-conflicts -f "$REPO_ROOT/crds/yaml" >/dev/null
+  "$KUBECTL" wait --for=condition=Established --timeout=60s -f "$REPO_ROOT/crds/yaml" >/dev/null
+  start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
+    --health-addr "$CONTROLLER_HEALTH"
+  local i=0 node socket
+  for node in $NODEIMAGE_NODES; do
+    i=$((i + 1))
+    socket_var=NODEIMAGE_CONTAINERD_$i
+    socket=${!socket_var}
+    start_daemon "daemon-$node" "$bin/nodeimage-daemon" --node-name "$node" \
+      --kubeconfig "$KUBECONFIG" --containerd-socket "$socket" \
+      --health-addr "127.0.0.1:$((DAEMON_HEALTH_BASE + i))"
+  done
+  wait_until 60 "controller ready" controller curl -fsS "http://$CONTROLLER_HEALTH/readyz"
+  i=0
+  for node in $NODEIMAGE_NODES; do
+    i=$((i + 1))
+    wait_until 60 "daemon on $node ready" "daemon-$node" \
+      curl -fsS "http://127.0.0.1:$((DAEMON_HEALTH_BASE + i))/readyz"
+  done
+  write_if_changed "$STATE/nodeimage.env" <<EOT || true
+# Written by tests/nodeimage.sh: where nodeimage's own processes listen.
+export NODEIMAGE_BIN=$bin
+export NODEIMAGE_CONTROLLER_HEALTH=$CONTROLLER_HEALTH
+export NODEIMAGE_DAEMON_HEALTH_BASE=$DAEMON_HEALTH_BASE
+EOT
+  log "controller and $i daemons running"
+}
+
+stop() {
+  local f
+  for f in "$PIDS"/daemon-*.pid "$PIDS"/controller.pid; do
+    [[ -e $f ]] || continue
+    stop_daemon "$(basename "$f" .pid)"
+  done
+}
+
+case ${1:-} in
+  start) start ;;
+  stop) stop ;;
+  *) die "usage: $0 start|stop" ;;
+esac

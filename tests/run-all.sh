@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what it needs, checks
+# formatting and lints, runs the unit tests, starts the local cluster and
+# nodeimage on it, runs the end-to-end tests, and stops everything it started.
+#
+#   tests/run-all.sh            # what `make test` and CI run
+#   KEEP_CLUSTER=1 tests/run-all.sh   # leave the cluster up afterwards
+set -euo pipefail
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO_ROOT"
+STATE=${NODEIMAGE_STATE:-$REPO_ROOT/.state}
+export NODEIMAGE_STATE=$STATE
+
+step() { printf '\n==== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
+
+cleanup() {
+  local rc=$?
+  if [[ -z ${KEEP_CLUSTER:-} ]]; then
+    step "stopping nodeimage and the local cluster"
+    tests/nodeimage.sh stop || true
+    tests/cluster/down.sh || true
+  fi
+  if ((rc != 0)); then
+    echo "---- last lines of the nodeimage logs ($STATE/logs) ----"
+    for f in "$STATE"/logs/controller.log "$STATE"/logs/daemon-*.log; do
+      [[ -f $f ]] && { echo "== $f"; tail -n 25 "$f"; }
+    done
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+step "starting the local cluster (installs Debian packages and builds the control plane on first run)"
+tests/cluster/up.sh
+
+step "format and lint"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "unit tests"
+cargo test --workspace --quiet
+
+step "starting nodeimage (controller and one daemon per node)"
+tests/nodeimage.sh start
+
+step "end-to-end tests"
+NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet -- --ignored --test-threads="${E2E_THREADS:-4}"
+
+step "all tests passed"
