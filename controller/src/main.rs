@@ -6,6 +6,7 @@ mod context;
 mod entries;
 mod flags;
 mod housekeeping;
+mod imagelistpulljob;
 mod imagepulljob;
 mod lifecycle;
 mod nodemirror;
@@ -71,6 +72,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
             nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             housekeeping::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
         )
     };
     let mut work = std::pin::pin!(work);

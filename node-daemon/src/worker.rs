@@ -246,7 +246,9 @@ async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outc
                     }
                 }
                 Err(e) => {
-                    return Outcome::Failed(format!("checking whether {reference} is present: {e}"));
+                    return Outcome::Failed(format!(
+                        "checking whether {reference} is present: {e}"
+                    ));
                 }
             }
         }

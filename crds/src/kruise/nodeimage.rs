@@ -237,3 +237,158 @@ pub struct SyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
+
+impl NodeImageStatus {
+    /// Recomputes `desired`, `waiting`, `pulling`, `succeeded` and `failed`
+    /// from the tag statuses, so every writer of status (controller and node
+    /// daemon) derives the counts the same way.
+    ///
+    /// `desired` is the number of tags in `spec`. Each spec tag counts once,
+    /// by the phase of the status entry with the same tag and the same
+    /// `version` (an absent version counts as 0 on both sides); a tag with no
+    /// such entry counts as waiting. All four phase counts are written, zeros
+    /// included, so that the result does not depend on who wrote it.
+    pub fn recount(&mut self, spec: &NodeImageSpec) {
+        let (mut waiting, mut pulling, mut succeeded, mut failed) = (0, 0, 0, 0);
+        let mut desired = 0;
+        for (name, image) in spec.images.iter().flatten() {
+            for tag in &image.tags {
+                desired += 1;
+                let phase = self
+                    .image_statuses
+                    .as_ref()
+                    .and_then(|statuses| statuses.get(name))
+                    .and_then(|status| {
+                        status.tags.iter().find(|s| {
+                            s.tag == tag.tag && s.version.unwrap_or(0) == tag.version.unwrap_or(0)
+                        })
+                    })
+                    .map(|s| s.phase);
+                match phase {
+                    None | Some(ImagePullPhase::Waiting) => waiting += 1,
+                    Some(ImagePullPhase::Pulling) => pulling += 1,
+                    Some(ImagePullPhase::Succeeded) => succeeded += 1,
+                    Some(ImagePullPhase::Failed) => failed += 1,
+                }
+            }
+        }
+        self.desired = desired;
+        self.waiting = Some(waiting);
+        self.pulling = Some(pulling);
+        self.succeeded = Some(succeeded);
+        self.failed = Some(failed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(tags: &[(&str, &str, Option<i64>)]) -> NodeImageSpec {
+        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        for (image, tag, version) in tags {
+            images
+                .entry((*image).to_string())
+                .or_default()
+                .tags
+                .push(ImageTagSpec {
+                    tag: (*tag).to_string(),
+                    version: *version,
+                    ..Default::default()
+                });
+        }
+        NodeImageSpec {
+            images: Some(images),
+        }
+    }
+
+    fn status(entries: &[(&str, &str, Option<i64>, ImagePullPhase)]) -> NodeImageStatus {
+        let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+        for (image, tag, version, phase) in entries {
+            statuses
+                .entry((*image).to_string())
+                .or_default()
+                .tags
+                .push(ImageTagStatus {
+                    tag: (*tag).to_string(),
+                    version: *version,
+                    phase: *phase,
+                    ..Default::default()
+                });
+        }
+        NodeImageStatus {
+            image_statuses: Some(statuses),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn recount_counts_each_spec_tag_once_by_matching_version() {
+        use ImagePullPhase::*;
+        // (name, spec tags, status entries, expected [desired, waiting, pulling, succeeded, failed])
+        type Case<'a> = (
+            &'a str,
+            Vec<(&'a str, &'a str, Option<i64>)>,
+            Vec<(&'a str, &'a str, Option<i64>, ImagePullPhase)>,
+            [i32; 5],
+        );
+        let cases: Vec<Case> = vec![
+            ("empty", vec![], vec![], [0, 0, 0, 0, 0]),
+            (
+                "no status counts as waiting",
+                vec![("nginx", "1.25", None)],
+                vec![],
+                [1, 1, 0, 0, 0],
+            ),
+            (
+                "absent version equals 0",
+                vec![("nginx", "1.25", None), ("nginx", "1.26", Some(0))],
+                vec![
+                    ("nginx", "1.25", Some(0), Succeeded),
+                    ("nginx", "1.26", None, Failed),
+                ],
+                [2, 0, 0, 1, 1],
+            ),
+            (
+                "old version does not count",
+                vec![("nginx", "1.25", Some(2))],
+                vec![("nginx", "1.25", Some(1), Succeeded)],
+                [1, 1, 0, 0, 0],
+            ),
+            (
+                "every phase, across images",
+                vec![
+                    ("a", "1", None),
+                    ("a", "2", None),
+                    ("b", "1", None),
+                    ("c", "1", None),
+                ],
+                vec![
+                    ("a", "1", None, Waiting),
+                    ("a", "2", None, Pulling),
+                    ("b", "1", None, Succeeded),
+                    ("c", "1", None, Failed),
+                ],
+                [4, 1, 1, 1, 1],
+            ),
+            (
+                "status of a tag not in spec is ignored",
+                vec![("a", "1", None)],
+                vec![("a", "1", None, Pulling), ("a", "gone", None, Failed)],
+                [1, 0, 1, 0, 0],
+            ),
+        ];
+        for (name, tags, entries, want) in cases {
+            let mut s = status(&entries);
+            s.recount(&spec(&tags));
+            let got = [
+                s.desired,
+                s.waiting.unwrap_or(-1),
+                s.pulling.unwrap_or(-1),
+                s.succeeded.unwrap_or(-1),
+                s.failed.unwrap_or(-1),
+            ];
+            assert_eq!(got, want, "{name}");
+        }
+    }
+}

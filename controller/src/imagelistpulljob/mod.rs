@@ -1,0 +1,138 @@
+//! ImageListPullJob: a list of images, pulled through one child ImagePullJob
+//! per image; its status aggregates the children's. Decisions in `plan`.
+
+pub mod plan;
+
+use crate::context::Context;
+use crate::lifecycle;
+use chrono::Utc;
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use nodeimage_api::{ImageListPullJob, ImagePullJob};
+use nodeimage_ops::health::Readiness;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch as signal;
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct Error {
+    action: String,
+    #[source]
+    source: kube::Error,
+}
+
+fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error { action, source }
+}
+
+/// Runs the ImageListPullJob controller until `stop` turns true.
+pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+    let client = ctx.client.clone();
+    let ready = readiness.check("imagelistpulljobs-synced").await;
+    let controller = Controller::new(
+        Api::<ImageListPullJob>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<ImagePullJob>::all(client), watcher::Config::default());
+    ready.set(true);
+    tracing::info!("imagelistpulljob controller starting");
+    controller
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile, error_policy, Arc::new(ctx))
+        .for_each(|result| {
+            lifecycle::log_outcome("imagelistpulljob", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("imagelistpulljob controller stopped");
+}
+
+async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if job.meta().deletion_timestamp.is_some() {
+        // Children go with it through garbage collection (owner references).
+        return Ok(Action::await_change());
+    }
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let children_api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let uid = job.uid().unwrap_or_default();
+    let children: Vec<Arc<ImagePullJob>> = children_api
+        .list(&ListParams::default().labels(&format!("{}={name}", plan::PARENT_LABEL)))
+        .await
+        .map_err(api_err(format!("listing children of {ns}/{name}")))?
+        .into_iter()
+        .filter(|c| c.owner_references().iter().any(|o| o.uid == uid))
+        .map(Arc::new)
+        .collect();
+    let p = plan::plan(&job, &children, Utc::now());
+    for c in &p.create {
+        let made = children_api
+            .create(&PostParams::default(), c)
+            .await
+            .map_err(api_err(format!(
+                "creating the child job for {} in {ns}",
+                c.spec.image
+            )))?;
+        tracing::info!(job = %format!("{ns}/{name}"), child = %made.name_any(), image = %c.spec.image, "child ImagePullJob created");
+    }
+    for d in &p.delete {
+        match children_api.delete(d, &DeleteParams::background()).await {
+            Ok(_) => {
+                tracing::info!(job = %format!("{ns}/{name}"), child = %d, "child ImagePullJob deleted (image removed or template changed)")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(api_err(format!("deleting child {ns}/{d}"))(e)),
+        }
+    }
+    let api: Api<ImageListPullJob> = Api::namespaced(ctx.client.clone(), &ns);
+    if job.status.as_ref() != Some(&p.status) {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": p.status})),
+        )
+        .await
+        .map_err(api_err(format!("writing status of {ns}/{name}")))?;
+    }
+    if p.completed_now {
+        let ev = Event {
+            type_: if p.status.failed_image_statuses.is_some() {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: "Completed".into(),
+            note: Some(format!(
+                "Completed: {} of {} image(s) pulled on every node",
+                p.status.succeeded, p.status.desired
+            )),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder().publish(&ev, &job.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record event");
+        }
+    }
+    if p.delete_self {
+        tracing::info!(job = %format!("{ns}/{name}"), "deleting list job: ttlSecondsAfterFinished passed");
+        api.delete(&name, &DeleteParams::background())
+            .await
+            .map_err(api_err(format!("deleting {ns}/{name}")))?;
+        return Ok(Action::await_change());
+    }
+    Ok(p.requeue_after
+        .map(Action::requeue)
+        .unwrap_or_else(Action::await_change))
+}
+
+fn error_policy(job: Arc<ImageListPullJob>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
