@@ -16,21 +16,33 @@ pub struct Thresholds {
     pub mem: f64,
 }
 
-/// Runs the named checks; the error is the reason, e.g.
-/// `check disk failed: 91% used > 80%`.
-pub async fn run(items: &[String], runtime: &Runtime, t: &Thresholds) -> Result<(), String> {
+/// A failed check: which, and why (e.g. `check disk failed: 91% used > 80%`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFailure {
+    /// The check item.
+    pub item: String,
+    /// The reason, for status.
+    pub reason: String,
+}
+
+/// Runs the named checks in order; the first failure stops them.
+pub async fn run(items: &[String], runtime: &Runtime, t: &Thresholds) -> Result<(), CheckFailure> {
     for item in items {
+        let fail = |reason: String| CheckFailure {
+            item: item.clone(),
+            reason,
+        };
         let (used, limit) = match item.as_str() {
-            "disk" => (disk_usage(runtime).await?, t.disk),
-            "cpu" => (cpu_usage().await?, t.cpu),
-            "mem" => (mem_usage()?, t.mem),
+            "disk" => (disk_usage(runtime).await.map_err(fail)?, t.disk),
+            "cpu" => (cpu_usage().await.map_err(fail)?, t.cpu),
+            "mem" => (mem_usage().map_err(fail)?, t.mem),
             other => {
-                return Err(format!(
+                return Err(fail(format!(
                     "check {other} is not supported (use disk, cpu or mem)"
-                ));
+                )));
             }
         };
-        verdict(item, used, limit)?;
+        verdict(item, used, limit).map_err(fail)?;
         tracing::debug!(check = %item, used, limit, "check passed");
     }
     Ok(())

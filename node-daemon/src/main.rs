@@ -7,6 +7,7 @@ mod credentials;
 mod cri;
 mod desired;
 mod flags;
+mod metrics;
 mod progress;
 mod status;
 mod sync;
@@ -57,6 +58,11 @@ async fn run(flags: Flags) -> Result<(), Error> {
         "daemon starting"
     );
 
+    let metrics = metrics::Metrics::new();
+    let mut registry = nodeimage_ops::metrics::registry("daemon");
+    metrics.register(&mut registry);
+    let registry = Arc::new(registry);
+    let render: health::MetricsFn = Arc::new(move || nodeimage_ops::metrics::render(&registry));
     let readiness = health::Readiness::default();
     let synced = readiness.check("nodeimage-synced").await;
     let runtime_ok = readiness.check("containerd").await;
@@ -67,10 +73,15 @@ async fn run(flags: Flags) -> Result<(), Error> {
     let health = tokio::spawn(health::serve(
         flags.health_addr,
         readiness.clone(),
-        None,
+        Some(render),
         stopped(stop_rx.clone()),
     ));
-    let probe = tokio::spawn(watch_runtime(runtime.clone(), runtime_ok, stop_rx.clone()));
+    let probe = tokio::spawn(watch_runtime(
+        runtime.clone(),
+        runtime_ok,
+        metrics.clone(),
+        stop_rx.clone(),
+    ));
 
     let api: kube::Api<NodeImage> = kube::Api::all(client.clone());
     let status = writer::StatusHandle::default();
@@ -88,7 +99,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
                 instance: Some(flags.node_name.clone()),
             },
         ),
-        in_flight: Default::default(),
+        metrics: metrics.clone(),
         thresholds: checks::Thresholds {
             disk: flags.disk_threshold_percent,
             cpu: flags.cpu_threshold_percent,
@@ -99,6 +110,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
         status,
         api.clone(),
         flags.node_name.clone(),
+        metrics.status_write_errors.clone(),
         stop_rx.clone(),
     ));
     let sync = tokio::spawn(sync::run(
@@ -133,6 +145,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
 async fn watch_runtime(
     runtime: cri::Runtime,
     ok: health::Check,
+    metrics: metrics::Metrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut was: Option<bool> = None;
@@ -145,6 +158,7 @@ async fn watch_runtime(
                 true
             }
             Err(e) => {
+                metrics.cri_error("Version");
                 if was != Some(false) {
                     tracing::warn!(socket = %runtime.socket().display(), error = %e, "containerd unreachable");
                 }

@@ -8,6 +8,7 @@ use crate::checks::{self, Thresholds};
 use crate::credentials::{self, Credential};
 use crate::cri::{CriError, Runtime};
 use crate::desired::{PullMode, PullTask, SecretRef, TagKey, Target};
+use crate::metrics::{GaugeGuard, ItemLabels, Metrics, PullLabels, ResultLabels};
 use crate::progress::Probe;
 use crate::writer::StatusHandle;
 use k8s_cri::v1::AuthConfig;
@@ -17,7 +18,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType, Recorder};
 use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -39,8 +39,8 @@ pub struct Deps {
     pub status: StatusHandle,
     /// Event recorder for the NodeImage.
     pub recorder: Recorder,
-    /// Pulls running now (for progress attribution).
-    pub in_flight: AtomicUsize,
+    /// Metrics; `in_flight` also attributes progress when a pull is alone.
+    pub metrics: Metrics,
     /// Limits of the node checks.
     pub thresholds: Thresholds,
 }
@@ -48,10 +48,29 @@ pub struct Deps {
 /// How a tag's pull ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Pulled (or present); the repository digest.
-    Succeeded(String),
-    /// Gave up, with the reason.
-    Failed(String),
+    /// Pulled (or present, when `pulled` is false); the repository digest.
+    Succeeded {
+        /// `name@sha256:…` of what the node holds.
+        id: String,
+        /// Whether the registry was contacted (false: already present).
+        pulled: bool,
+    },
+    /// Gave up.
+    Failed {
+        /// Why, for status and events.
+        message: String,
+        /// Short reason for metrics.
+        reason: &'static str,
+    },
+}
+
+impl Outcome {
+    fn failed(reason: &'static str, message: impl Into<String>) -> Self {
+        Outcome::Failed {
+            message: message.into(),
+            reason,
+        }
+    }
 }
 
 struct Reporter<'a> {
@@ -79,8 +98,12 @@ impl Reporter<'_> {
 
     fn finish(&self, outcome: &Outcome) {
         let (phase, progress, image_id, message) = match outcome {
-            Outcome::Succeeded(id) => (ImagePullPhase::Succeeded, 100, Some(id.clone()), None),
-            Outcome::Failed(m) => (ImagePullPhase::Failed, 0, None, Some(m.clone())),
+            Outcome::Succeeded { id, .. } => {
+                (ImagePullPhase::Succeeded, 100, Some(id.clone()), None)
+            }
+            Outcome::Failed { message, .. } => {
+                (ImagePullPhase::Failed, 0, None, Some(message.clone()))
+            }
         };
         self.deps.status.report(
             &self.key,
@@ -115,7 +138,8 @@ pub async fn run(task: PullTask, deps: Arc<Deps>) {
     let target = match &task.target {
         Ok(t) => t.clone(),
         Err(msg) => {
-            let outcome = Outcome::Failed(msg.clone());
+            let outcome = Outcome::failed("invalid", msg.clone());
+            count(&deps.metrics, &outcome, None);
             rep.finish(&outcome);
             announce(&deps, &task.key, &outcome).await;
             return;
@@ -128,24 +152,55 @@ pub async fn run(task: PullTask, deps: Arc<Deps>) {
         Instant::now() + d.saturating_sub(elapsed)
     });
     rep.send(ImagePullPhase::Waiting, 0, None);
+    let waiting = GaugeGuard::new(&deps.metrics.waiting);
     let permit = tokio::select! {
         p = deps.slots.clone().acquire_owned() => p.ok(),
         _ = sleep_until(deadline) => None,
     };
-    let outcome = match permit {
-        None => Outcome::Failed(deadline_message(&target, "waiting for a pull slot")),
+    drop(waiting);
+    let (outcome, elapsed) = match permit {
+        None => (
+            Outcome::failed(
+                "deadline",
+                deadline_message(&target, "waiting for a pull slot"),
+            ),
+            None,
+        ),
         Some(_permit) => {
-            deps.in_flight.fetch_add(1, Ordering::SeqCst);
+            let _running = GaugeGuard::new(&deps.metrics.in_flight);
+            let started = Instant::now();
             rep.start = Some(now());
             rep.send(ImagePullPhase::Pulling, 0, None);
             tracing::info!(tag = %task.key, version = task.version, "pull started");
             let o = pull(&rep, &target, deadline).await;
-            deps.in_flight.fetch_sub(1, Ordering::SeqCst);
-            o
+            (o, Some(started.elapsed()))
         }
     };
+    count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
     announce(&deps, &task.key, &outcome).await;
+}
+
+/// Records a finished pull in the metrics.
+fn count(m: &Metrics, outcome: &Outcome, elapsed: Option<Duration>) {
+    let (result, reason) = match outcome {
+        Outcome::Succeeded { pulled: true, .. } => ("succeeded", "pulled"),
+        Outcome::Succeeded { pulled: false, .. } => ("succeeded", "present"),
+        Outcome::Failed { reason, .. } => ("failed", *reason),
+    };
+    m.pulls
+        .get_or_create(&PullLabels {
+            result: result.into(),
+            reason: reason.into(),
+        })
+        .inc();
+    if let Some(e) = elapsed {
+        m.pull_duration
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .observe(e.as_secs_f64());
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -164,20 +219,20 @@ fn deadline_message(t: &Target, during: &str) -> String {
 
 async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
     let (type_, reason, note) = match outcome {
-        Outcome::Succeeded(id) => {
-            tracing::info!(tag = %key, image_id = %id, "pull succeeded");
+        Outcome::Succeeded { id, pulled } => {
+            tracing::info!(tag = %key, image_id = %id, pulled, "pull succeeded");
             (
                 EventType::Normal,
                 "PullImageSucceed",
                 format!("Image {key} pulled ({id})"),
             )
         }
-        Outcome::Failed(m) => {
-            tracing::warn!(tag = %key, reason = %m, "pull failed");
+        Outcome::Failed { message, reason } => {
+            tracing::warn!(tag = %key, reason, message = %message, "pull failed");
             (
                 EventType::Warning,
                 "PullImageFailed",
-                format!("Image {key} failed: {m}"),
+                format!("Image {key} failed: {message}"),
             )
         }
     };
@@ -229,26 +284,41 @@ async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outc
 
     // Node checks first (ImagePrePullJob's checkItems).
     if !t.check_items.is_empty()
-        && let Err(reason) = checks::run(&t.check_items, &deps.runtime, &deps.thresholds).await
+        && let Err(f) = checks::run(&t.check_items, &deps.runtime, &deps.thresholds).await
     {
-        return Outcome::Failed(reason);
+        deps.metrics
+            .check_failures
+            .get_or_create(&ItemLabels { item: f.item })
+            .inc();
+        return Outcome::failed("check", f.reason);
     }
 
     // IfNotPresent: a present image succeeds without contacting the registry.
     if t.mode == PullMode::IfNotPresent {
         loop {
             match deps.runtime.image_status(&reference).await {
-                Ok(Some(img)) => return Outcome::Succeeded(img.repo_digest_for(&name)),
+                Ok(Some(img)) => {
+                    return Outcome::Succeeded {
+                        id: img.repo_digest_for(&name),
+                        pulled: false,
+                    };
+                }
                 Ok(None) => break,
                 Err(CriError::Unavailable(m)) => {
+                    deps.metrics.cri_error("ImageStatus");
                     if !wait_for_runtime(rep, &m, deadline).await {
-                        return Outcome::Failed(deadline_message(t, "containerd was unavailable"));
+                        return Outcome::failed(
+                            "unavailable",
+                            deadline_message(t, "containerd was unavailable"),
+                        );
                     }
                 }
                 Err(e) => {
-                    return Outcome::Failed(format!(
-                        "checking whether {reference} is present: {e}"
-                    ));
+                    deps.metrics.cri_error("ImageStatus");
+                    return Outcome::failed(
+                        "error",
+                        format!("checking whether {reference} is present: {e}"),
+                    );
                 }
             }
         }
@@ -256,7 +326,7 @@ async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outc
 
     let creds = match load_credentials(&deps.client, &t.secrets).await {
         Ok(c) => c,
-        Err(m) => return Outcome::Failed(m),
+        Err(m) => return Outcome::failed("secret", m),
     };
     let candidates: Vec<Option<&Credential>> = credentials::matching(&creds, &name)
         .into_iter()
@@ -267,15 +337,19 @@ async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outc
     let attempts = t.backoff_limit + 1;
     let mut attempt = 1;
     let mut last_error = String::new();
+    let mut last_reason = "error";
     while attempt <= attempts {
         let wait = backoff::delay_before(attempt);
         if let Some(d) = deadline
             && Instant::now() + wait >= d
         {
-            return Outcome::Failed(format!(
-                "{}; last error: {last_error}",
-                deadline_message(t, "retrying")
-            ));
+            return Outcome::failed(
+                "deadline",
+                format!(
+                    "{}; last error: {last_error}",
+                    deadline_message(t, "retrying")
+                ),
+            );
         }
         tokio::time::sleep(wait).await;
         let limit = match deadline {
@@ -286,22 +360,32 @@ async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outc
         match result {
             Ok(Ok(image_ref)) => {
                 let id = match deps.runtime.image_status(&image_ref).await {
-                    Ok(Some(img)) => img.repo_digest_for(&name),
+                    Ok(Some(img)) => {
+                        deps.metrics.pulled_bytes.inc_by(img.size);
+                        img.repo_digest_for(&name)
+                    }
                     _ => format!("{name}@{image_ref}"),
                 };
-                return Outcome::Succeeded(id);
+                return Outcome::Succeeded { id, pulled: true };
             }
             Ok(Err(CriError::Unavailable(m))) => {
+                deps.metrics.cri_error("PullImage");
                 if !wait_for_runtime(rep, &m, deadline).await {
-                    return Outcome::Failed(deadline_message(t, "containerd was unavailable"));
+                    return Outcome::failed(
+                        "unavailable",
+                        deadline_message(t, "containerd was unavailable"),
+                    );
                 }
                 continue;
             }
             Ok(Err(e)) => {
+                deps.metrics.cri_error("PullImage");
                 tracing::debug!(tag = %rep.key, reason = e.reason(), "runtime refused the pull");
+                last_reason = e.reason();
                 last_error = e.to_string();
             }
             Err(_) => {
+                last_reason = "timeout";
                 last_error = format!("attempt timed out after {}s", limit.as_secs());
             }
         }
@@ -319,14 +403,18 @@ async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outc
         attempt += 1;
     }
     if deadline.is_some_and(|d| Instant::now() >= d) {
-        return Outcome::Failed(format!(
-            "{}; last error: {last_error}",
-            deadline_message(t, "pulling")
-        ));
+        return Outcome::failed(
+            "deadline",
+            format!(
+                "{}; last error: {last_error}",
+                deadline_message(t, "pulling")
+            ),
+        );
     }
-    Outcome::Failed(format!(
-        "pull failed after {attempts} attempts: {last_error}"
-    ))
+    Outcome::failed(
+        last_reason,
+        format!("pull failed after {attempts} attempts: {last_error}"),
+    )
 }
 
 /// One attempt: each candidate credential in turn (auth failures move on to
@@ -364,7 +452,7 @@ async fn pull_with_progress(
             tokio::select! {
                 r = &mut call => break r,
                 _ = tick.tick() => {
-                    let alone = deps.in_flight.load(Ordering::SeqCst) <= 1;
+                    let alone = deps.metrics.in_flight.get() <= 1;
                     if let Some(p) = probe.sample(alone).await && p != shown {
                         shown = p;
                         rep.send(ImagePullPhase::Pulling, p, None);

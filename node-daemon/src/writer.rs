@@ -163,6 +163,7 @@ pub async fn run(
     handle: StatusHandle,
     sink: impl StatusSink,
     name: String,
+    errors: prometheus_client::metrics::counter::Counter,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut last_write = Instant::now() - PROGRESS_INTERVAL;
@@ -183,15 +184,21 @@ pub async fn run(
         } else {
             tokio::time::sleep_until(last_write + PROGRESS_INTERVAL).await;
         }
-        write_once(&handle, &sink, &name, &mut last_write).await;
+        write_once(&handle, &sink, &name, &errors, &mut last_write).await;
         if *stop.borrow() {
             break;
         }
     }
-    write_once(&handle, &sink, &name, &mut last_write).await;
+    write_once(&handle, &sink, &name, &errors, &mut last_write).await;
 }
 
-async fn write_once(handle: &StatusHandle, sink: &impl StatusSink, name: &str, last: &mut Instant) {
+async fn write_once(
+    handle: &StatusHandle,
+    sink: &impl StatusSink,
+    name: &str,
+    errors: &prometheus_client::metrics::counter::Counter,
+    last: &mut Instant,
+) {
     let Some((ni, patch)) = handle.take() else {
         return;
     };
@@ -218,6 +225,7 @@ async fn write_once(handle: &StatusHandle, sink: &impl StatusSink, name: &str, l
         }
         Err(e) => {
             tracing::warn!(error = %e, "status write failed; retrying");
+            errors.inc();
             retry_later(handle, Duration::from_secs(1)).await;
         }
     }
@@ -280,7 +288,13 @@ mod tests {
         let h = StatusHandle::default();
         let sink = Recorder::default();
         let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(run(h.clone(), sink.clone(), "n".into(), rx));
+        let task = tokio::spawn(run(
+            h.clone(),
+            sink.clone(),
+            "n".into(),
+            Default::default(),
+            rx,
+        ));
         h.observe(node_image("1"));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(

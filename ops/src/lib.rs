@@ -4,5 +4,6 @@
 
 pub mod client;
 pub mod health;
+pub mod metrics;
 pub mod shutdown;
 pub mod telemetry;

@@ -1,0 +1,192 @@
+//! The daemon's metrics: pulls by result and reason, pull durations, bytes,
+//! pulls running and waiting, check failures, status-write and CRI errors.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Labels of a finished pull.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PullLabels {
+    /// succeeded or failed.
+    pub result: String,
+    /// Why: present, pulled, not_found, unauthorized, timeout, deadline, check, invalid, secret, unavailable, error.
+    pub reason: String,
+}
+
+/// Labels by result only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// succeeded or failed.
+    pub result: String,
+}
+
+/// Labels of a node check.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ItemLabels {
+    /// disk, cpu or mem.
+    pub item: String,
+}
+
+/// Labels of a CRI call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// The CRI method, e.g. PullImage.
+    pub call: String,
+}
+
+/// Every metric of the daemon; cheap to clone (shared atomics).
+#[derive(Clone)]
+pub struct Metrics {
+    /// Finished pulls.
+    pub pulls: Family<PullLabels, Counter>,
+    /// Time from pull start (slot acquired) to the end, in seconds.
+    pub pull_duration: Family<ResultLabels, Histogram, fn() -> Histogram>,
+    /// Bytes of images pulled (content size reported by the runtime).
+    pub pulled_bytes: Counter,
+    /// Pulls running now.
+    pub in_flight: Gauge,
+    /// Pulls waiting for a slot.
+    pub waiting: Gauge,
+    /// Failed node checks.
+    pub check_failures: Family<ItemLabels, Counter>,
+    /// Failed NodeImage status writes.
+    pub status_write_errors: Counter,
+    /// Failed CRI calls.
+    pub cri_errors: Family<CallLabels, Counter>,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new([
+        0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+    ])
+}
+
+impl Metrics {
+    /// Fresh metrics.
+    pub fn new() -> Self {
+        Metrics {
+            pulls: Family::default(),
+            pull_duration: Family::new_with_constructor(duration_histogram),
+            pulled_bytes: Counter::default(),
+            in_flight: Gauge::default(),
+            waiting: Gauge::default(),
+            check_failures: Family::default(),
+            status_write_errors: Counter::default(),
+            cri_errors: Family::default(),
+        }
+    }
+
+    /// Registers every metric under the `nodeimage_daemon` prefix.
+    pub fn register(&self, r: &mut Registry) {
+        let r = r.sub_registry_with_prefix("nodeimage_daemon");
+        r.register(
+            "pulls",
+            "Image pulls finished, by result and reason",
+            self.pulls.clone(),
+        );
+        r.register(
+            "pull_duration_seconds",
+            "Duration of image pulls from start to end, by result",
+            self.pull_duration.clone(),
+        );
+        r.register(
+            "pulled_bytes",
+            "Bytes of images pulled",
+            self.pulled_bytes.clone(),
+        );
+        r.register(
+            "pulls_in_flight",
+            "Image pulls running now",
+            self.in_flight.clone(),
+        );
+        r.register(
+            "pulls_waiting",
+            "Image pulls waiting for a pull slot",
+            self.waiting.clone(),
+        );
+        r.register(
+            "check_failures",
+            "Node checks that failed, by item",
+            self.check_failures.clone(),
+        );
+        r.register(
+            "status_write_errors",
+            "NodeImage status writes that failed",
+            self.status_write_errors.clone(),
+        );
+        r.register(
+            "cri_errors",
+            "Container runtime calls that failed, by call",
+            self.cri_errors.clone(),
+        );
+    }
+
+    /// Counts a failed CRI call.
+    pub fn cri_error(&self, call: &str) {
+        self.cri_errors
+            .get_or_create(&CallLabels { call: call.into() })
+            .inc();
+    }
+}
+
+/// Raises a gauge while alive; lowers it when dropped (also on abort).
+pub struct GaugeGuard(Gauge);
+
+impl GaugeGuard {
+    /// Increments `g` until the guard is dropped.
+    pub fn new(g: &Gauge) -> Self {
+        g.inc();
+        GaugeGuard(g.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let m = Metrics::new();
+        let mut r = nodeimage_ops::metrics::registry("daemon");
+        m.register(&mut r);
+        m.pulls
+            .get_or_create(&PullLabels {
+                result: "succeeded".into(),
+                reason: "pulled".into(),
+            })
+            .inc();
+        m.pull_duration
+            .get_or_create(&ResultLabels {
+                result: "succeeded".into(),
+            })
+            .observe(1.5);
+        {
+            let _g = GaugeGuard::new(&m.in_flight);
+            assert_eq!(m.in_flight.get(), 1);
+        }
+        assert_eq!(m.in_flight.get(), 0);
+        let text = nodeimage_ops::metrics::render(&r);
+        for name in [
+            "nodeimage_daemon_pulls_total{result=\"succeeded\",reason=\"pulled\"} 1",
+            "nodeimage_daemon_pull_duration_seconds_bucket",
+            "nodeimage_daemon_pulled_bytes_total",
+            "nodeimage_daemon_pulls_in_flight",
+            "nodeimage_daemon_pulls_waiting",
+            "# TYPE nodeimage_daemon_check_failures counter",
+            "nodeimage_daemon_status_write_errors_total",
+            "# TYPE nodeimage_daemon_cri_errors counter",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Prometheus metrics both binaries export: build info and the process's
+//! memory, CPU and open files (read from /proc), plus rendering of a registry
+//! in the text exposition format.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+/// A registry with `nodeimage_build_info` and the process metrics.
+pub fn registry(component: &'static str) -> Registry {
+    let mut r = Registry::default();
+    r.register(
+        "nodeimage_build",
+        "Build of this binary: version and component",
+        Info::new(vec![
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("component", component.to_string()),
+        ]),
+    );
+    r.register_collector(Box::new(ProcessCollector));
+    r
+}
+
+/// Renders a registry in the Prometheus/OpenMetrics text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::warn!(error = %e, "cannot encode metrics");
+    }
+    out
+}
+
+/// Process metrics with the standard names (`process_*`), read at scrape time.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What /proc says about this process.
+#[derive(Debug, Default, PartialEq)]
+pub struct ProcessStats {
+    /// User plus system CPU time, in seconds.
+    pub cpu_seconds: f64,
+    /// Resident memory, in bytes.
+    pub resident_bytes: u64,
+    /// Virtual memory, in bytes.
+    pub virtual_bytes: u64,
+    /// Open file descriptors.
+    pub open_fds: u64,
+    /// Start time, in seconds since the epoch.
+    pub start_time_seconds: f64,
+}
+
+/// Reads `/proc/self` (Linux); None elsewhere or on error.
+pub fn process_stats() -> Option<ProcessStats> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let page = rustix::param::page_size() as u64;
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())?;
+    let mut s = parse_stat(&stat, ticks, page, boot)?;
+    s.open_fds = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as u64)
+        .unwrap_or(0);
+    Some(s)
+}
+
+/// Parses /proc/self/stat: fields after the command name in parentheses.
+pub fn parse_stat(stat: &str, ticks: f64, page: u64, boot_time: f64) -> Option<ProcessStats> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state); utime=14, stime=15, starttime=22, vsize=23, rss=24.
+    let num = |i: usize| f.get(i - 3)?.parse::<u64>().ok();
+    Some(ProcessStats {
+        cpu_seconds: (num(14)? + num(15)?) as f64 / ticks,
+        start_time_seconds: boot_time + num(22)? as f64 / ticks,
+        virtual_bytes: num(23)?,
+        resident_bytes: num(24)? * page,
+        open_fds: 0,
+    })
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = process_stats() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(s.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        for (name, help, v) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                s.resident_bytes as f64,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                s.virtual_bytes as f64,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                s.open_fds as f64,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since the epoch in seconds",
+                s.start_time_seconds,
+            ),
+        ] {
+            let g = ConstGauge::new(v);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat_even_with_spaces_in_the_name() {
+        let stat = "123 (node daemon) S 1 123 123 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0 1000 52428800 2048 18446744073709551615";
+        let s = parse_stat(stat, 100.0, 4096, 1_700_000_000.0).expect("parses");
+        assert_eq!(s.cpu_seconds, 3.0);
+        assert_eq!(s.start_time_seconds, 1_700_000_010.0);
+        assert_eq!(s.virtual_bytes, 52_428_800);
+        assert_eq!(s.resident_bytes, 2048 * 4096);
+        assert!(parse_stat("garbage", 100.0, 4096, 0.0).is_none());
+    }
+
+    #[test]
+    fn renders_build_info_and_process_metrics() {
+        let text = render(&registry("test"));
+        assert!(text.contains("nodeimage_build_info{version=\""), "{text}");
+        assert!(text.contains("component=\"test\""), "{text}");
+        assert!(text.contains("process_resident_memory_bytes"), "{text}");
+        assert!(text.contains("process_cpu_seconds_total"), "{text}");
+    }
+}
