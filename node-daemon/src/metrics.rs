@@ -170,6 +170,12 @@ mod tests {
                 result: "succeeded".into(),
             })
             .observe(1.5);
+        m.cri_error("PullImage");
+        m.check_failures
+            .get_or_create(&ItemLabels {
+                item: "disk".into(),
+            })
+            .inc();
         {
             let _g = GaugeGuard::new(&m.in_flight);
             assert_eq!(m.in_flight.get(), 1);
@@ -182,9 +188,9 @@ mod tests {
             "nodeimage_daemon_pulled_bytes_total",
             "nodeimage_daemon_pulls_in_flight",
             "nodeimage_daemon_pulls_waiting",
-            "# TYPE nodeimage_daemon_check_failures counter",
+            "nodeimage_daemon_check_failures_total{item=\"disk\"} 1",
             "nodeimage_daemon_status_write_errors_total",
-            "# TYPE nodeimage_daemon_cri_errors counter",
+            "nodeimage_daemon_cri_errors_total{call=\"PullImage\"} 1",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
