@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Stop the local nodeimage test cluster started by tests/cluster/up.sh.
+#
+#   down.sh           stop every daemon recorded in $STATE/pids, unmount what
+#                     containerd left under $STATE, delete the cluster state but
+#                     keep the caches ($STATE/bin: built binaries, $STATE/images:
+#                     the OCI layout of test images) so the next up.sh is fast
+#   down.sh --purge   the same, then delete $STATE entirely
+#
+# Only processes recorded in PID files are signalled, and only while
+# /proc/<pid>/cmdline still is the recorded command. Idempotent.
+set -Eeuo pipefail
+
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PURGE=0
+for arg in "$@"; do
+  case $arg in
+    --purge) PURGE=1 ;;
+    -h | --help)
+      sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *) die "unknown argument: $arg (usage: down.sh [--purge])" ;;
+  esac
+done
+
+check_state_path
+if [[ ! -d $STATE ]]; then
+  log "nothing to do: $STATE does not exist"
+  exit 0
+fi
+if [[ ! -e $STATE_MARKER ]] && [[ -n "$(ls -A "$STATE" 2>/dev/null)" ]]; then
+  die "$STATE has no $(basename "$STATE_MARKER") marker: not a state dir made by up.sh; refusing to touch it"
+fi
+
+# 1. Stop daemons, clients before servers: first anything that is not part of
+#    the cluster itself but recorded its PID here too (e.g. nodeimage's own
+#    controller and daemons started by tests/nodeimage.sh), then the
+#    controller-manager, the apiserver, the containerds and the registries.
+cluster_daemons=(controller-manager apiserver)
+for f in "$PIDS"/containerd-*.pid "$PIDS"/registry-*.pid; do
+  [[ -e $f ]] && cluster_daemons+=("$(basename "$f" .pid)")
+done
+declare -A is_cluster=()
+for name in "${cluster_daemons[@]}"; do is_cluster[$name]=1; done
+for f in "$PIDS"/*.pid; do
+  [[ -e $f ]] || continue
+  name=$(basename "$f" .pid)
+  [[ -n ${is_cluster[$name]:-} ]] || stop_daemon "$name"
+done
+for name in "${cluster_daemons[@]}"; do
+  [[ -e $PIDS/$name.pid || -e $PIDS/$name.cmd ]] || continue
+  stop_daemon "$name"
+done
+
+# 2. Unmount whatever is still mounted under $STATE (overlay snapshots,
+#    a leftover overlay probe), deepest first. /proc/mounts escapes spaces etc.
+#    as octal (\040); printf %b decodes them.
+mapfile -t mounts < <(awk -v s="$STATE" 'index($2, s "/") == 1 || $2 == s { print $2 }' /proc/mounts |
+  while IFS= read -r m; do printf '%b\n' "$m"; done | sort -r)
+for m in "${mounts[@]}"; do
+  log "unmounting $m"
+  umount -l "$m" 2>/dev/null || log "warning: could not unmount $m"
+done
+
+# 3. Delete the state.
+if ((PURGE)); then
+  log "removing $STATE (purge)"
+  rm -rf -- "$STATE"
+else
+  log "removing cluster state in $STATE (keeping bin/ and images/ caches)"
+  find "$STATE" -mindepth 1 -maxdepth 1 ! -name bin ! -name images ! -name "$(basename "$STATE_MARKER")" \
+    -exec rm -rf -- {} +
+fi
+log "cluster is down"

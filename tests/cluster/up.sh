@@ -1,0 +1,640 @@
+#!/usr/bin/env bash
+# Start the local nodeimage test cluster on loopback (127.0.0.1), as root:
+#   - a Kubernetes control plane (kube-apiserver + embedded etcd, and a
+#     kube-controller-manager) built from tests/kube,
+#   - N "nodes": one containerd (CRI) per node plus a Node object whose status
+#     is patched to Ready (there is no kubelet),
+#   - two OCI registries: anonymous on :5000, htpasswd basic auth on :5001,
+#     both filled with small test images built without Docker (umoci+skopeo).
+#
+# Idempotent: daemons from a previous run that are still alive are reused and
+# only what is missing is started. Build outputs ($STATE/bin) and the image
+# cache ($STATE/images) survive down.sh, so a second start is fast.
+#
+# Progress goes to stderr; the last line on stdout is the path of the env file
+# to source:   . "$(tests/cluster/up.sh)"
+#
+# Tunables (environment):
+#   NODEIMAGE_STATE            state dir (default <repo>/.state)
+#   NODEIMAGE_NODES            node count (default 3); a list of names
+#                              "node-1 ... node-N" (as exported by env.sh) works too
+#   NODEIMAGE_API_PORT         kube-apiserver port (default 16443)
+#   NODEIMAGE_ETCD_PORT        etcd client port (default 12379; peer = +1)
+#   NODEIMAGE_REGISTRY_PORT    anonymous registry port (default 5000)
+#   NODEIMAGE_AUTH_REGISTRY_PORT  auth registry port (default 5001)
+#   NODEIMAGE_SNAPSHOTTER      force "overlayfs" or "native" (default: probe)
+#   NODEIMAGE_BUILD_KUBECTL=1  build kubectl even if the machine has a usable one
+set -Eeuo pipefail
+
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# Everything below prints progress to stderr; fd 3 keeps the real stdout for
+# the single line the caller may capture (the env file path).
+exec 3>&1 1>&2
+# Report a failure once, from the main shell (ERR also fires in subshells).
+trap 'rc=$?; [[ $BASHPID == "$$" ]] && log "up.sh failed at line $LINENO (exit $rc); daemon logs are in $LOGS"' ERR
+
+START_TIME=$SECONDS
+check_state_path
+
+# ---------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------
+K8S_VERSION=v1.33.13
+API_PORT=${NODEIMAGE_API_PORT:-16443}
+ETCD_PORT=${NODEIMAGE_ETCD_PORT:-12379}
+REG_PORT=${NODEIMAGE_REGISTRY_PORT:-5000}
+AUTH_REG_PORT=${NODEIMAGE_AUTH_REGISTRY_PORT:-5001}
+for _p in "$API_PORT" "$ETCD_PORT" "$REG_PORT" "$AUTH_REG_PORT"; do
+  if ! [[ $_p =~ ^[0-9]+$ ]] || ((_p < 1 || _p > 65534)); then die "invalid port number: $_p"; fi
+done
+REGISTRY=127.0.0.1:$REG_PORT
+AUTH_REGISTRY=127.0.0.1:$AUTH_REG_PORT
+AUTH_USER=nodeimage
+
+BIN=$STATE/bin
+IMAGES=$STATE/images # OCI image layout; cache that survives down.sh
+KUBE_DIR=$STATE/kube
+KUBECONFIG_PATH=$KUBE_DIR/kubeconfig
+REG_DIR=$STATE/registry
+NODES_DIR=$STATE/nodes
+TMP_DIR=$STATE/tmp
+NI_CRI=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ni-cri
+
+# Version stamping for binaries built from k8s.io/kubernetes (the same values
+# `make` would inject), so both kubelocal and kubectl report v1.33.13.
+GO_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33 -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+
+# Node count: an integer, or a list of names node-1..node-N.
+NODE_SPEC=${NODEIMAGE_NODES:-${NODEIMAGE_NODE_COUNT:-3}}
+if [[ $NODE_SPEC =~ ^[0-9]+$ ]]; then
+  NODE_COUNT=$NODE_SPEC
+else
+  read -r -a _names <<<"$NODE_SPEC"
+  NODE_COUNT=${#_names[@]}
+  for ((i = 1; i <= NODE_COUNT; i++)); do
+    [[ ${_names[i - 1]} == "node-$i" ]] ||
+      die "NODEIMAGE_NODES must be a count or the names node-1..node-N in order, got: $NODE_SPEC"
+  done
+fi
+((NODE_COUNT >= 1 && NODE_COUNT <= 50)) || die "node count must be between 1 and 50, got $NODE_COUNT"
+NODE_NAMES=()
+for ((i = 1; i <= NODE_COUNT; i++)); do NODE_NAMES+=("node-$i"); done
+
+# ---------------------------------------------------------------------------
+# 1. Host packages and toolchains
+# ---------------------------------------------------------------------------
+ensure_packages() {
+  # binary -> Debian package providing it
+  local -A pkg_of=(
+    [containerd]=containerd [runc]=runc [docker-registry]=docker-registry
+    [skopeo]=skopeo [umoci]=umoci [htpasswd]=apache2-utils
+    [protoc]=protobuf-compiler [curl]=curl
+  )
+  local bin missing=()
+  for bin in "${!pkg_of[@]}"; do
+    command -v "$bin" >/dev/null 2>&1 || missing+=("${pkg_of[$bin]}")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  [[ $EUID -eq 0 ]] || die "missing packages (${missing[*]}) and not root: cannot apt-get install"
+  log "installing Debian packages: ${missing[*]}"
+  # Make sure package postinst scripts do not start a system containerd
+  # (on /run/containerd) or a system registry: deny all service starts while
+  # installing, unless the machine already has a policy.
+  local policy=/usr/sbin/policy-rc.d own_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    own_policy=1
+  fi
+  local rc=0
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } || rc=$?
+  ((own_policy)) && rm -f "$policy"
+  ((rc == 0)) || die "apt-get install failed (exit $rc)"
+}
+
+ensure_packages
+command -v go >/dev/null 2>&1 || die "go is not installed (needed to build tests/kube)"
+command -v cargo >/dev/null 2>&1 || die "cargo is not installed (needed to build ni-cri)"
+
+mkdir -p "$STATE" "$BIN" "$PIDS" "$LOGS" "$TMP_DIR" "$REG_DIR" "$NODES_DIR" "$KUBE_DIR"
+touch "$STATE_MARKER"
+
+# ---------------------------------------------------------------------------
+# 2. Builds: ni-cri (Rust), kubelocal and maybe kubectl (Go)
+# ---------------------------------------------------------------------------
+log "building ni-cri (cargo, incremental)"
+(cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-tests --bin ni-cri)
+[[ -x $NI_CRI ]] || die "ni-cri was not built at $NI_CRI"
+
+# go_build_stamped NAME STAMP_INPUTS... -- GO_BUILD_ARGS...
+# Runs `go build` in tests/kube only when the hash of the inputs (sources, go
+# version, flags) differs from $BIN/NAME.stamp or the binary is missing.
+# Sets REBUILT=1 when it built.
+go_build_stamped() {
+  local name=$1
+  shift
+  local inputs=()
+  while [[ $1 != -- ]]; do
+    inputs+=("$1")
+    shift
+  done
+  shift
+  local stamp
+  stamp=$({
+    go version
+    echo "$*"
+    cat "${inputs[@]}"
+  } | sha256sum | cut -d' ' -f1)
+  REBUILT=0
+  if [[ -x $BIN/$name && "$(cat "$BIN/$name.stamp" 2>/dev/null)" == "$stamp" ]]; then
+    log "$name is up to date"
+    return 0
+  fi
+  log "building $name (go build; a cold build takes several minutes)"
+  local t0=$SECONDS
+  (cd "$TESTS_DIR/kube" && go build -buildvcs=false -trimpath -ldflags "$GO_LDFLAGS" -o "$BIN/$name.new" "$@")
+  mv -f "$BIN/$name.new" "$BIN/$name"
+  echo "$stamp" >"$BIN/$name.stamp"
+  REBUILT=1
+  log "built $name in $((SECONDS - t0)) s"
+}
+
+go_build_stamped kubelocal "$TESTS_DIR"/kube/*.go "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- .
+KUBELOCAL_REBUILT=$REBUILT
+
+# kubectl: the machine's if its client minor version is >= 32, else built
+# from k8s.io/kubernetes (kept in go.mod by tests/kube/tools.go).
+choose_kubectl() {
+  local sys minor
+  sys=$(command -v kubectl 2>/dev/null || true)
+  if [[ ${NODEIMAGE_BUILD_KUBECTL:-0} != 1 && -n $sys ]]; then
+    minor=$("$sys" version --client -o json 2>/dev/null |
+      sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -n 1 || true)
+    if [[ -n $minor ]] && ((minor >= 32)); then
+      KUBECTL=$sys
+      log "using $KUBECTL (client minor $minor)"
+      return 0
+    fi
+    log "machine kubectl $sys has client minor '${minor:-?}' (< 32); building one"
+  fi
+  go_build_stamped kubectl "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- k8s.io/kubernetes/cmd/kubectl
+  KUBECTL=$BIN/kubectl
+}
+choose_kubectl
+
+kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" --request-timeout=10s "$@"; }
+
+# ---------------------------------------------------------------------------
+# 3. Control plane: apiserver first (it takes the longest to become ready;
+#    registries, images and containerds are prepared meanwhile)
+# ---------------------------------------------------------------------------
+if ((KUBELOCAL_REBUILT)); then
+  # A running control plane uses the old binary: restart it.
+  stop_daemon controller-manager
+  stop_daemon apiserver
+fi
+# Check every port up front, so a conflict fails before anything starts.
+require_port_free_for apiserver "$API_PORT"
+require_port_free_for apiserver "$ETCD_PORT"
+require_port_free_for apiserver "$((ETCD_PORT + 1))"
+require_port_free_for "registry-$REG_PORT" "$REG_PORT"
+require_port_free_for "registry-$AUTH_REG_PORT" "$AUTH_REG_PORT"
+start_daemon apiserver "$BIN/kubelocal" apiserver "$KUBE_DIR" "$API_PORT" "$ETCD_PORT"
+
+# ---------------------------------------------------------------------------
+# 4. Registries
+# ---------------------------------------------------------------------------
+# Generated once, kept in $STATE until down.sh.
+[[ -s $REG_DIR/http-secret ]] || head -c 24 /dev/urandom | base64 | tr -d '/+=\n' >"$REG_DIR/http-secret"
+if [[ ! -s $REG_DIR/password ]]; then
+  (umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=\n' >"$REG_DIR/password")
+fi
+AUTH_PASSWORD=$(cat "$REG_DIR/password")
+if [[ ! -s $REG_DIR/htpasswd ]]; then
+  htpasswd -Bbc "$REG_DIR/htpasswd.new" "$AUTH_USER" "$AUTH_PASSWORD" 2>/dev/null
+  mv -f "$REG_DIR/htpasswd.new" "$REG_DIR/htpasswd"
+fi
+
+# registry_config PORT WITH_AUTH(0|1): distribution 2.8 config on stdout.
+registry_config() {
+  local port=$1 auth=$2
+  cat <<EOF
+# Generated by tests/cluster/up.sh
+version: 0.1
+log:
+  level: info
+  fields:
+    service: registry-$port
+storage:
+  filesystem:
+    rootdirectory: $REG_DIR/data-$port
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$port
+  secret: $(cat "$REG_DIR/http-secret")
+health:
+  storagedriver:
+    enabled: false
+EOF
+  if ((auth)); then
+    cat <<EOF
+auth:
+  htpasswd:
+    realm: nodeimage-test-registry
+    path: $REG_DIR/htpasswd
+EOF
+  fi
+}
+
+start_registry() {
+  local port=$1 auth=$2 name=registry-$1
+  local cfg=$REG_DIR/config-$port.yml
+  mkdir -p "$REG_DIR/data-$port"
+  if registry_config "$port" "$auth" | write_if_changed "$cfg"; then
+    stop_daemon "$name" # config changed: a running registry must reload it
+  fi
+  require_port_free_for "$name" "$port"
+  start_daemon "$name" "$(command -v docker-registry)" serve "$cfg"
+}
+start_registry "$REG_PORT" 0
+start_registry "$AUTH_REG_PORT" 1
+
+http_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$@" || true; }
+wait_until 30 "registry $REGISTRY" "registry-$REG_PORT" \
+  bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 http://$REGISTRY/v2/) == 200 ]]"
+wait_until 30 "registry $AUTH_REGISTRY" "registry-$AUTH_REG_PORT" \
+  bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 http://$AUTH_REGISTRY/v2/) == 401 ]]"
+
+# ---------------------------------------------------------------------------
+# 5. Test images: built once into the OCI layout $IMAGES, then pushed
+# ---------------------------------------------------------------------------
+# The layout-local tag of each image (repo:tag in the registries is derived).
+IMAGE_TAGS=(test-v1 test-v2 test-v3 multi-v1 big-v1 digest-only)
+
+# Tags present in the layout (captured once: `umoci ls | grep -q` would let
+# umoci die of SIGPIPE, which pipefail reports as a failure).
+LAYOUT_TAGS=""
+layout_has() { grep -qx -- "$1" <<<"$LAYOUT_TAGS"; }
+
+# build_image LAYOUT_TAG: creates the image under a temporary tag and only
+# names it LAYOUT_TAG when complete, so an interrupted build is redone.
+build_image() {
+  local tag=$1 tmp=building-$1 work
+  work=$(mktemp -d "$TMP_DIR/image.XXXXXX")
+  local b=$work/bundle ref="$IMAGES:$tmp"
+  umoci rm --image "$ref" >/dev/null 2>&1 || true
+  umoci new --image "$ref"
+  umoci unpack --image "$ref" "$b" >/dev/null
+  # layer ADD: add/modify files in the bundle, then record one layer.
+  layer() { umoci repack --refresh-bundle --image "$ref" "$b"; }
+  case $tag in
+    test-v1 | test-v2 | test-v3)
+      local v=${tag#test-}
+      echo "hello from test:$v" >"$b/rootfs/hello.txt"
+      if [[ $v == v3 ]]; then echo "only in v3" >"$b/rootfs/v3-only.txt"; fi
+      layer
+      umoci config --image "$ref" --config.cmd /hello.txt \
+        --config.label "dev.nodeimage.test=test:$v"
+      ;;
+    multi-v1)
+      # Three layers; the third deletes a file of the first (a whiteout).
+      echo "layer 1" >"$b/rootfs/one.txt"
+      echo "shared, from layer 1" >"$b/rootfs/shared.txt"
+      layer
+      echo "layer 2" >"$b/rootfs/two.txt"
+      echo "shared, from layer 2" >"$b/rootfs/shared.txt"
+      layer
+      echo "layer 3" >"$b/rootfs/three.txt"
+      rm -f "$b/rootfs/one.txt"
+      layer
+      umoci config --image "$ref" --config.cmd /three.txt --config.label "dev.nodeimage.test=multi:v1"
+      ;;
+    big-v1)
+      # ~50 MB of incompressible data in one layer.
+      dd if=/dev/urandom of="$b/rootfs/random.bin" bs=1M count=50 status=none
+      layer
+      umoci config --image "$ref" --config.cmd /random.bin --config.label "dev.nodeimage.test=big:v1"
+      ;;
+    digest-only)
+      echo "pushed by digest only, never tagged" >"$b/rootfs/digest-only.txt"
+      layer
+      umoci config --image "$ref" --config.cmd /digest-only.txt --config.label "dev.nodeimage.test=digest-only"
+      ;;
+    *) die "unknown test image $tag" ;;
+  esac
+  umoci tag --image "$ref" "$tag"
+  umoci rm --image "$ref"
+  rm -rf "$work"
+}
+
+[[ -f $IMAGES/index.json ]] || umoci init --layout "$IMAGES"
+LAYOUT_TAGS=$(umoci ls --layout "$IMAGES")
+built_any=0
+for tag in "${IMAGE_TAGS[@]}"; do
+  if ! layout_has "$tag"; then
+    log "building test image $tag"
+    build_image "$tag"
+    built_any=1
+  fi
+done
+if ((built_any)); then umoci gc --layout "$IMAGES"; fi
+
+# Manifest digest (hex) of a layout image, as the registry will store it
+# (skopeo --preserve-digests pushes the manifest byte for byte).
+layout_digest() { skopeo --insecure-policy inspect --raw "oci:$IMAGES:$1" | sha256sum | cut -d' ' -f1; }
+
+# push_image LAYOUT_TAG PORT REPO [TAG]: pushes unless the registry storage
+# already holds that manifest (by tag, or by digest when TAG is empty).
+push_image() {
+  local ltag=$1 port=$2 repo=$3 rtag=${4:-} digest dest link
+  local data=$REG_DIR/data-$port/docker/registry/v2/repositories/$repo/_manifests
+  digest=$(layout_digest "$ltag")
+  if [[ -n $rtag ]]; then
+    dest=127.0.0.1:$port/$repo:$rtag
+    link=$data/tags/$rtag/current/link
+    [[ "$(cat "$link" 2>/dev/null)" == "sha256:$digest" ]] && return 0
+  else
+    dest=127.0.0.1:$port/$repo@sha256:$digest
+    link=$data/revisions/sha256/$digest/link
+    [[ -f $link ]] && return 0
+  fi
+  local creds=()
+  if [[ $port == "$AUTH_REG_PORT" ]]; then creds=(--dest-creds "$AUTH_USER:$AUTH_PASSWORD"); fi
+  log "pushing $ltag -> $dest"
+  skopeo --insecure-policy copy --quiet --preserve-digests --dest-tls-verify=false "${creds[@]}" \
+    "oci:$IMAGES:$ltag" "docker://$dest"
+}
+
+for port in "$REG_PORT" "$AUTH_REG_PORT"; do
+  push_image test-v1 "$port" test v1
+  push_image test-v2 "$port" test v2
+  push_image test-v3 "$port" test v3
+  push_image multi-v1 "$port" multi v1
+  push_image big-v1 "$port" big v1
+  push_image digest-only "$port" digestonly # by digest: no tag at all
+done
+DIGEST_ONLY_DIGEST=sha256:$(layout_digest digest-only)
+DIGEST_ONLY_REF=$REGISTRY/digestonly@$DIGEST_ONLY_DIGEST
+
+# The digest-only repository must have no tags: distribution answers 404
+# NAME_UNKNOWN for a repository without tags (or an empty list).
+tags_json=$(curl -s --max-time 5 "http://$REGISTRY/v2/digestonly/tags/list" || true)
+if [[ $tags_json == *'"tags":['*'"'* ]]; then
+  die "digestonly unexpectedly has tags: $tags_json"
+fi
+[[ $(http_code -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+  "http://$REGISTRY/v2/digestonly/manifests/$DIGEST_ONLY_DIGEST") == 200 ]] ||
+  die "digestonly manifest $DIGEST_ONLY_DIGEST is not served by $REGISTRY"
+
+# ---------------------------------------------------------------------------
+# 6. Nodes: one containerd each
+# ---------------------------------------------------------------------------
+# overlayfs when the kernel has it and it actually mounts on $STATE's
+# filesystem (overlay on overlay fails, e.g. inside some containers).
+probe_overlay() {
+  grep -qw overlay /proc/filesystems || return 1
+  local d
+  d=$(mktemp -d "$TMP_DIR/overlay-probe.XXXXXX")
+  mkdir -p "$d/lower" "$d/upper" "$d/work" "$d/merged"
+  local ok=1
+  if mount -t overlay overlay -o "lowerdir=$d/lower,upperdir=$d/upper,workdir=$d/work" "$d/merged" 2>/dev/null; then
+    umount "$d/merged" && ok=0
+  fi
+  rm -rf "$d"
+  return $ok
+}
+case ${NODEIMAGE_SNAPSHOTTER:-} in
+  overlayfs | native) SNAPSHOTTER=$NODEIMAGE_SNAPSHOTTER ;;
+  "") if probe_overlay; then SNAPSHOTTER=overlayfs; else SNAPSHOTTER=native; fi ;;
+  *) die "NODEIMAGE_SNAPSHOTTER must be overlayfs or native" ;;
+esac
+log "snapshotter: $SNAPSHOTTER"
+
+CONTAINERD_BIN=$(command -v containerd)
+
+# containerd_config NODE_DIR: containerd 1.6 config (see local-stack.md).
+containerd_config() {
+  local d=$1
+  cat <<EOF
+# Generated by tests/cluster/up.sh
+version = 2
+root = "$d/root"
+state = "$d/state"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "$d/containerd.sock"
+
+[ttrpc]
+  address = "$d/containerd.sock.ttrpc"
+
+[debug]
+  address = "$d/debug.sock"
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "$d/opt"
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "$REGISTRY/pause:3.6"
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    disable_apparmor = true
+    enable_selinux = false
+    max_concurrent_downloads = 3
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "$SNAPSHOTTER"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "$d/cni/bin"
+      conf_dir = "$d/cni/net.d"
+
+    # hosts.toml per registry; no node-level credentials on purpose: pulls
+    # from the auth registry must carry credentials in the CRI request.
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$d/certs.d"
+EOF
+}
+
+hosts_toml() {
+  cat <<EOF
+# Generated by tests/cluster/up.sh
+server = "http://$1"
+
+[host."http://$1"]
+  capabilities = ["pull", "resolve", "push"]
+  skip_verify = true
+EOF
+}
+
+declare -a SOCKETS=()
+for i in "${!NODE_NAMES[@]}"; do
+  name=${NODE_NAMES[i]}
+  d=$NODES_DIR/$name
+  sock=$d/containerd.sock
+  # Unix socket paths are limited to 107 bytes (+ ".ttrpc").
+  ((${#sock} + 6 <= 107)) || die "socket path too long (${#sock} chars): $sock; use a shorter NODEIMAGE_STATE"
+  mkdir -p "$d/root" "$d/state" "$d/opt" "$d/cni/bin" "$d/cni/net.d"
+  changed=0
+  for reg in "$REGISTRY" "$AUTH_REGISTRY"; do
+    mkdir -p "$d/certs.d/$reg"
+    if hosts_toml "$reg" | write_if_changed "$d/certs.d/$reg/hosts.toml"; then changed=1; fi
+  done
+  if containerd_config "$d" | write_if_changed "$d/config.toml"; then changed=1; fi
+  if ((changed)); then stop_daemon "containerd-$name"; fi
+  start_daemon "containerd-$name" "$CONTAINERD_BIN" --config "$d/config.toml"
+  SOCKETS+=("$sock")
+done
+
+# Nodes beyond NODE_COUNT left over from a bigger earlier cluster: stop them.
+for pidfile in "$PIDS"/containerd-node-*.pid; do
+  [[ -e $pidfile ]] || continue
+  n=$(basename "$pidfile" .pid)
+  n=${n#containerd-node-}
+  if [[ $n =~ ^[0-9]+$ ]] && ((n > NODE_COUNT)); then stop_daemon "containerd-node-$n"; fi
+done
+
+for i in "${!NODE_NAMES[@]}"; do
+  wait_until 30 "containerd of ${NODE_NAMES[i]} to answer CRI" "containerd-${NODE_NAMES[i]}" \
+    "$NI_CRI" --socket "${SOCKETS[i]}" --timeout 5 version
+done
+
+# ---------------------------------------------------------------------------
+# 7. Control plane ready, controller-manager, Node objects
+# ---------------------------------------------------------------------------
+wait_until 60 "the apiserver to write $KUBECONFIG_PATH" apiserver test -s "$KUBECONFIG_PATH"
+readyz_ok() { [[ "$(kc get --raw /readyz 2>/dev/null)" == ok ]]; }
+wait_until 120 "kube-apiserver /readyz" apiserver readyz_ok
+log "apiserver ready"
+
+start_daemon controller-manager "$BIN/kubelocal" controller-manager "$KUBE_DIR"
+
+NOW=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+for i in "${!NODE_NAMES[@]}"; do
+  name=${NODE_NAMES[i]}
+  idx=$((i + 1))
+  kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  labels:
+    kubernetes.io/hostname: $name
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    nodeimage.dev/index: "$idx"
+EOF
+  # Status as a kubelet would report it (nothing will mark it NotReady: the
+  # node-lifecycle controller is not running).
+  kc patch node "$name" --subresource=status --type=merge -p "$(
+    cat <<EOF
+{"status": {
+  "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                  "message": "nodeimage test node (containerd ${SOCKETS[i]})",
+                  "lastHeartbeatTime": "$NOW", "lastTransitionTime": "$NOW"}],
+  "addresses": [{"type": "Hostname", "address": "$name"}],
+  "nodeInfo": {"kubeletVersion": "$K8S_VERSION", "kubeProxyVersion": "",
+               "containerRuntimeVersion": "containerd://1.6.20",
+               "architecture": "amd64", "operatingSystem": "linux",
+               "osImage": "nodeimage test node", "kernelVersion": "$(uname -r)",
+               "machineID": "", "systemUUID": "", "bootID": ""},
+  "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+  "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}
+}}
+EOF
+  )" >/dev/null
+done
+
+# Delete Node objects of nodes beyond NODE_COUNT (from a bigger earlier run).
+for n in $(kc get nodes -l nodeimage.dev/index -o 'jsonpath={.items[*].metadata.labels.nodeimage\.dev/index}'); do
+  if ((n > NODE_COUNT)); then kc delete node "node-$n" --wait=false >/dev/null; fi
+done
+
+# The serviceaccount controller creates default/default: proves the
+# controller-manager is working.
+sa_ok() { kc get serviceaccount default -n default; }
+wait_until 60 "controller-manager to create ServiceAccount default/default" controller-manager sa_ok
+
+# ---------------------------------------------------------------------------
+# 8. Health checks
+# ---------------------------------------------------------------------------
+log "health checks"
+readyz_ok || die "apiserver is not ready"
+ready_nodes=$(kc get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '=True$' || true)
+((ready_nodes == NODE_COUNT)) || die "expected $NODE_COUNT Ready nodes, found $ready_nodes"
+for i in "${!NODE_NAMES[@]}"; do
+  "$NI_CRI" --socket "${SOCKETS[i]}" --timeout 10 version >/dev/null ||
+    die "containerd of ${NODE_NAMES[i]} does not answer CRI"
+done
+[[ $(http_code "http://$REGISTRY/v2/") == 200 ]] || die "$REGISTRY/v2/ is not 200"
+[[ $(http_code "http://$AUTH_REGISTRY/v2/") == 401 ]] || die "$AUTH_REGISTRY/v2/ without credentials is not 401"
+[[ $(http_code -u "$AUTH_USER:$AUTH_PASSWORD" "http://$AUTH_REGISTRY/v2/") == 200 ]] ||
+  die "$AUTH_REGISTRY/v2/ with credentials is not 200"
+
+# A CRI pull from each registry on node-1, removed again afterwards (one at a
+# time: CRI RemoveImage removes an image id with all its tags). An image that
+# was already on the node (reused cluster) is left in place.
+check_pull() {
+  local image=$1
+  shift
+  local sock=${SOCKETS[0]} present=0
+  if "$NI_CRI" --socket "$sock" status "$image" >/dev/null 2>&1; then present=1; fi
+  "$NI_CRI" --socket "$sock" pull "$image" "$@" >/dev/null || die "CRI pull of $image on node-1 failed"
+  if ((present == 0)); then
+    "$NI_CRI" --socket "$sock" rmi "$image" >/dev/null || die "CRI rmi of $image on node-1 failed"
+    if "$NI_CRI" --socket "$sock" status "$image" >/dev/null 2>&1; then die "$image still present after rmi"; fi
+  fi
+}
+check_pull "$REGISTRY/test:v1"
+check_pull "$AUTH_REGISTRY/test:v1" --username "$AUTH_USER" --password "$AUTH_PASSWORD"
+# And the auth registry must refuse a pull without credentials.
+if "$NI_CRI" --socket "${SOCKETS[0]}" pull "$AUTH_REGISTRY/test:v1" >/dev/null 2>&1; then
+  die "pull from $AUTH_REGISTRY without credentials unexpectedly succeeded"
+fi
+
+# ---------------------------------------------------------------------------
+# 9. Env file
+# ---------------------------------------------------------------------------
+ENV_FILE=$STATE/env.sh
+{
+  echo "# Generated by tests/cluster/up.sh on $(date -Is). Source it: . $ENV_FILE"
+  # Single-quoted values (none of them contains a quote).
+  ex() { printf "export %s='%s'\n" "$1" "$2"; }
+  ex NODEIMAGE_STATE "$STATE"
+  ex KUBECONFIG "$KUBECONFIG_PATH"
+  ex KUBECTL "$KUBECTL"
+  ex NODEIMAGE_API_SERVER "https://127.0.0.1:$API_PORT"
+  ex NODEIMAGE_NODES "${NODE_NAMES[*]}"
+  ex NODEIMAGE_NODE_COUNT "$NODE_COUNT"
+  for i in "${!SOCKETS[@]}"; do ex "NODEIMAGE_CONTAINERD_$((i + 1))" "${SOCKETS[i]}"; done
+  ex NODEIMAGE_CONTAINERD_SOCKETS "${SOCKETS[*]}"
+  ex NODEIMAGE_SNAPSHOTTER "$SNAPSHOTTER"
+  ex NODEIMAGE_REGISTRY "$REGISTRY"
+  ex NODEIMAGE_AUTH_REGISTRY "$AUTH_REGISTRY"
+  ex NODEIMAGE_AUTH_USER "$AUTH_USER"
+  ex NODEIMAGE_AUTH_PASSWORD "$AUTH_PASSWORD"
+  ex NODEIMAGE_DIGEST_ONLY "$DIGEST_ONLY_REF"
+  ex NODEIMAGE_CRI "$NI_CRI"
+} >"$ENV_FILE.new"
+mv -f "$ENV_FILE.new" "$ENV_FILE"
+
+log "cluster up in $((SECONDS - START_TIME)) s: $NODE_COUNT nodes, apiserver https://127.0.0.1:$API_PORT, registries $REGISTRY and $AUTH_REGISTRY"
+echo "$ENV_FILE" >&3
