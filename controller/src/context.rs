@@ -27,6 +27,8 @@ pub struct Context {
     pub response_timeout: TimeDelta,
     /// Namespace of the pull-secret copies the daemons read.
     pub secrets_namespace: String,
+    /// Reconcile metrics and the caches read at scrape time.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl Context {
@@ -43,6 +45,7 @@ impl Context {
             client,
             response_timeout,
             secrets_namespace: flags.secrets_namespace.clone(),
+            metrics: crate::metrics::Metrics::default(),
         })
     }
 

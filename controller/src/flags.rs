@@ -37,6 +37,24 @@ pub struct Flags {
         default_value = "nodeimage-secrets"
     )]
     pub secrets_namespace: String,
+
+    /// Run for a Lease and reconcile only while holding it, so several
+    /// replicas can run for availability. Off: this process always reconciles.
+    #[arg(long, env = "NODEIMAGE_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "nodeimage-controller")]
+    pub leader_election_lease: String,
+
+    /// Seconds a leader keeps the Lease without renewing it; a standby takes
+    /// over within about this long after the leader dies.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=300))]
+    pub leader_election_lease_seconds: u64,
 }
 
 /// Parses `90`, `90s`, `10m` or `1h` into a duration.

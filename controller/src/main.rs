@@ -7,8 +7,11 @@ mod entries;
 mod flags;
 mod housekeeping;
 mod imagelistpulljob;
+mod imageprepulljob;
 mod imagepulljob;
+mod leader;
 mod lifecycle;
+mod metrics;
 mod nodemirror;
 mod pullsecrets;
 mod rollout;
@@ -43,6 +46,10 @@ enum Error {
     Client(#[from] client::ClientError),
     #[error(transparent)]
     Context(#[from] context::ContextError),
+    #[error(transparent)]
+    Election(#[from] leader::ElectionError),
+    #[error("lost the leader-election lease; exiting so that a restart waits as a standby")]
+    LostLease,
     #[error("health server on {addr}: {source}")]
     Health {
         addr: std::net::SocketAddr,
@@ -57,27 +64,73 @@ async fn run(flags: Flags) -> Result<(), Error> {
         response_timeout_s = flags.response_timeout.as_secs(),
         "controller starting"
     );
+    let mut registry = nodeimage_ops::metrics::registry("controller");
+    ctx.metrics.register(&mut registry);
+    let registry = std::sync::Arc::new(registry);
+    let render: health::MetricsFn =
+        std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
     let readiness = health::Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let health_addr = flags.health_addr;
     let health = tokio::spawn(health::serve(
         health_addr,
         readiness.clone(),
-        None,
+        Some(render),
         lifecycle::stopped(stop_rx.clone()),
     ));
+
+    // With leader election, wait (as a ready standby) until we hold the lease.
+    let mut leading = if flags.leader_elect {
+        let election = leader::Election {
+            namespace: flags.leader_election_namespace.clone(),
+            lease: flags.leader_election_lease.clone(),
+            identity: std::env::var("POD_NAME")
+                .unwrap_or_else(|_| format!("nodeimage-controller-{}", std::process::id())),
+            duration_s: flags.leader_election_lease_seconds,
+        };
+        let mut rx = leader::start(ctx.client.clone(), &election).await?;
+        tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
+        tokio::select! {
+            r = rx.wait_for(|l| *l) => { if r.is_err() { return Err(Error::LostLease); } }
+            _ = shutdown::signal_received() => {
+                let _ = stop_tx.send(true);
+                let _ = health.await;
+                return Ok(());
+            }
+        }
+        tracing::info!(identity = %election.identity, "leading: starting the controllers");
+        Some(rx)
+    } else {
+        None
+    };
+    let lost = async {
+        match leading.as_mut() {
+            Some(rx) => {
+                let _ = rx.wait_for(|l| !*l).await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
 
     let work = async {
         tokio::join!(
             nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             housekeeping::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            imageprepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
         )
     };
     let mut work = std::pin::pin!(work);
+    let mut lost_lease = false;
     tokio::select! {
         _ = &mut work => tracing::warn!("controllers ended without a stop signal"),
+        _ = lost => {
+            tracing::error!("lost the leader-election lease: stopping work now");
+            lost_lease = true;
+            let _ = stop_tx.send(true);
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await;
+        }
         _ = shutdown::signal_received() => {
             let _ = stop_tx.send(true);
             if tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await.is_err() {
@@ -95,6 +148,9 @@ async fn run(flags: Flags) -> Result<(), Error> {
             });
         }
         Err(e) => tracing::warn!(error = %e, "health server task failed"),
+    }
+    if lost_lease {
+        return Err(Error::LostLease);
     }
     tracing::info!("controller stopped cleanly");
     Ok(())

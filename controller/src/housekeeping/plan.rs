@@ -130,6 +130,8 @@ pub struct Failure {
     pub version: i64,
     /// The message written to status.
     pub message: String,
+    /// Whether the node never answered (rather than exceeding the deadline).
+    pub no_response: bool,
 }
 
 /// What housekeeping should write for one NodeImage.
@@ -341,7 +343,7 @@ fn plan_tag<O: OwnerLookup>(
     }
 
     // Unfinished: the earliest deadline that has passed fails the tag.
-    let mut deadlines: Vec<(DateTime<Utc>, String)> = Vec::new();
+    let mut deadlines: Vec<(DateTime<Utc>, String, bool)> = Vec::new();
     if report.is_none() {
         deadlines.push((
             created + inputs.response_timeout,
@@ -349,29 +351,32 @@ fn plan_tag<O: OwnerLookup>(
                 "node did not respond within {} (no status for version {version})",
                 go_duration(inputs.response_timeout)
             ),
+            true,
         ));
     }
     if let Some(ads) = policy.active_deadline_seconds {
         deadlines.push((
             created + TimeDelta::seconds(ads.max(0)) + DEADLINE_GRACE,
             format!("pull did not finish within activeDeadlineSeconds ({ads}s) of createdAt"),
+            false,
         ));
     }
-    deadlines.sort_by_key(|(at, _)| *at);
-    match deadlines.iter().find(|(at, _)| now >= *at) {
-        Some((_, message)) => TagOutcome {
+    deadlines.sort_by_key(|(at, _, _)| *at);
+    match deadlines.iter().find(|(at, _, _)| now >= *at) {
+        Some((_, message, no_response)) => TagOutcome {
             due: ttl.map(|ttl| now + ttl),
             failure: Some(Failure {
                 image: image.to_string(),
                 tag: tag.tag.clone(),
                 version,
                 message: message.clone(),
+                no_response: *no_response,
             }),
             spec: Some(spec),
             changes,
         },
         None => TagOutcome {
-            due: deadlines.first().map(|(at, _)| *at),
+            due: deadlines.first().map(|(at, _, _)| *at),
             failure: None,
             spec: Some(spec),
             changes,

@@ -78,6 +78,7 @@ impl Error {
 
 /// Housekeeps one NodeImage.
 pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, Error> {
+    let _timer = state.ctx.metrics.reconcile("NodeImage");
     if ni.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -207,6 +208,9 @@ fn log_changes(name: &str, plan: &Plan) {
 async fn publish_failures(ctx: &Context, ni: &NodeImage, plan: &Plan) {
     let reference = ni.object_ref(&());
     for failure in &plan.failures {
+        if failure.no_response {
+            ctx.metrics.response_timeouts.inc();
+        }
         let event = Event {
             type_: EventType::Warning,
             reason: REASON_PULL_FAILED.into(),
@@ -225,7 +229,8 @@ async fn publish_failures(ctx: &Context, ni: &NodeImage, plan: &Plan) {
 
 /// Logs the failure and retries: soon after a conflict, after a short
 /// backoff otherwise.
-pub fn error_policy(ni: Arc<NodeImage>, error: &Error, _: Arc<State>) -> Action {
+pub fn error_policy(ni: Arc<NodeImage>, error: &Error, state: Arc<State>) -> Action {
+    state.ctx.metrics.error("NodeImage");
     match error {
         Error::Conflict(_) => {
             tracing::debug!(nodeimage = %ni.name_any(), %error, "write conflict; re-planning");

@@ -55,6 +55,7 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
 }
 
 async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile("ImageListPullJob");
     if job.meta().deletion_timestamp.is_some() {
         // Children go with it through garbage collection (owner references).
         return Ok(Action::await_change());
@@ -132,7 +133,8 @@ async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Acti
         .unwrap_or_else(Action::await_change))
 }
 
-fn error_policy(job: Arc<ImageListPullJob>, error: &Error, _: Arc<Context>) -> Action {
+fn error_policy(job: Arc<ImageListPullJob>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.error("ImageListPullJob");
     tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 5s");
     Action::requeue(Duration::from_secs(5))
 }

@@ -87,6 +87,8 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
         watcher::Config::default(),
     );
     let jobs = controller.store();
+    let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
+    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.clone());
     let jobs_for_pods = jobs.clone();
     let jobs_for_secrets = jobs.clone();
     let state = Arc::new(reconcile::State {

@@ -102,6 +102,7 @@ fn job_key(job: &ImagePullJob) -> String {
 /// Reconciles one job.
 pub async fn reconcile(job: Arc<ImagePullJob>, state: Arc<State>) -> Result<Action, Error> {
     let ctx = &state.ctx;
+    let _timer = ctx.metrics.reconcile(super::KIND);
     let ns = job.namespace().unwrap_or_default();
     let api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &ns);
     let name = job.name_any();
@@ -370,7 +371,8 @@ async fn publish(ctx: &Context, job: &ImagePullJob, warning: bool, reason: &str,
 }
 
 /// Logs the failure and retries with a short delay (conflicts sooner).
-pub fn error_policy(job: Arc<ImagePullJob>, error: &Error, _: Arc<State>) -> Action {
+pub fn error_policy(job: Arc<ImagePullJob>, error: &Error, state: Arc<State>) -> Action {
+    state.ctx.metrics.error(super::KIND);
     match error {
         Error::Conflict(_) => Action::requeue(Duration::from_secs(1)),
         _ => {

@@ -598,6 +598,7 @@ fn failed_entry_records_version_time_and_message_and_keeps_progress() {
             tag: "1.25".into(),
             version: 4,
             message: "pull did not finish within activeDeadlineSeconds (10s) of createdAt".into(),
+            no_response: false,
         }]
     );
 }

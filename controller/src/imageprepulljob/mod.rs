@@ -1,0 +1,160 @@
+//! ImagePrePullJob: KubeEdge's batch pre-pull of a list of images onto named
+//! or selected nodes, with node checks, a concurrency budget, per-node
+//! timeouts, retries and a failure tolerance, through tag entries in the
+//! nodes' NodeImages. Decisions are in `plan`; `reconcile` reads, calls the
+//! plan, and writes narrow patches.
+//!
+//! A job is woken when it changes, when a NodeImage holding one of its tags
+//! changes, when a Node's labels, readiness or existence change (running
+//! jobs only), and when its plan's due time comes (a node timeout, or the
+//! periodic look of a running job).
+
+pub mod plan;
+mod reconcile;
+
+use crate::context::Context;
+use crate::lifecycle;
+use crate::watch::{self, SyncSignals, Synced};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
+use nodeimage_api::{ImagePrePullJob, NodeImage};
+use nodeimage_ops::health::Readiness;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// Runs the ImagePrePullJob controller until `stop` turns true.
+pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+    let client = ctx.client.clone();
+    if let Err(e) = crate::pullsecrets::ensure_namespace(&client, &ctx.secrets_namespace).await {
+        tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; image secrets will fail until it exists");
+    }
+
+    let nodeimages_synced = Synced::default();
+    let (nodeimages, ni_writer) = reflector::store::<NodeImage>();
+    let ni_events = watch::reflect(
+        "imageprepulljob-nodeimages",
+        Api::all(client.clone()),
+        ni_writer,
+        watch::without_managed_fields,
+        SyncSignals {
+            synced: nodeimages_synced.clone(),
+            check: readiness.check("imageprepulljob-nodeimages-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
+            _ => None,
+        })
+    });
+
+    // Nodes: only a change of what the plan reads (labels, readiness,
+    // whether it gets a NodeImage) or a deletion is passed on.
+    let nodes_synced = Synced::default();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let mut seen: HashMap<String, node_key::NodeKey> = HashMap::new();
+    let node_events = watch::reflect(
+        "imageprepulljob-nodes",
+        Api::all(client.clone()),
+        node_writer,
+        reconcile::trim_node,
+        SyncSignals {
+            synced: nodes_synced.clone(),
+            check: readiness.check("imageprepulljob-nodes-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(move |e| {
+        let out = match e {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                let key = node_key::of(&n);
+                let changed = seen.get(&n.name_any()) != Some(&key);
+                seen.insert(n.name_any(), key);
+                changed.then_some(Ok(n))
+            }
+            watcher::Event::Delete(n) => {
+                seen.remove(&n.name_any());
+                Some(Ok(n))
+            }
+            _ => None,
+        };
+        std::future::ready(out)
+    });
+
+    let controller = Controller::new(
+        Api::<ImagePrePullJob>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let jobs = controller.store();
+    let state = Arc::new(reconcile::State {
+        ctx,
+        nodeimages,
+        nodeimages_synced,
+        nodes,
+        nodes_synced,
+    });
+    tracing::info!("imageprepulljob controller starting");
+    controller
+        .watches_stream(ni_events, |ni: NodeImage| owners_of(&ni))
+        .watches_stream(node_events, move |_: Node| {
+            jobs.state()
+                .iter()
+                .filter(|j| !j.status.as_ref().is_some_and(plan::is_finished))
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome("imageprepulljob", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("imageprepulljob controller stopped");
+}
+
+/// What of a Node matters to a job, to pass on only its changes.
+mod node_key {
+    use super::reconcile::node_info;
+    use k8s_openapi::api::core::v1::Node;
+    use std::collections::BTreeMap;
+
+    /// Labels, readiness, and whether the node gets a NodeImage.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct NodeKey(BTreeMap<String, String>, bool, bool);
+
+    /// The key of a Node.
+    pub fn of(n: &Node) -> NodeKey {
+        let i = node_info(n);
+        NodeKey(i.labels, i.ready, i.wants_nodeimage)
+    }
+}
+
+/// The ImagePrePullJobs owning a tag of this NodeImage.
+fn owners_of(ni: &NodeImage) -> Vec<ObjectRef<ImagePrePullJob>> {
+    let mut out: Vec<ObjectRef<ImagePrePullJob>> = ni
+        .spec
+        .images
+        .iter()
+        .flat_map(|m| m.values())
+        .flat_map(|i| &i.tags)
+        .flat_map(|t| t.owner_references.iter().flatten())
+        .filter(|o| {
+            o.kind.as_deref() == Some(plan::KIND)
+                && o.api_version
+                    .as_deref()
+                    .is_none_or(|v| v.starts_with("operations.kubeedge.io/"))
+        })
+        .filter_map(|o| Some(ObjectRef::new(o.name.as_deref()?)))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup();
+    out
+}

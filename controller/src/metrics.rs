@@ -1,0 +1,403 @@
+//! The controller's metrics: reconciles (count, duration, errors) per kind,
+//! nodes failing the response timeout, and, read from the caches at scrape
+//! time, NodeImages, per-job node counts and jobs by phase. Per-job series
+//! vanish with their job because they are computed from the current cache.
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use nodeimage_api::NodeImage;
+use nodeimage_api::kruise::ImagePullJob;
+use nodeimage_api::kubeedge::{ImagePrePullJob, NodeUpgradeJob};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// Labels naming a reconciled kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// Kind of the reconciled object.
+    pub kind: String,
+}
+
+/// Labels of a per-job gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    /// Job kind.
+    pub kind: String,
+    /// Namespace ("" for cluster-scoped jobs).
+    pub namespace: String,
+    /// Job name.
+    pub name: String,
+    /// desired, active, succeeded or failed.
+    pub state: String,
+}
+
+/// Labels of the jobs-by-phase gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// Job kind.
+    pub kind: String,
+    /// Running, Succeeded or Failed.
+    pub phase: String,
+}
+
+/// The caches the scrape-time metrics read; each controller fills its own.
+#[derive(Default)]
+pub struct Caches {
+    /// Every NodeImage.
+    pub nodeimages: OnceLock<Store<NodeImage>>,
+    /// ImagePullJobs.
+    pub image_pull_jobs: OnceLock<Store<ImagePullJob>>,
+    /// ImagePrePullJobs.
+    pub image_pre_pull_jobs: OnceLock<Store<ImagePrePullJob>>,
+    /// NodeUpgradeJobs.
+    pub node_upgrade_jobs: OnceLock<Store<NodeUpgradeJob>>,
+}
+
+/// Reconcile metrics, shared by every controller of the binary.
+#[derive(Clone)]
+pub struct Metrics {
+    reconciles: Family<KindLabels, Counter>,
+    errors: Family<KindLabels, Counter>,
+    duration: Family<KindLabels, Histogram, fn() -> Histogram>,
+    /// Tags failed because their node did not respond in time.
+    pub response_timeouts: Counter,
+    /// Caches read at scrape time.
+    pub caches: Arc<Caches>,
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(reconcile_histogram),
+            response_timeouts: Counter::default(),
+            caches: Arc::new(Caches::default()),
+        }
+    }
+}
+
+/// Counts a reconcile and its duration when dropped.
+pub struct ReconcileTimer {
+    metrics: Metrics,
+    kind: &'static str,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        let l = KindLabels {
+            kind: self.kind.into(),
+        };
+        self.metrics.reconciles.get_or_create(&l).inc();
+        self.metrics
+            .duration
+            .get_or_create(&l)
+            .observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+impl Metrics {
+    /// Registers everything under `nodeimage_controller` / `nodeimage`.
+    pub fn register(&self, r: &mut Registry) {
+        let c = r.sub_registry_with_prefix("nodeimage_controller");
+        c.register(
+            "reconciles",
+            "Reconciles run, by kind",
+            self.reconciles.clone(),
+        );
+        c.register(
+            "reconcile_errors",
+            "Reconciles that failed, by kind",
+            self.errors.clone(),
+        );
+        c.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles, by kind",
+            self.duration.clone(),
+        );
+        c.register(
+            "response_timeouts",
+            "Tags marked Failed because the node did not respond in time",
+            self.response_timeouts.clone(),
+        );
+        r.register_collector(Box::new(CacheCollector(self.caches.clone())));
+    }
+
+    /// Starts timing a reconcile of `kind`.
+    pub fn reconcile(&self, kind: &'static str) -> ReconcileTimer {
+        ReconcileTimer {
+            metrics: self.clone(),
+            kind,
+            start: Instant::now(),
+        }
+    }
+
+    /// Counts a failed reconcile of `kind`.
+    pub fn error(&self, kind: &'static str) {
+        self.errors
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+    }
+}
+
+/// One job's counts and phase, whatever its kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobCounts {
+    /// Kind.
+    pub kind: &'static str,
+    /// Namespace, "" if cluster-scoped.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Nodes selected.
+    pub desired: i64,
+    /// Nodes working.
+    pub active: i64,
+    /// Nodes done.
+    pub succeeded: i64,
+    /// Nodes failed.
+    pub failed: i64,
+    /// Running, Succeeded or Failed.
+    pub phase: &'static str,
+}
+
+/// Counts of an ImagePullJob, from its status.
+pub fn image_pull_job_counts(j: &ImagePullJob) -> JobCounts {
+    let s = j.status.clone().unwrap_or_default();
+    let phase = match (s.completion_time.is_some(), s.failed > 0) {
+        (false, _) => "Running",
+        (true, false) => "Succeeded",
+        (true, true) => "Failed",
+    };
+    JobCounts {
+        kind: "ImagePullJob",
+        namespace: j.namespace().unwrap_or_default(),
+        name: j.name_any(),
+        desired: s.desired.into(),
+        active: s.active.into(),
+        succeeded: s.succeeded.into(),
+        failed: s.failed.into(),
+        phase,
+    }
+}
+
+/// Phase of a KubeEdge job from its `state`.
+fn kubeedge_phase(state: Option<&str>) -> &'static str {
+    match state.map(str::to_ascii_lowercase).as_deref() {
+        Some("successful") => "Succeeded",
+        Some("failed") => "Failed",
+        _ => "Running",
+    }
+}
+
+/// Counts of node states from KubeEdge-style per-node states.
+fn kubeedge_counts<'a>(states: impl Iterator<Item = Option<&'a str>>) -> (i64, i64, i64, i64) {
+    let (mut desired, mut active, mut succeeded, mut failed) = (0, 0, 0, 0);
+    for s in states {
+        desired += 1;
+        match s.map(str::to_ascii_lowercase).as_deref() {
+            Some("successful") => succeeded += 1,
+            Some("failed") => failed += 1,
+            _ => active += 1,
+        }
+    }
+    (desired, active, succeeded, failed)
+}
+
+/// Counts of an ImagePrePullJob, from its per-node status.
+pub fn image_pre_pull_job_counts(j: &ImagePrePullJob) -> JobCounts {
+    let s = j.status.clone().unwrap_or_default();
+    let nodes = s.status.clone().unwrap_or_default();
+    let (desired, active, succeeded, failed) = kubeedge_counts(
+        nodes
+            .iter()
+            .map(|n| n.node_status.as_ref().and_then(|t| t.state.as_deref())),
+    );
+    JobCounts {
+        kind: "ImagePrePullJob",
+        namespace: String::new(),
+        name: j.name_any(),
+        desired,
+        active,
+        succeeded,
+        failed,
+        phase: kubeedge_phase(s.state.as_deref()),
+    }
+}
+
+/// Counts of a NodeUpgradeJob, from its per-node status.
+pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
+    let s = j.status.clone().unwrap_or_default();
+    let nodes = s.node_status.clone().unwrap_or_default();
+    let (desired, active, succeeded, failed) =
+        kubeedge_counts(nodes.iter().map(|n| n.state.as_deref()));
+    JobCounts {
+        kind: "NodeUpgradeJob",
+        namespace: String::new(),
+        name: j.name_any(),
+        desired,
+        active,
+        succeeded,
+        failed,
+        phase: kubeedge_phase(s.state.as_deref()),
+    }
+}
+
+#[derive(Debug)]
+struct CacheCollector(Arc<Caches>);
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Caches")
+    }
+}
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = &self.0;
+        if let Some(store) = c.nodeimages.get() {
+            let g = ConstGauge::new(store.state().len() as i64);
+            g.encode(encoder.encode_descriptor(
+                "nodeimage_nodeimages",
+                "NodeImages in the cluster",
+                None,
+                g.metric_type(),
+            )?)?;
+        }
+        let mut jobs: Vec<JobCounts> = Vec::new();
+        if let Some(s) = c.image_pull_jobs.get() {
+            jobs.extend(s.state().iter().map(|j| image_pull_job_counts(j)));
+        }
+        if let Some(s) = c.image_pre_pull_jobs.get() {
+            jobs.extend(s.state().iter().map(|j| image_pre_pull_job_counts(j)));
+        }
+        if let Some(s) = c.node_upgrade_jobs.get() {
+            jobs.extend(s.state().iter().map(|j| node_upgrade_job_counts(j)));
+        }
+        let nodes: Family<JobLabels, Gauge> = Family::default();
+        let mut phases: BTreeMap<(&'static str, &'static str), i64> = BTreeMap::new();
+        for j in &jobs {
+            for (state, v) in [
+                ("desired", j.desired),
+                ("active", j.active),
+                ("succeeded", j.succeeded),
+                ("failed", j.failed),
+            ] {
+                nodes
+                    .get_or_create(&JobLabels {
+                        kind: j.kind.into(),
+                        namespace: j.namespace.clone(),
+                        name: j.name.clone(),
+                        state: state.into(),
+                    })
+                    .set(v);
+            }
+            *phases.entry((j.kind, j.phase)).or_default() += 1;
+        }
+        nodes.encode(encoder.encode_descriptor(
+            "nodeimage_job_nodes",
+            "Nodes of each job, by state (desired, active, succeeded, failed)",
+            None,
+            nodes.metric_type(),
+        )?)?;
+        let by_phase: Family<PhaseLabels, Gauge> = Family::default();
+        for ((kind, phase), n) in phases {
+            by_phase
+                .get_or_create(&PhaseLabels {
+                    kind: kind.into(),
+                    phase: phase.into(),
+                })
+                .set(n);
+        }
+        by_phase.encode(encoder.encode_descriptor(
+            "nodeimage_jobs",
+            "Jobs by kind and phase (Running, Succeeded, Failed)",
+            None,
+            by_phase.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeimage_api::kruise::{ImagePullJobSpec, ImagePullJobStatus};
+    use nodeimage_api::kubeedge::{ImagePrePullJobStatus, ImagePrePullStatus, TaskStatus};
+
+    #[test]
+    fn job_counts_and_phases() {
+        let mut j = ImagePullJob::new(
+            "j",
+            ImagePullJobSpec {
+                image: "nginx".into(),
+                template: Default::default(),
+            },
+        );
+        j.metadata.namespace = Some("ns".into());
+        j.status = Some(ImagePullJobStatus {
+            desired: 3,
+            active: 1,
+            succeeded: 2,
+            ..Default::default()
+        });
+        let c = image_pull_job_counts(&j);
+        assert_eq!(
+            (c.desired, c.active, c.succeeded, c.failed, c.phase),
+            (3, 1, 2, 0, "Running")
+        );
+
+        let mut p = ImagePrePullJob::new("p", Default::default());
+        let node = |state: &str| ImagePrePullStatus {
+            node_status: Some(TaskStatus {
+                state: Some(state.into()),
+                ..Default::default()
+            }),
+            image_status: None,
+        };
+        p.status = Some(ImagePrePullJobStatus {
+            state: Some("Failed".into()),
+            status: Some(vec![node("Successful"), node("failed"), node("pulling")]),
+            ..Default::default()
+        });
+        let c = image_pre_pull_job_counts(&p);
+        assert_eq!(
+            (c.desired, c.active, c.succeeded, c.failed, c.phase),
+            (3, 1, 1, 1, "Failed")
+        );
+    }
+
+    #[test]
+    fn renders_without_caches_and_counts_reconciles() {
+        let m = Metrics::default();
+        let mut r = nodeimage_ops::metrics::registry("controller");
+        m.register(&mut r);
+        drop(m.reconcile("ImagePullJob"));
+        m.error("ImagePullJob");
+        m.response_timeouts.inc();
+        let text = nodeimage_ops::metrics::render(&r);
+        for needle in [
+            "nodeimage_controller_reconciles_total{kind=\"ImagePullJob\"} 1",
+            "nodeimage_controller_reconcile_errors_total{kind=\"ImagePullJob\"} 1",
+            "nodeimage_controller_reconcile_duration_seconds_count{kind=\"ImagePullJob\"} 1",
+            "nodeimage_controller_response_timeouts_total 1",
+        ] {
+            assert!(text.contains(needle), "{needle} missing:\n{text}");
+        }
+    }
+}
