@@ -59,6 +59,7 @@ pub fn upsert(
             version: Some(reported_version.map(|v| v + 1).unwrap_or(0)),
             image_pull_policy: req.image_pull_policy.clone(),
             check_items: req.check_items.clone(),
+            ..Default::default()
         }),
         Some(tag) => {
             let owners = tag.owner_references.get_or_insert_with(Vec::new);

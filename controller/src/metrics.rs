@@ -400,4 +400,64 @@ mod tests {
             assert!(text.contains(needle), "{needle} missing:\n{text}");
         }
     }
+
+    #[test]
+    fn dashboard_queries_exported_metrics() {
+        use kube::runtime::reflector;
+        use kube::runtime::watcher::Event;
+        let m = Metrics::default();
+        let mut r = nodeimage_ops::metrics::registry("controller");
+        m.register(&mut r);
+        for kind in ["ImagePullJob", "NodeImage"] {
+            drop(m.reconcile(kind));
+            m.error(kind);
+        }
+        m.response_timeouts.inc();
+        let (ni_store, mut ni_writer) = reflector::store::<NodeImage>();
+        ni_writer.apply_watcher_event(&Event::Apply(NodeImage::new("n", Default::default())));
+        let _ = m.caches.nodeimages.set(ni_store);
+        let (job_store, mut job_writer) = reflector::store::<ImagePullJob>();
+        let mut j = ImagePullJob::new(
+            "j",
+            ImagePullJobSpec {
+                image: "nginx".into(),
+                template: Default::default(),
+            },
+        );
+        j.metadata.namespace = Some("ns".into());
+        job_writer.apply_watcher_event(&Event::Apply(j));
+        let _ = m.caches.image_pull_jobs.set(job_store);
+
+        let exported = nodeimage_ops::metrics::exported_names(&nodeimage_ops::metrics::render(&r));
+        let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodeimage");
+        let mut text = String::new();
+        for dir in ["dashboards", "templates"] {
+            for entry in std::fs::read_dir(chart.join(dir))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+        let queried = nodeimage_ops::metrics::queried_names(&text);
+        let ours = |q: &String| {
+            q.starts_with("nodeimage_controller_")
+                || q.starts_with("nodeimage_job")
+                || q.starts_with("nodeimage_nodeimages")
+        };
+        assert!(
+            queried.iter().any(ours),
+            "the dashboard queries no controller metric: {queried:?}"
+        );
+        let missing: Vec<&String> = queried
+            .iter()
+            .filter(|q| ours(q))
+            .filter(|q| !exported.contains(*q))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "queried but not exported by the controller: {missing:?}\nexported: {exported:?}"
+        );
+    }
 }

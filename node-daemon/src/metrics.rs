@@ -195,4 +195,65 @@ mod tests {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
     }
+
+    /// Every file of the Helm chart that may hold PromQL (dashboard, alerts).
+    pub(crate) fn chart_queries() -> std::collections::BTreeSet<String> {
+        let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodeimage");
+        let mut text = String::new();
+        for dir in ["dashboards", "templates"] {
+            for entry in std::fs::read_dir(chart.join(dir))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+        nodeimage_ops::metrics::queried_names(&text)
+    }
+
+    #[test]
+    fn dashboard_queries_exported_metrics() {
+        let m = Metrics::new();
+        let mut r = nodeimage_ops::metrics::registry("daemon");
+        m.register(&mut r);
+        for (result, reason) in [("succeeded", "pulled"), ("failed", "not_found")] {
+            m.pulls
+                .get_or_create(&PullLabels {
+                    result: result.into(),
+                    reason: reason.into(),
+                })
+                .inc();
+            m.pull_duration
+                .get_or_create(&ResultLabels {
+                    result: result.into(),
+                })
+                .observe(1.0);
+        }
+        m.check_failures
+            .get_or_create(&ItemLabels {
+                item: "disk".into(),
+            })
+            .inc();
+        m.cri_error("PullImage");
+        let exported = nodeimage_ops::metrics::exported_names(&nodeimage_ops::metrics::render(&r));
+        let queried = chart_queries();
+        assert!(
+            queried.iter().any(|q| q.starts_with("nodeimage_daemon_")),
+            "the dashboard queries no daemon metric: {queried:?}"
+        );
+        let missing: Vec<&String> = queried
+            .iter()
+            .filter(|q| {
+                q.starts_with("nodeimage_daemon_")
+                    || q.starts_with("process_")
+                    || q.starts_with("nodeimage_build")
+            })
+            .filter(|q| !exported.contains(*q))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "queried but not exported by the daemon: {missing:?}\nexported: {exported:?}"
+        );
+    }
 }

@@ -8,6 +8,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeSet;
 
 /// A registry with `nodeimage_build_info` and the process metrics.
 pub fn registry(component: &'static str) -> Registry {
@@ -31,6 +32,38 @@ pub fn render(registry: &Registry) -> String {
         tracing::warn!(error = %e, "cannot encode metrics");
     }
     out
+}
+
+/// Metric names (`nodeimage_*`, `process_*`) that a dashboard or alert
+/// file queries, so tests can check the binaries export them.
+pub fn queried_names(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_word = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if starts_word && (text[i..].starts_with("nodeimage_") || text[i..].starts_with("process_"))
+        {
+            let end = text[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(text.len(), |e| i + e);
+            out.insert(text[i..end].to_string());
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Names of the samples in a text exposition (`name{labels} value`).
+pub fn exported_names(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Process metrics with the standard names (`process_*`), read at scrape time.
@@ -137,6 +170,22 @@ mod tests {
         assert_eq!(s.virtual_bytes, 52_428_800);
         assert_eq!(s.resident_bytes, 2048 * 4096);
         assert!(parse_stat("garbage", 100.0, 4096, 0.0).is_none());
+    }
+
+    #[test]
+    fn finds_queried_and_exported_names() {
+        let q = queried_names(
+            r#"sum by (le) (rate(nodeimage_daemon_pull_duration_seconds_bucket[5m])) / x_nodeimage_fake + process_open_fds"#,
+        );
+        assert_eq!(
+            q.into_iter().collect::<Vec<_>>(),
+            vec![
+                "nodeimage_daemon_pull_duration_seconds_bucket",
+                "process_open_fds"
+            ]
+        );
+        let e = exported_names("# HELP a b\na_total{x=\"1\"} 2\nb 3\n");
+        assert_eq!(e.into_iter().collect::<Vec<_>>(), vec!["a_total", "b"]);
     }
 
     #[test]
