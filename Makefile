@@ -2,7 +2,7 @@
 #   make demo   start the local cluster and nodeimage, pull an image onto every node
 #   make test   run every test (lint, unit, end-to-end on the local cluster)
 
-.PHONY: demo test build lint unit crds cluster-up cluster-down nodeimage-up nodeimage-down
+.PHONY: demo test build lint unit crds cluster-up cluster-down nodeimage-up nodeimage-down chart-test
 
 demo:
 	tests/demo.sh
@@ -20,9 +20,11 @@ lint:
 unit:
 	cargo test --workspace
 
-# Regenerate crds/yaml from the Rust types.
+# Regenerate crds/yaml from the Rust types, and the Helm chart's copy of it
+# (tests/chart.sh fails when the two differ).
 crds:
 	UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml
+	rm -f charts/nodeimage/crds/*.yaml && cp crds/yaml/*.yaml charts/nodeimage/crds/
 
 cluster-up:
 	tests/cluster/up.sh
@@ -35,3 +37,7 @@ nodeimage-up:
 
 nodeimage-down:
 	tests/nodeimage.sh stop
+
+# The Helm chart against the running local cluster (make cluster-up first).
+chart-test:
+	tests/chart.sh

@@ -46,4 +46,7 @@ tests/nodeimage.sh start
 step "end-to-end tests"
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet -- --ignored --test-threads="${E2E_THREADS:-4}"
 
+step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens (installs helm on first run)"
+tests/chart.sh
+
 step "all tests passed"
