@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::kruise::{
-    ImageSpec, ImageTagPullPolicy, ImageTagSpec, ReferenceObject, SandboxConfig,
+    ImageSpec, ImageTagPullPolicy, ImageTagSpec, ReferenceObject, SandboxConfig, TagUpgrade,
 };
 use std::collections::BTreeMap;
 
@@ -41,6 +41,9 @@ pub struct EntryRequest {
 ///   pulls again for this job.
 /// - A tag this job already owns follows the job's current pull policy
 ///   (OpenKruise does not: its issue #2221), without a re-pull.
+/// - A tag that carries an `upgrade` (a NodeUpgradeJob's) gains the owner
+///   without a version bump: a bump would run the upgrade again; the node's
+///   result of the upgrade answers this job too.
 pub fn upsert(
     images: &mut BTreeMap<String, ImageSpec>,
     req: &EntryRequest,
@@ -65,8 +68,10 @@ pub fn upsert(
             let owners = tag.owner_references.get_or_insert_with(Vec::new);
             if !owners.iter().any(|o| o.uid.as_deref() == uid) {
                 owners.push(req.owner.clone());
-                tag.version = Some(tag.version.unwrap_or(0) + 1);
-                tag.created_at = Some(api_time(now));
+                if tag.upgrade.is_none() {
+                    tag.version = Some(tag.version.unwrap_or(0) + 1);
+                    tag.created_at = Some(api_time(now));
+                }
             }
             tag.pull_policy = Some(req.pull_policy.clone());
             tag.image_pull_policy = req.image_pull_policy.clone();
@@ -91,8 +96,45 @@ pub fn upsert(
     before.as_ref() != images.get(&req.image)
 }
 
+/// Writes a NodeUpgradeJob's entry: `req` as [`upsert`] writes it, carrying
+/// `upgrade`. A tag that did not carry this upgrade yet gets a new version
+/// (unless it is new, or `upsert` just bumped it) so that the node runs it.
+pub fn upsert_upgrade(
+    images: &mut BTreeMap<String, ImageSpec>,
+    req: &EntryRequest,
+    upgrade: &TagUpgrade,
+    reported_version: Option<i64>,
+    now: DateTime<Utc>,
+) -> bool {
+    let find = |images: &BTreeMap<String, ImageSpec>| {
+        images
+            .get(&req.image)
+            .and_then(|i| i.tags.iter().find(|t| t.tag == req.tag))
+            .map(|t| t.version)
+    };
+    let prior = find(images);
+    let mut changed = upsert(images, req, reported_version, now);
+    let Some(tag) = images
+        .get_mut(&req.image)
+        .and_then(|i| i.tags.iter_mut().find(|t| t.tag == req.tag))
+    else {
+        return changed;
+    };
+    if tag.upgrade.as_ref() != Some(upgrade) {
+        if prior.is_some_and(|v| v == tag.version) {
+            tag.version = Some(tag.version.unwrap_or(0) + 1);
+            tag.created_at = Some(api_time(now));
+        }
+        tag.upgrade = Some(upgrade.clone());
+        changed = true;
+    }
+    changed
+}
+
 /// Removes the owner `uid` from every tag; tags left without owners (that had
-/// one) are removed, and images left without tags. Returns whether anything changed.
+/// one) are removed, and images left without tags. A tag kept for other
+/// owners loses the `upgrade` of the NodeUpgradeJob that leaves, so that no
+/// later pull of it runs the upgrade again. Returns whether anything changed.
 pub fn release(images: &mut BTreeMap<String, ImageSpec>, uid: &str) -> bool {
     let before = images.clone();
     for image in images.values_mut() {
@@ -101,7 +143,16 @@ pub fn release(images: &mut BTreeMap<String, ImageSpec>, uid: &str) -> bool {
                 return true;
             };
             let had = owners.len();
+            let upgrade_job = t.upgrade.as_ref().map(|u| u.job.as_str());
+            let leaving_upgrader = owners.iter().any(|o| {
+                o.uid.as_deref() == Some(uid)
+                    && o.kind.as_deref() == Some("NodeUpgradeJob")
+                    && o.name.as_deref() == upgrade_job
+            });
             owners.retain(|o| o.uid.as_deref() != Some(uid));
+            if leaving_upgrader {
+                t.upgrade = None;
+            }
             !(had > 0 && owners.is_empty())
         });
     }
@@ -215,6 +266,79 @@ mod tests {
         )]);
         assert!(upsert(&mut images, &req("a", 600), None, now(1)));
         assert_eq!(images["nginx"].tags[0].version, Some(3));
+    }
+
+    fn upgrader(uid: &str, job: &str) -> (EntryRequest, TagUpgrade) {
+        let mut r = req(uid, 300);
+        r.owner.kind = Some("NodeUpgradeJob".into());
+        r.owner.name = Some(job.into());
+        r.image = "kubeedge/installation-package".into();
+        r.tag = "v1.17.0".into();
+        (
+            r,
+            TagUpgrade {
+                version: "v1.17.0".into(),
+                job: job.into(),
+            },
+        )
+    }
+
+    fn pull_of(uid: &str, image: &str, tag: &str) -> EntryRequest {
+        let mut r = req(uid, 600);
+        r.image = image.into();
+        r.tag = tag.into();
+        r
+    }
+
+    fn tag_of<'a>(images: &'a BTreeMap<String, ImageSpec>, image: &str) -> &'a ImageTagSpec {
+        &images[image].tags[0]
+    }
+
+    #[test]
+    fn upgrade_entries_run_once_per_upgrade() {
+        let img = "kubeedge/installation-package";
+        // New tag: version from status, carrying the upgrade.
+        let mut images = BTreeMap::new();
+        let (u, up) = upgrader("u1", "up");
+        assert!(upsert_upgrade(&mut images, &u, &up, Some(2), now(1)));
+        assert_eq!(tag_of(&images, img).version, Some(3));
+        assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));
+        // Again: nothing changes.
+        assert!(!upsert_upgrade(&mut images, &u, &up, Some(2), now(2)));
+
+        // A pull job joining the upgrade's tag does not bump it (no re-run).
+        assert!(upsert(
+            &mut images,
+            &pull_of("p1", img, "v1.17.0"),
+            None,
+            now(3)
+        ));
+        assert_eq!(tag_of(&images, img).version, Some(3));
+        assert_eq!(
+            tag_of(&images, img).owner_references.as_ref().map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));
+
+        // The upgrade job leaves: the tag stays for the pull job, without the upgrade.
+        assert!(release(&mut images, "u1"));
+        assert_eq!(tag_of(&images, img).upgrade, None);
+        assert_eq!(tag_of(&images, img).version, Some(3));
+
+        // An upgrade joining a plain tag bumps it once and marks it.
+        let (u2, up2) = upgrader("u2", "up2");
+        assert!(upsert_upgrade(&mut images, &u2, &up2, None, now(4)));
+        assert_eq!(tag_of(&images, img).version, Some(4));
+        assert_eq!(tag_of(&images, img).created_at, Some(api_time(now(4))));
+        assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up2));
+        assert!(!upsert_upgrade(&mut images, &u2, &up2, None, now(5)));
+
+        // Another owner's release keeps the upgrade.
+        assert!(release(&mut images, "p1"));
+        assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up2));
+        // The last owner leaves: gone.
+        assert!(release(&mut images, "u2"));
+        assert!(images.is_empty());
     }
 
     #[test]

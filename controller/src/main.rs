@@ -13,8 +13,10 @@ mod leader;
 mod lifecycle;
 mod metrics;
 mod nodemirror;
+mod nodeupgradejob;
 mod pullsecrets;
 mod rollout;
+mod tagwrites;
 mod watch;
 
 use clap::Parser;
@@ -119,6 +121,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
             imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             imageprepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            nodeupgradejob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
         )
     };
     let mut work = std::pin::pin!(work);

@@ -3,12 +3,167 @@
 //! the job's budget, node timeouts and job deadlines, the failure tolerance.
 //! Pure: decisions over snapshots and an explicit `now`.
 
-use chrono::{DateTime, TimeDelta, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-use nodeimage_api::kruise::{ImagePullPhase, NodeImage};
-use std::collections::BTreeMap;
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::ResourceExt;
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::clock::instant;
+use crate::nodemirror::decide;
+
+/// Reason of a named node that does not exist.
+pub const NOT_FOUND: &str = "not found";
+/// Reason of a node whose Ready condition is not True.
+pub const NOT_READY: &str = "not ready";
+
+/// A Node, as far as a job's plan cares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    /// Node labels.
+    pub labels: BTreeMap<String, String>,
+    /// The Ready condition is True.
+    pub ready: bool,
+    /// The node gets a NodeImage (not virtual, not being deleted).
+    pub wants_nodeimage: bool,
+}
+
+/// What a plan needs of a Node.
+pub fn node_info(n: &Node) -> NodeInfo {
+    let ready = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    NodeInfo {
+        labels: n.labels().clone(),
+        ready,
+        wants_nodeimage: decide::wants_nodeimage(&n.metadata),
+    }
+}
+
+/// Keeps only what the plans read of a Node: labels, deletion, the Ready
+/// condition's status and `nodeInfo.kubeletVersion` (where KubeEdge nodes
+/// report their version).
+pub fn trim_node(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    n.metadata.annotations = None;
+    n.metadata.owner_references = None;
+    n.spec = None;
+    if let Some(st) = n.status.as_mut() {
+        let ready: Vec<_> = st
+            .conditions
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_ == "Ready")
+            .map(|mut c| {
+                c.last_heartbeat_time = None;
+                c.last_transition_time = None;
+                c.message = None;
+                c
+            })
+            .collect();
+        let kubelet_version = st
+            .node_info
+            .take()
+            .map(|i| i.kubelet_version)
+            .filter(|v| !v.is_empty());
+        *st = NodeStatus {
+            conditions: Some(ready),
+            node_info: kubelet_version.map(|kubelet_version| NodeSystemInfo {
+                kubelet_version,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+    }
+}
+
+/// The nodes a job names or selects: `names` in their order (duplicates
+/// dropped), else the nodes whose labels match `selector`, sorted by name.
+pub fn select_nodes(
+    names: Option<&[String]>,
+    selector: Option<&LabelSelector>,
+    nodes: &BTreeMap<String, NodeInfo>,
+) -> Result<Vec<String>, String> {
+    if let Some(names) = names.filter(|n| !n.is_empty()) {
+        let mut seen = BTreeSet::new();
+        return Ok(names
+            .iter()
+            .filter(|n| seen.insert(n.as_str()))
+            .cloned()
+            .collect());
+    }
+    let Some(ls) = selector else {
+        return Err("set one of nodeNames and labelSelector".into());
+    };
+    let sel = Selector {
+        match_labels: ls.match_labels.as_ref(),
+        match_expressions: ls.match_expressions.as_deref(),
+    };
+    let mut out = Vec::new();
+    for (name, node) in nodes {
+        if selector_matches(&sel, &node.labels)
+            .map_err(|e| format!("invalid labelSelector: {e}"))?
+        {
+            out.push(name.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Why a node cannot start a job's work, if it cannot: its Node does not
+/// exist, is not Ready, or gets no NodeImage (virtual or being deleted).
+pub fn unstartable(node: Option<&NodeInfo>) -> Option<String> {
+    match node {
+        None => Some(NOT_FOUND.into()),
+        Some(n) if !n.ready => Some(NOT_READY.into()),
+        Some(n) if !n.wants_nodeimage => {
+            Some("not ready: the node is virtual or being deleted and pulls no images".into())
+        }
+        Some(_) => None,
+    }
+}
+
+/// RFC 3339 with whole seconds, as KubeEdge writes `time`.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// `s` cut to `max` characters, with an ellipsis when cut.
+pub fn cap(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Names of the jobs of `kind` (API group `group`) that own a tag of `ni`,
+/// sorted and distinct: the jobs a NodeImage change may concern.
+pub fn owner_names(ni: &NodeImage, kind: &str, group: &str) -> Vec<String> {
+    let prefix = format!("{group}/");
+    let names: BTreeSet<String> = ni
+        .spec
+        .images
+        .iter()
+        .flat_map(|m| m.values())
+        .flat_map(|i| &i.tags)
+        .flat_map(|t| t.owner_references.iter().flatten())
+        .filter(|o| {
+            o.kind.as_deref() == Some(kind)
+                && o.api_version
+                    .as_deref()
+                    .is_none_or(|v| v.starts_with(&prefix))
+        })
+        .filter_map(|o| o.name.clone())
+        .collect();
+    names.into_iter().collect()
+}
 
 /// A label selector in its parts (the job kinds spell it differently).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -128,6 +283,36 @@ pub fn entry_states(ni: &NodeImage, entries: &[Entry], uid: &str) -> Vec<EntrySt
             }
         })
         .collect()
+}
+
+/// The node's status of `entry` when the tag is owned by `uid` and the
+/// status answers the tag's current version (what [`entry_states`] reads).
+pub fn entry_status<'a>(ni: &'a NodeImage, entry: &Entry, uid: &str) -> Option<&'a ImageTagStatus> {
+    let tag = ni
+        .spec
+        .images
+        .as_ref()?
+        .get(&entry.image)?
+        .tags
+        .iter()
+        .find(|t| t.tag == entry.tag)?;
+    if !tag
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid.as_deref() == Some(uid))
+    {
+        return None;
+    }
+    let version = tag.version.unwrap_or(0);
+    ni.status
+        .as_ref()?
+        .image_statuses
+        .as_ref()?
+        .get(&entry.image)?
+        .tags
+        .iter()
+        .find(|t| t.tag == entry.tag && t.version.unwrap_or(0) == version)
 }
 
 /// Combines a node's entry states: any missing → not started; any unfinished

@@ -193,12 +193,17 @@ impl Runtime {
 
 /// Socket-level failures (connection refused, socket missing) surface as
 /// `Unknown`/`Unavailable` with a transport message; treat them as unavailable.
+/// Only statuses made on our side (tonic attaches the transport error as
+/// their source) count: the same words in a message containerd sent, such as
+/// a registry refusing connections, are a failed pull, not a runtime outage.
 fn classify_transport(s: &tonic::Status) -> CriError {
     let m = s.message().to_ascii_lowercase();
-    if m.contains("transport error")
-        || m.contains("connection refused")
-        || m.contains("no such file")
-        || m.contains("error trying to connect")
+    let local = std::error::Error::source(s).is_some();
+    if local
+        && (m.contains("transport error")
+            || m.contains("connection refused")
+            || m.contains("no such file")
+            || m.contains("error trying to connect"))
     {
         CriError::Unavailable(s.message().to_string())
     } else {
@@ -256,7 +261,16 @@ mod tests {
                 tonic::Status::unavailable("connection refused"),
                 "unavailable",
             ),
-            (tonic::Status::unknown("transport error"), "unavailable"),
+            (
+                tonic::Status::from_error(Box::new(std::io::Error::other("transport error"))),
+                "unavailable",
+            ),
+            (
+                tonic::Status::unknown(
+                    "failed to pull and unpack image \"127.0.0.1:5999/x:v1\": failed to resolve reference \"127.0.0.1:5999/x:v1\": failed to do request: Head \"http://127.0.0.1:5999/v2/x/manifests/v1\": dial tcp 127.0.0.1:5999: connect: connection refused",
+                ),
+                "error",
+            ),
             (tonic::Status::unknown("no space left on device"), "error"),
         ];
         for (status, want) in cases {

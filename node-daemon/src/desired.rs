@@ -3,7 +3,8 @@
 //! is running and what status already reports. Pure: no I/O here.
 
 use k8s_openapi::jiff::Timestamp;
-use nodeimage_api::kruise::{ImagePullPhase, NodeImage, SandboxConfig};
+use nodeimage_api::kruise::{ImagePullPhase, NodeImage, SandboxConfig, TagUpgrade, UpgradeState};
+use nodeimage_api::kubeedge::is_version;
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -67,6 +68,9 @@ pub struct PullTask {
     pub target: Result<Target, String>,
     /// When the entry was written, if known.
     pub created_at: Option<Timestamp>,
+    /// For an upgrade entry resumed after a restart: the step status
+    /// recorded for this version before (see [`plan`]).
+    pub resume: Option<UpgradeState>,
 }
 
 /// A valid pull.
@@ -88,6 +92,33 @@ pub struct Target {
     pub sandbox: SandboxConfig,
     /// Node checks before pulling.
     pub check_items: Vec<String>,
+    /// The node-agent upgrade to run once pulled (nodeimage extension).
+    pub upgrade: Option<TagUpgrade>,
+}
+
+/// Checks an entry's `upgrade`: a version, and a job name usable as a
+/// directory name.
+pub fn validate_upgrade(u: &TagUpgrade) -> Result<(), String> {
+    if !is_version(&u.version) {
+        return Err(format!(
+            "upgrade.version {:?} must be of the form vX.Y.Z",
+            u.version
+        ));
+    }
+    let job_ok = !u.job.is_empty()
+        && u.job.len() <= 253
+        && u.job != "."
+        && u.job != ".."
+        && u.job
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !job_ok {
+        return Err(format!(
+            "upgrade.job {:?} must be a lower-case object name",
+            u.job
+        ));
+    }
+    Ok(())
 }
 
 /// Turns a NodeImage spec into pull tasks, one per tag entry, in spec order.
@@ -150,6 +181,9 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
                         ));
                     }
                 };
+                if let Some(u) = &t.upgrade {
+                    validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
+                }
                 Ok(Target {
                     image: image_ref,
                     mode,
@@ -159,6 +193,7 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
                     secrets: secrets.clone()?,
                     sandbox: image.sandbox_config.clone().unwrap_or_default(),
                     check_items: t.check_items.clone().unwrap_or_default(),
+                    upgrade: t.upgrade.clone(),
                 })
             })();
             out.push(PullTask {
@@ -166,6 +201,7 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
                 version: t.version.unwrap_or(0),
                 target,
                 created_at: t.created_at.as_ref().map(|c| c.0),
+                resume: None,
             });
         }
     }
@@ -181,6 +217,8 @@ pub struct Reported {
     pub phase: ImagePullPhase,
     /// Whether it carries a completion time.
     pub completed: bool,
+    /// The upgrade step it reports, for an upgrade entry.
+    pub upgrade_state: Option<UpgradeState>,
 }
 
 /// Reads the per-tag status of a NodeImage.
@@ -203,6 +241,7 @@ pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
                     version: t.version.unwrap_or(0),
                     phase: t.phase,
                     completed: t.completion_time.is_some(),
+                    upgrade_state: t.upgrade_state,
                 },
             );
         }
@@ -221,7 +260,9 @@ pub struct Plan {
 
 /// Decides which pulls to start or cancel. A task already finished for its
 /// version (status has a completion time) is not pulled again, which makes
-/// restarts safe; one reported but unfinished is resumed.
+/// restarts safe; one reported but unfinished is resumed, carrying the
+/// upgrade step its status recorded (an upgrade decides from it what is
+/// safe to do again).
 pub fn plan(
     tasks: &[PullTask],
     reported: &BTreeMap<TagKey, Reported>,
@@ -240,11 +281,12 @@ pub fn plan(
             Some(_) => p.cancel.push(t.key.clone()),
             None => {}
         }
-        let done = reported
-            .get(&t.key)
-            .is_some_and(|r| r.version == t.version && r.phase.is_finished() && r.completed);
+        let same = reported.get(&t.key).filter(|r| r.version == t.version);
+        let done = same.is_some_and(|r| r.phase.is_finished() && r.completed);
         if !done {
-            p.start.push(t.clone());
+            let mut task = t.clone();
+            task.resume = same.and_then(|r| r.upgrade_state);
+            p.start.push(task);
         }
     }
     p.start.sort_by(|a, b| {
@@ -354,6 +396,7 @@ mod tests {
             version,
             target: Err("unused".into()),
             created_at: Timestamp::from_second(created_s).ok(),
+            resume: None,
         }
     }
 
@@ -362,6 +405,7 @@ mod tests {
             version,
             phase,
             completed,
+            upgrade_state: None,
         }
     }
 
@@ -464,5 +508,54 @@ mod tests {
             assert_eq!(started, c.start, "{}: start", c.name);
             assert_eq!(p.cancel, c.cancel, "{}: cancel", c.name);
         }
+    }
+
+    #[test]
+    fn upgrade_entries_are_validated_and_resumed_with_their_step() {
+        let up = |version: &str, job: &str| {
+            let mut t = tag("v1.17.0");
+            t.upgrade = Some(TagUpgrade {
+                version: version.into(),
+                job: job.into(),
+            });
+            t
+        };
+        let t = tasks(&ni(&[(
+            "kubeedge/installation-package",
+            up("v1.17.0", "up-1"),
+        )]));
+        let target = t[0].target.as_ref().expect("valid");
+        assert_eq!(
+            target.upgrade.as_ref().map(|u| u.job.as_str()),
+            Some("up-1")
+        );
+        for (version, job, want) in [
+            ("1.17", "up", "upgrade.version"),
+            ("v1.17.0", "../etc", "upgrade.job"),
+            ("v1.17.0", "..", "upgrade.job"),
+            ("v1.17.0", "Up", "upgrade.job"),
+            ("v1.17.0", "", "upgrade.job"),
+        ] {
+            let t = tasks(&ni(&[("kubeedge/installation-package", up(version, job))]));
+            let err = t[0].target.clone().expect_err("invalid");
+            assert!(err.contains(want), "{err} lacks {want}");
+        }
+
+        // A restarted daemon resumes an unfinished upgrade with the step
+        // status recorded for the same version, and none for another version.
+        let mut recorded = rep(0, ImagePullPhase::Pulling, false);
+        recorded.upgrade_state = Some(UpgradeState::Upgrading);
+        let p = plan(
+            &[task("a", "1", 0, 10)],
+            &[(key("a", "1"), recorded.clone())].into_iter().collect(),
+            &BTreeMap::new(),
+        );
+        assert_eq!(p.start[0].resume, Some(UpgradeState::Upgrading));
+        let p = plan(
+            &[task("a", "1", 1, 10)],
+            &[(key("a", "1"), recorded)].into_iter().collect(),
+            &BTreeMap::new(),
+        );
+        assert_eq!(p.start[0].resume, None);
     }
 }

@@ -1,5 +1,6 @@
 //! Command-line flags of nodeimage-daemon.
 
+use crate::upgrade::version::VersionSource;
 use nodeimage_ops::telemetry::LogFormat;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,4 +46,32 @@ pub struct Flags {
     /// Log format: text or json.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Run node-agent upgrades (NodeUpgradeJob entries): take the upgrade
+    /// tool out of the pulled image and run it on this node. Off: such
+    /// entries fail with a reason saying upgrades are disabled here.
+    #[arg(long)]
+    pub enable_upgrades: bool,
+
+    /// Path of the upgrade tool inside the upgrade image (KubeEdge's
+    /// installation-package ships keadm there).
+    #[arg(long, default_value = "usr/local/bin/keadm")]
+    pub upgrade_tool_path: String,
+
+    /// Directory on the node for upgrades: one subdirectory per job with the
+    /// extracted tool and the log of its runs.
+    #[arg(long, default_value = "/var/lib/nodeimage/upgrade")]
+    pub upgrade_work_dir: PathBuf,
+
+    /// Where the node agent's version is read: `kubelet` (the Node's
+    /// kubeletVersion suffix `-kubeedge-vX.Y.Z`, as edgecore reports it) or
+    /// `file:<path>` (the first `vX.Y.Z` word of a file the tool writes).
+    #[arg(long, default_value = "kubelet")]
+    pub node_version_source: VersionSource,
+
+    /// Words run before the upgrade tool, e.g. `nsenter --target 1 --mount
+    /// --uts --ipc --net --pid --` to run it in the host's namespaces when
+    /// the daemon runs in a pod (needs hostPID and a privileged container).
+    #[arg(long, default_value = "")]
+    pub upgrade_exec_prefix: String,
 }

@@ -11,12 +11,13 @@ mod metrics;
 mod progress;
 mod status;
 mod sync;
+mod upgrade;
 mod worker;
 mod writer;
 
 use clap::Parser;
 use flags::Flags;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use nodeimage_api::kruise::NodeImage;
 use nodeimage_ops::{client, health, shutdown, telemetry};
 use std::process::ExitCode;
@@ -57,6 +58,14 @@ async fn run(flags: Flags) -> Result<(), Error> {
         max_concurrent_pulls = flags.max_concurrent_pulls,
         "daemon starting"
     );
+    if flags.enable_upgrades {
+        tracing::warn!(
+            work_dir = %flags.upgrade_work_dir.display(),
+            tool = %flags.upgrade_tool_path,
+            version_source = %flags.node_version_source,
+            "node-agent upgrades enabled: NodeUpgradeJob entries run their tool on this node"
+        );
+    }
 
     let metrics = metrics::Metrics::new();
     let mut registry = nodeimage_ops::metrics::registry("daemon");
@@ -92,19 +101,29 @@ async fn run(flags: Flags) -> Result<(), Error> {
             flags.max_concurrent_pulls as usize,
         )),
         status: status.clone(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "nodeimage-daemon".into(),
-                instance: Some(flags.node_name.clone()),
-            },
-        ),
+        reporter: Reporter {
+            controller: "nodeimage-daemon".into(),
+            instance: Some(flags.node_name.clone()),
+        },
         metrics: metrics.clone(),
         thresholds: checks::Thresholds {
             disk: flags.disk_threshold_percent,
             cpu: flags.cpu_threshold_percent,
             mem: flags.mem_threshold_percent,
         },
+        upgrades: Arc::new(upgrade::Settings {
+            enabled: flags.enable_upgrades,
+            tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
+            work_dir: flags.upgrade_work_dir.clone(),
+            version_source: flags.node_version_source.clone(),
+            exec_prefix: flags
+                .upgrade_exec_prefix
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            node_name: flags.node_name.clone(),
+            lock: tokio::sync::Mutex::new(()),
+        }),
     });
     let writer = tokio::spawn(writer::run(
         status,

@@ -60,6 +60,17 @@ pub fn percent_of_ingests(ingests: &[(u64, u64)]) -> Option<i32> {
     Some(((off.saturating_mul(100) / total) as i32).clamp(0, 99))
 }
 
+/// The digest an ingest is writing. containerd 1.6's local content store
+/// leaves `expected` empty in ingest statuses, but names each ingest after
+/// the descriptor it fetches (`remotes.MakeRefKey`: `layer-sha256:…`,
+/// `manifest-sha256:…`, `config-sha256:…`), so the digest is read from the ref.
+pub fn digest_of_ref(r: &str) -> String {
+    match r.find("sha256:") {
+        Some(i) => r[i..].to_string(),
+        None => r.to_string(),
+    }
+}
+
 #[derive(Deserialize)]
 struct Manifest {
     config: Option<Descriptor>,
@@ -139,7 +150,14 @@ impl Probe {
             statuses
                 .statuses
                 .into_iter()
-                .map(|s| (s.expected, (s.offset.max(0) as u64, s.total.max(0) as u64)))
+                .map(|s| {
+                    let digest = if s.expected.is_empty() {
+                        digest_of_ref(&s.r#ref)
+                    } else {
+                        s.expected
+                    };
+                    (digest, (s.offset.max(0) as u64, s.total.max(0) as u64))
+                })
                 .collect(),
         )
     }
@@ -248,6 +266,13 @@ mod tests {
             assert_eq!(percent(&blobs, committed, &active), *want, "{committed:?}");
         }
         assert_eq!(percent(&[], &[], &BTreeMap::new()), 0);
+    }
+
+    #[test]
+    fn ingest_refs_name_their_digest() {
+        assert_eq!(digest_of_ref("layer-sha256:abc"), "sha256:abc");
+        assert_eq!(digest_of_ref("manifest-sha256:def"), "sha256:def");
+        assert_eq!(digest_of_ref("some-other-ref"), "some-other-ref");
     }
 
     #[test]

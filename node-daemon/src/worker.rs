@@ -37,12 +37,14 @@ pub struct Deps {
     pub slots: Arc<Semaphore>,
     /// Where state is reported.
     pub status: StatusHandle,
-    /// Event recorder for the NodeImage.
-    pub recorder: Recorder,
+    /// Who records the NodeImage's events.
+    pub reporter: kube::runtime::events::Reporter,
     /// Metrics; `in_flight` also attributes progress when a pull is alone.
     pub metrics: Metrics,
     /// Limits of the node checks.
     pub thresholds: Thresholds,
+    /// How node-agent upgrades run here (off unless `--enable-upgrades`).
+    pub upgrades: Arc<crate::upgrade::Settings>,
 }
 
 /// How a tag's pull ended.
@@ -73,18 +75,45 @@ impl Outcome {
     }
 }
 
-struct Reporter<'a> {
-    deps: &'a Deps,
-    key: TagKey,
-    version: i64,
-    start: Option<Time>,
+/// Reports one tag's state to the status writer.
+pub(crate) struct Reporter<'a> {
+    /// What the workers share.
+    pub(crate) deps: &'a Deps,
+    /// The entry.
+    pub(crate) key: TagKey,
+    /// The entry's version.
+    pub(crate) version: i64,
+    /// When the work started.
+    pub(crate) start: Option<Time>,
+    /// Upgrade fields added to every status sent (upgrade entries only).
+    pub(crate) upgrade: std::sync::Mutex<crate::upgrade::UpgradeReport>,
 }
 
-impl Reporter<'_> {
-    fn send(&self, phase: ImagePullPhase, progress: i32, message: Option<String>) {
+impl<'a> Reporter<'a> {
+    /// A reporter for the entry `key` at `version`.
+    pub(crate) fn new(deps: &'a Deps, key: TagKey, version: i64) -> Self {
+        Reporter {
+            deps,
+            key,
+            version,
+            start: None,
+            upgrade: Default::default(),
+        }
+    }
+
+    fn with_upgrade(&self, mut st: ImageTagStatus) -> ImageTagStatus {
+        self.upgrade
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .apply(&mut st);
+        st
+    }
+
+    /// Reports an unfinished phase.
+    pub(crate) fn send(&self, phase: ImagePullPhase, progress: i32, message: Option<String>) {
         self.deps.status.report(
             &self.key,
-            ImageTagStatus {
+            self.with_upgrade(ImageTagStatus {
                 tag: self.key.tag.clone(),
                 phase,
                 progress: Some(progress),
@@ -92,49 +121,72 @@ impl Reporter<'_> {
                 version: Some(self.version),
                 message,
                 ..Default::default()
-            },
+            }),
         );
     }
 
     fn finish(&self, outcome: &Outcome) {
-        let (phase, progress, image_id, message) = match outcome {
-            Outcome::Succeeded { id, .. } => {
-                (ImagePullPhase::Succeeded, 100, Some(id.clone()), None)
-            }
-            Outcome::Failed { message, .. } => {
-                (ImagePullPhase::Failed, 0, None, Some(message.clone()))
-            }
+        match outcome {
+            Outcome::Succeeded { id, .. } => self.finish_with(true, None, Some(id.clone())),
+            Outcome::Failed { message, .. } => self.finish_with(false, Some(message.clone()), None),
+        }
+    }
+
+    /// Reports the end: Succeeded (with the image's digest) or Failed.
+    pub(crate) fn finish_with(
+        &self,
+        succeeded: bool,
+        message: Option<String>,
+        image_id: Option<String>,
+    ) {
+        let (phase, progress) = if succeeded {
+            (ImagePullPhase::Succeeded, 100)
+        } else {
+            (ImagePullPhase::Failed, 0)
         };
         self.deps.status.report(
             &self.key,
-            ImageTagStatus {
+            self.with_upgrade(ImageTagStatus {
                 tag: self.key.tag.clone(),
                 phase,
                 progress: Some(progress),
                 start_time: self.start.clone().or_else(|| Some(now())),
                 completion_time: Some(now()),
                 version: Some(self.version),
-                image_id,
+                image_id: if succeeded { image_id } else { None },
                 message,
-            },
+                ..Default::default()
+            }),
         );
     }
 }
 
 /// The current time as the API stores it (whole seconds), so that what we
 /// write compares equal to what we read back.
-fn now() -> Time {
+pub(crate) fn now() -> Time {
     Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// When a task's pull must end: `activeDeadlineSeconds` after the entry
+/// was written.
+pub(crate) fn deadline_of(task: &PullTask, target: &Target) -> Option<Instant> {
+    target.active_deadline.map(|d| {
+        let created = task.created_at.unwrap_or_else(Timestamp::now);
+        let elapsed =
+            Duration::try_from(Timestamp::now().duration_since(created)).unwrap_or(Duration::ZERO);
+        Instant::now() + d.saturating_sub(elapsed)
+    })
 }
 
 /// Runs one task to its end (or until aborted).
 pub async fn run(task: PullTask, deps: Arc<Deps>) {
-    let mut rep = Reporter {
-        deps: &deps,
-        key: task.key.clone(),
-        version: task.version,
-        start: None,
-    };
+    if let Ok(t) = &task.target
+        && t.upgrade.is_some()
+    {
+        let t = t.clone();
+        return crate::upgrade::run(task, t, deps).await;
+    }
+    let mut rep = Reporter::new(&deps, task.key.clone(), task.version);
     let target = match &task.target {
         Ok(t) => t.clone(),
         Err(msg) => {
@@ -145,12 +197,7 @@ pub async fn run(task: PullTask, deps: Arc<Deps>) {
             return;
         }
     };
-    let deadline = target.active_deadline.map(|d| {
-        let created = task.created_at.unwrap_or_else(Timestamp::now);
-        let elapsed =
-            Duration::try_from(Timestamp::now().duration_since(created)).unwrap_or(Duration::ZERO);
-        Instant::now() + d.saturating_sub(elapsed)
-    });
+    let deadline = deadline_of(&task, &target);
     rep.send(ImagePullPhase::Waiting, 0, None);
     let waiting = GaugeGuard::new(&deps.metrics.waiting);
     let permit = tokio::select! {
@@ -182,7 +229,7 @@ pub async fn run(task: PullTask, deps: Arc<Deps>) {
 }
 
 /// Records a finished pull in the metrics.
-fn count(m: &Metrics, outcome: &Outcome, elapsed: Option<Duration>) {
+pub(crate) fn count(m: &Metrics, outcome: &Outcome, elapsed: Option<Duration>) {
     let (result, reason) = match outcome {
         Outcome::Succeeded { pulled: true, .. } => ("succeeded", "pulled"),
         Outcome::Succeeded { pulled: false, .. } => ("succeeded", "present"),
@@ -247,12 +294,18 @@ async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
         action: "Pull".into(),
         secondary: None,
     };
-    if let Err(e) = deps.recorder.publish(&ev, &reference).await {
+    // A fresh recorder for each event: kube's Recorder merges events of the
+    // same type and reason on one object into a series that keeps the first
+    // note, so every later tag of the NodeImage would show the first tag's
+    // message.
+    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &reference).await {
         tracing::warn!(error = %e, "could not record event");
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
+/// `s` cut to at most `max` bytes (at a character boundary), with an ellipsis.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -277,7 +330,8 @@ async fn wait_for_runtime(rep: &Reporter<'_>, msg: &str, deadline: Option<Instan
     }
 }
 
-async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outcome {
+/// Checks, then pulls (unless present and IfNotPresent), with retries.
+pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outcome {
     let deps = rep.deps;
     let name = t.image.name();
     let reference = t.image.pull_ref();
@@ -430,10 +484,13 @@ async fn pull_with_progress(
     let annotations = t.sandbox.annotations.clone().unwrap_or_default();
     let mut last = CriError::Other("no credentials tried".into());
     for cred in candidates {
+        // No server_address, as kubelet sends it: the credential already
+        // matches this image's registry, and containerd 1.6 parses a set
+        // server_address as a URL ("127.0.0.1:5001" fails to parse, and a
+        // bare "host" yields no host), refusing or dropping the credential.
         let auth = cred.map(|c| AuthConfig {
             username: c.username.clone(),
             password: c.password.clone(),
-            server_address: c.registry.clone(),
             ..Default::default()
         });
         let call = deps

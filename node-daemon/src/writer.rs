@@ -30,6 +30,8 @@ struct Inner {
 pub struct StatusHandle {
     inner: Arc<Mutex<Inner>>,
     notify: Arc<Notify>,
+    /// Woken whenever a newer NodeImage is observed.
+    seen: Arc<Notify>,
 }
 
 impl StatusHandle {
@@ -67,6 +69,7 @@ impl StatusHandle {
         if newer {
             let spec_changed = g.observed.as_ref().is_none_or(|o| o.spec != ni.spec);
             g.observed = Some(ni);
+            self.seen.notify_waiters();
             if mark {
                 g.pending = true;
                 g.urgent |= spec_changed;
@@ -116,6 +119,28 @@ impl StatusHandle {
     /// The NodeImage last seen.
     pub fn observed(&self) -> Option<NodeImage> {
         self.lock().observed.clone()
+    }
+
+    /// Waits until the NodeImage seen (from the watch or our own writes)
+    /// satisfies `pred`; false after `timeout`. Used to record a step in the
+    /// API before running it.
+    pub async fn wait_observed(
+        &self,
+        pred: impl Fn(&NodeImage) -> bool,
+        timeout: Duration,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.seen.notified();
+            tokio::pin!(seen);
+            seen.as_mut().enable();
+            if self.lock().observed.as_ref().is_some_and(&pred) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, seen).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// Takes what should be written now, if anything differs from the observed status.
@@ -350,5 +375,31 @@ mod tests {
             90
         );
         assert_eq!(last["metadata"]["resourceVersion"], "2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_until_the_observed_object_satisfies_a_predicate() {
+        let h = StatusHandle::default();
+        let has_rv = |rv: &'static str| {
+            move |ni: &NodeImage| ni.metadata.resource_version.as_deref() == Some(rv)
+        };
+        // Nothing observed: times out.
+        assert!(!h.wait_observed(has_rv("1"), Duration::from_secs(1)).await);
+        h.observe(node_image("1"));
+        assert!(h.wait_observed(has_rv("1"), Duration::from_secs(1)).await);
+        // A later object wakes the waiter.
+        let h2 = h.clone();
+        let waiter =
+            tokio::spawn(
+                async move { h2.wait_observed(has_rv("3"), Duration::from_secs(10)).await },
+            );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.observe(node_image("2"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.observe(node_image("3"));
+        assert!(waiter.await.unwrap_or(false));
+        // Older objects are ignored.
+        h.observe(node_image("2"));
+        assert!(!h.wait_observed(has_rv("2"), Duration::from_secs(1)).await);
     }
 }

@@ -4,6 +4,24 @@
 //! The end-to-end tests are `#[ignore]`d so that a plain `cargo test` works
 //! without a cluster; `make test` starts the cluster and runs them with
 //! `--ignored`.
+//!
+//! Modules: [`cri`] (what a node's containerd holds), [`registry`] (push
+//! generated images), [`proxy`] (a throttling, request-counting registry
+//! proxy), [`process`] (test-owned daemons, registries and containerds),
+//! [`nodeimage`] (reading NodeImages and waiting on tag phases), [`http`],
+//! [`kruise`] (OpenKruise job tests: namespaces, jobs, secret copies, fake
+//! NodeImages, a slow registry for the nodes, the shared controller),
+//! [`prepull`] (KubeEdge ImagePrePullJob tests: jobs, test Nodes, image
+//! copies, an ordered watch of NodeImages).
+
+pub mod cri;
+pub mod http;
+pub mod kruise;
+pub mod nodeimage;
+pub mod prepull;
+pub mod process;
+pub mod proxy;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,6 +49,13 @@ impl Cluster {
         let path = std::env::var_os("NODEIMAGE_ENV")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo_root().join(".state/env.sh"));
+        // cargo runs tests in the package directory: a relative path given
+        // from the repository root is found there too.
+        let path = if path.is_relative() && !path.exists() {
+            repo_root().join(path)
+        } else {
+            path
+        };
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             panic!(
                 "cannot read the local cluster's env file {}: {e}; start it with tests/cluster/up.sh",
@@ -95,6 +120,54 @@ impl Cluster {
             r.stdout, r.stderr
         );
         r.stdout
+    }
+
+    /// The env file `tests/nodeimage.sh start` writes (`$STATE/nodeimage.env`),
+    /// empty when absent.
+    pub fn nodeimage_vars(&self) -> BTreeMap<String, String> {
+        let path = PathBuf::from(self.var("NODEIMAGE_STATE")).join("nodeimage.env");
+        std::fs::read_to_string(path)
+            .map(|t| parse_env_file(&t))
+            .unwrap_or_default()
+    }
+
+    /// Directory of the nodeimage binaries (`NODEIMAGE_BIN`, else target/debug).
+    pub fn nodeimage_bin(&self) -> PathBuf {
+        self.nodeimage_vars()
+            .get("NODEIMAGE_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target/debug"))
+    }
+
+    /// The containerd socket of node `index` (0-based).
+    pub fn socket(&self, index: usize) -> PathBuf {
+        PathBuf::from(self.var(&format!("NODEIMAGE_CONTAINERD_{}", index + 1)))
+    }
+
+    /// The containerd socket of the node named `node`.
+    pub fn node_socket(&self, node: &str) -> PathBuf {
+        let i = self
+            .nodes()
+            .iter()
+            .position(|n| n == node)
+            .unwrap_or_else(|| panic!("{node} is not a node of the local cluster"));
+        self.socket(i)
+    }
+
+    /// `/readyz` URL of the shared daemon of node `index` (0-based), as
+    /// started by tests/nodeimage.sh.
+    pub fn daemon_readyz(&self, index: usize) -> String {
+        let base: u16 = self
+            .nodeimage_vars()
+            .get("NODEIMAGE_DAEMON_HEALTH_BASE")
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(18100);
+        format!("http://127.0.0.1:{}/readyz", base + index as u16 + 1)
+    }
+
+    /// Log file of the shared daemon of `node`.
+    pub fn daemon_log(&self, node: &str) -> PathBuf {
+        PathBuf::from(self.var("NODEIMAGE_STATE")).join(format!("logs/daemon-{node}.log"))
     }
 
     /// Installs (or updates) the CRDs and waits until they are Established.
@@ -175,6 +248,59 @@ fn unescape(v: &str) -> String {
         }
     }
     out
+}
+
+/// Eight random lower-case letters and digits, for unique names.
+pub fn random_suffix() -> String {
+    (0..8)
+        .map(|_| {
+            let i = fastrand::u8(..36);
+            if i < 10 {
+                char::from(b'0' + i)
+            } else {
+                char::from(b'a' + i - 10)
+            }
+        })
+        .collect()
+}
+
+/// `prefix-<random>`: a name no other test or run uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", random_suffix())
+}
+
+/// A loopback TCP port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
+
+/// Undo actions run in reverse order when dropped, also when the test
+/// panics. Actions must not panic: they report failures on stderr.
+#[derive(Default)]
+pub struct Cleanup {
+    actions: Vec<(String, Box<dyn FnOnce()>)>,
+}
+
+impl Cleanup {
+    /// Registers `action`, described by `what`, to run at the end.
+    pub fn defer(&mut self, what: impl Into<String>, action: impl FnOnce() + 'static) {
+        self.actions.push((what.into(), Box::new(action)));
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        while let Some((what, action)) = self.actions.pop() {
+            let start = Instant::now();
+            action();
+            if start.elapsed() > Duration::from_secs(30) {
+                eprintln!("cleanup: {what} took {:?}", start.elapsed());
+            }
+        }
+    }
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.

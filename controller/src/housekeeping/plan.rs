@@ -222,16 +222,20 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         images: Some(images.clone()),
     };
     let mut status = ni.status.clone().unwrap_or_default();
+    let entries_changed = status.image_statuses.clone().unwrap_or_default() != statuses;
     status.image_statuses = if statuses.is_empty() && status.image_statuses.is_none() {
         None
     } else {
         Some(statuses)
     };
-    status.recount(&spec);
-    let status_changed = match &ni.status {
-        Some(old) => *old != status,
-        None => status != empty_status(),
-    };
+    // Status belongs to the daemon: housekeeping writes it only when it
+    // changed an entry (removed or failed one). Recounting merely because the
+    // spec changed would race the daemon and publish counts for tags that
+    // have no entry yet.
+    if entries_changed {
+        status.recount(&spec);
+    }
+    let status_changed = entries_changed;
 
     Plan {
         images: (images != old_images).then_some(images),
@@ -240,13 +244,6 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         failures,
         requeue_after: requeue_after(inputs.now, &due),
     }
-}
-
-/// The status a NodeImage without tags and without reports has.
-fn empty_status() -> NodeImageStatus {
-    let mut status = NodeImageStatus::default();
-    status.recount(&NodeImageSpec::default());
-    status
 }
 
 /// What the plan decides for one tag.

@@ -18,8 +18,9 @@
 //!   has finished, and succeeds otherwise.
 
 use crate::entries::EntryRequest;
-use crate::rollout::{self, Entry, EntryState, NodeState, Selector};
-use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use crate::rollout::{self, Entry, EntryState, NodeState};
+pub use crate::rollout::{NodeInfo, cap, rfc3339};
+use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, ReferenceObject};
@@ -69,10 +70,6 @@ pub mod action {
     pub const FAILURE: &str = "Failure";
 }
 
-/// Reason of a named node that does not exist.
-pub const NOT_FOUND: &str = "not found";
-/// Reason of a node whose Ready condition is not True.
-pub const NOT_READY: &str = "not ready";
 /// Checks run when the job does not say (KubeEdge's documented default).
 pub const DEFAULT_CHECK_ITEMS: &[&str] = &["disk"];
 /// Added to the node timeout to give a finished tag entry's lifetime, so
@@ -91,17 +88,6 @@ pub const MAX_NODE_EVENTS: usize = 20;
 pub const NODEIMAGE_WAIT: Duration = Duration::from_secs(2);
 /// How often a running job looks again even if nothing woke it.
 pub const RUNNING_RESYNC: Duration = Duration::from_secs(60);
-
-/// A Node, as far as the job cares.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeInfo {
-    /// Node labels.
-    pub labels: BTreeMap<String, String>,
-    /// The Ready condition is True.
-    pub ready: bool,
-    /// The node gets a NodeImage (not virtual, not being deleted).
-    pub wants_nodeimage: bool,
-}
 
 /// The job's image secret, as the shell found it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -229,45 +215,7 @@ pub fn select_nodes(
     nodes: &BTreeMap<String, NodeInfo>,
 ) -> Result<Vec<String>, String> {
     let t = &job.spec.image_pre_pull_template;
-    if let Some(names) = t.node_names.as_ref().filter(|n| !n.is_empty()) {
-        let mut seen = BTreeSet::new();
-        return Ok(names
-            .iter()
-            .filter(|n| seen.insert(n.as_str()))
-            .cloned()
-            .collect());
-    }
-    let Some(ls) = &t.label_selector else {
-        return Err("set one of nodeNames and labelSelector".into());
-    };
-    let sel = Selector {
-        match_labels: ls.match_labels.as_ref(),
-        match_expressions: ls.match_expressions.as_deref(),
-    };
-    let mut out = Vec::new();
-    for (name, node) in nodes {
-        if rollout::selector_matches(&sel, &node.labels)
-            .map_err(|e| format!("invalid labelSelector: {e}"))?
-        {
-            out.push(name.clone());
-        }
-    }
-    Ok(out)
-}
-
-/// RFC 3339 with whole seconds, as KubeEdge writes `time`.
-pub fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-/// `s` cut to `max` characters, with an ellipsis when cut.
-pub fn cap(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
+    rollout::select_nodes(t.node_names.as_deref(), t.label_selector.as_ref(), nodes)
 }
 
 /// The step a node's failure message belongs to: the daemon's checks say
@@ -631,15 +579,8 @@ fn track(name: &str, inp: &Inputs<'_>, entries: &[Entry], uid: &str, timeout: Ti
         .as_ref()
         .is_some_and(|s| s.iter().any(|e| *e != EntryState::Missing));
     if !started {
-        match inp.nodes.get(name) {
-            None => return Row::Rejected(NOT_FOUND.into()),
-            Some(n) if !n.ready => return Row::Rejected(NOT_READY.into()),
-            Some(n) if !n.wants_nodeimage => {
-                return Row::Rejected(
-                    "not ready: the node is virtual or being deleted and pulls no images".into(),
-                );
-            }
-            Some(_) => {}
+        if let Some(why) = rollout::unstartable(inp.nodes.get(name)) {
+            return Row::Rejected(why);
         }
         if let Secrets::Missing(why) = &inp.secrets {
             return Row::Rejected(why.clone());

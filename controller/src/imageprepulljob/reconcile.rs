@@ -5,7 +5,6 @@ use super::plan::{self, Inputs, NodeInfo, Secrets};
 use crate::context::Context;
 use crate::entries;
 use crate::housekeeping::patch;
-use crate::nodemirror::decide;
 use crate::pullsecrets;
 use crate::watch::Synced;
 use chrono::Utc;
@@ -73,46 +72,7 @@ fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     }
 }
 
-/// Keeps only what the plan reads of a Node: labels, deletion, the Ready
-/// condition's status.
-pub fn trim_node(n: &mut Node) {
-    n.metadata.managed_fields = None;
-    n.metadata.annotations = None;
-    n.metadata.owner_references = None;
-    n.spec = None;
-    if let Some(st) = n.status.as_mut() {
-        let ready: Vec<_> = st
-            .conditions
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| c.type_ == "Ready")
-            .map(|mut c| {
-                c.last_heartbeat_time = None;
-                c.last_transition_time = None;
-                c.message = None;
-                c
-            })
-            .collect();
-        *st = Default::default();
-        st.conditions = Some(ready);
-    }
-}
-
-/// What the plan needs of a Node.
-pub fn node_info(n: &Node) -> NodeInfo {
-    let ready = n
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    NodeInfo {
-        labels: n.labels().clone(),
-        ready,
-        wants_nodeimage: decide::wants_nodeimage(&n.metadata),
-    }
-}
+pub use crate::rollout::{node_info, trim_node};
 
 /// `ImagePrePullJob//name`: the job in the secret copies' references.
 fn job_key(job: &ImagePrePullJob) -> String {

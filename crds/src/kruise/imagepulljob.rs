@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
         "message": "spec.selector and spec.podSelector are mutually exclusive: set at most one"
     },
     {
-        "rule": "!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || self.completionPolicy.activeDeadlineSeconds > ((has(self.pullPolicy) && has(self.pullPolicy.timeoutSeconds)) ? self.pullPolicy.timeoutSeconds : 600)",
+        "rule": "!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || self.completionPolicy.activeDeadlineSeconds >= ((has(self.pullPolicy) && has(self.pullPolicy.timeoutSeconds)) ? self.pullPolicy.timeoutSeconds : 600)",
         "message": "spec.completionPolicy.activeDeadlineSeconds must be greater than spec.pullPolicy.timeoutSeconds (default 600)"
     },
     {

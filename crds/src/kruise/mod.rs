@@ -13,4 +13,5 @@ pub use imagepulljob::{
 pub use nodeimage::{
     FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec,
     ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SyncStatus,
+    TagUpgrade, UpgradeState,
 };

@@ -113,6 +113,31 @@ pub struct ImageTagSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("items" = {"type": "string", "enum": ["disk", "cpu", "mem"]}))]
     pub check_items: Option<Vec<String>>,
+    /// nodeimage extension (not in OpenKruise): once the tag is pulled, run the
+    /// node-agent upgrade tool it ships (keadm: backup, upgrade, rollback on
+    /// failure). Written for NodeUpgradeJob; only daemons started with
+    /// `--enable-upgrades` run it, others fail the tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<TagUpgrade>,
+}
+
+/// nodeimage extension: the node-agent upgrade a tag entry asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TagUpgrade {
+    /// Version to upgrade to, `vX.Y.Z`; passed to the tool as `--toVersion`.
+    #[schemars(
+        extend("pattern" = "^v[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$"),
+        length(min = 1, max = 128)
+    )]
+    pub version: String,
+    /// Name of the NodeUpgradeJob that asked; names the work directory and
+    /// the log of the upgrade on the node.
+    #[schemars(
+        extend("pattern" = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+        length(min = 1, max = 253)
+    )]
+    pub job: String,
 }
 
 /// Timeouts, retries and lifetime of one tag's pull.
@@ -221,6 +246,60 @@ pub struct ImageTagStatus {
     /// Details, such as the registry's reason for a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// nodeimage extension, for an entry with `upgrade`: the step the upgrade
+    /// is in while the phase is Pulling; once finished, Successful, RolledBack
+    /// (the upgrade failed and the backup was restored), or the step it failed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_state: Option<UpgradeState>,
+    /// nodeimage extension: path on the node of the upgrade's log (the tool's output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_log: Option<String>,
+    /// nodeimage extension: the node-agent version before the upgrade, when the daemon knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+    /// nodeimage extension: the node-agent version after a successful upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_version: Option<String>,
+}
+
+/// Where a node-agent upgrade stands on the node (nodeimage extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum UpgradeState {
+    /// Reading the node's version and running the checks.
+    Checking,
+    /// Pulling the image that ships the tool.
+    Pulling,
+    /// Taking the tool out of the image and backing up (`keadm backup edge`).
+    BackingUp,
+    /// Upgrading (`keadm upgrade edge`).
+    Upgrading,
+    /// The upgrade failed; restoring the backup (`keadm rollback edge`).
+    RollingBack,
+    /// Finished: the upgrade failed and the backup was restored.
+    RolledBack,
+    /// Finished: the node runs the target version (upgraded, or already there).
+    Successful,
+}
+
+impl UpgradeState {
+    /// The name as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeState::Checking => "Checking",
+            UpgradeState::Pulling => "Pulling",
+            UpgradeState::BackingUp => "BackingUp",
+            UpgradeState::Upgrading => "Upgrading",
+            UpgradeState::RollingBack => "RollingBack",
+            UpgradeState::RolledBack => "RolledBack",
+            UpgradeState::Successful => "Successful",
+        }
+    }
+}
+
+impl std::fmt::Display for UpgradeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Result of the daemon's first sync.

@@ -8,7 +8,8 @@ pub use imageprepulljob::{
     ImagePrePullTemplate, ImageStatus as PrePullImageStatus,
 };
 pub use nodeupgradejob::{
-    ImageDigestGatter, NodeUpgradeJob, NodeUpgradeJobSpec, NodeUpgradeJobStatus, RegistryApi,
+    DEFAULT_UPGRADE_IMAGE, ImageDigestGatter, NodeUpgradeJob, NodeUpgradeJobSpec,
+    NodeUpgradeJobStatus, RegistryApi, first_version_in, is_version, kubeedge_version_of_kubelet,
 };
 
 use schemars::JsonSchema;

@@ -137,3 +137,95 @@ pub struct NodeUpgradeJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_status: Option<Vec<TaskStatus>>,
 }
+
+/// Whether `s` is a node-agent version as `spec.version` takes it:
+/// `vX.Y.Z` with an optional pre-release suffix such as `-rc.1`.
+pub fn is_version(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('v') else {
+        return false;
+    };
+    let (core, pre) = match rest.split_once('-') {
+        Some((c, p)) => (c, Some(p)),
+        None => (rest, None),
+    };
+    let numbers: Vec<&str> = core.split('.').collect();
+    numbers.len() == 3
+        && numbers
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        && pre.is_none_or(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        })
+}
+
+/// The KubeEdge version in a Node's `status.nodeInfo.kubeletVersion`, which
+/// edgecore reports as `<kubernetes version>-kubeedge-<kubeedge version>`
+/// (e.g. `v1.29.5-kubeedge-v1.17.0` → `v1.17.0`); None for other kubelets.
+pub fn kubeedge_version_of_kubelet(kubelet_version: &str) -> Option<String> {
+    let (_, rest) = kubelet_version.split_once("-kubeedge-")?;
+    is_version(rest).then(|| rest.to_string())
+}
+
+/// The first word of `text` that is a version (`vX.Y.Z[-pre]`), as a version
+/// file reads: `v1.17.0`, or the output of `edgecore --version`
+/// (`KubeEdge v1.17.0`).
+pub fn first_version_in(text: &str) -> Option<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+        .find(|w| is_version(w))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        let cases = [
+            ("v1.17.0", true),
+            ("v1.17.0-rc.1", true),
+            ("v10.0.12-beta-2", true),
+            ("1.17.0", false),
+            ("v1.17", false),
+            ("v1.17.0.1", false),
+            ("v1.x.0", false),
+            ("v1.17.0-", false),
+            ("v1.17.0+build", false),
+            ("", false),
+        ];
+        for (s, want) in cases {
+            assert_eq!(is_version(s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn kubelet_suffix() {
+        let cases = [
+            ("v1.29.5-kubeedge-v1.17.0", Some("v1.17.0")),
+            ("v1.30.7-kubeedge-v1.20.0-beta.0", Some("v1.20.0-beta.0")),
+            ("v1.33.13", None),
+            ("v1.29.5-kubeedge-", None),
+            ("v1.29.5-kubeedge-latest", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(kubeedge_version_of_kubelet(s).as_deref(), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn version_files() {
+        let cases = [
+            ("v1.17.0\n", Some("v1.17.0")),
+            ("  v1.16.2  ", Some("v1.16.2")),
+            ("KubeEdge v1.18.0\n", Some("v1.18.0")),
+            ("version=v1.18.1-rc.0;", Some("v1.18.1-rc.0")),
+            ("", None),
+            ("unknown\n", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(first_version_in(s).as_deref(), want, "{s:?}");
+        }
+    }
+}

@@ -657,3 +657,23 @@ fn empty_nodeimage_without_status_writes_nothing() {
     assert!(p.changes.is_empty());
     assert_eq!(p.requeue_after, Duration::from_secs(3600));
 }
+
+#[test]
+fn a_new_tag_without_an_entry_leaves_status_to_the_daemon() {
+    // The daemon reported one tag; a second was just added to the spec.
+    // Recounting now would publish counts for a tag with no entry, racing
+    // the daemon, so housekeeping writes no status.
+    let ni = nodeimage(
+        &[tag("nginx:1"), tag("redis:7")],
+        Some(&[report("nginx:1", ImagePullPhase::Succeeded)
+            .version(0)
+            .completed(1)]),
+    );
+    let mut stale = ni.clone();
+    if let Some(s) = stale.status.as_mut() {
+        s.desired = 1;
+        s.waiting = Some(0);
+    }
+    let p = run(&stale, 2);
+    assert!(p.status.is_none(), "status written: {:?}", p.status);
+}

@@ -189,12 +189,11 @@ fn selection_table() {
         n.wants_nodeimage = false;
         n
     });
-    w.nodes
-        .get_mut("n1")
-        .map(|n| n.labels.insert("zone".into(), "a".into()));
-    w.nodes
-        .get_mut("n3")
-        .map(|n| n.labels.insert("zone".into(), "a".into()));
+    for n in ["n1", "n3"] {
+        if let Some(node) = w.nodes.get_mut(n) {
+            node.labels.insert("zone".into(), "a".into());
+        }
+    }
 
     // nodeNames keep their order and drop duplicates.
     let j = job(&[IMG_A], &["n3", "n1", "n3"]);
@@ -593,7 +592,9 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
 
     // n1's entry expired (TTL) and n1 went NotReady: its result stands.
     w.set(nodeimage("n1", 0, &[]));
-    w.nodes.get_mut("n1").map(|n| n.ready = false);
+    if let Some(n) = w.nodes.get_mut("n1") {
+        n.ready = false;
+    }
     w.set(nodeimage("n2", 10, &[(IMG_A, Some((Some(Pulling), "")))]));
     let p = w.plan(&j, 20);
     assert_eq!(sea(&p, "n1").0, "Successful");
@@ -700,15 +701,41 @@ fn status_of_5000_nodes_fits_in_1_mib() {
             "kubectl.kubernetes.io/last-applied-configuration".to_string(),
             spec,
         )]));
+        // And the managed fields: `f:nodeNames` lists each name of the set.
+        let managed: usize = names
+            .iter()
+            .map(|n| format!(r#""v:\"{n}\"":{{}},"#).len())
+            .sum();
         let size = serde_json::to_vec(&obj)
             .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        assert!(size < 1024 * 1024, "{case}: {size} bytes");
+            .unwrap_or(usize::MAX)
+            + managed;
+        assert!(size < 1000 * 1024, "{case}: {size} bytes");
         eprintln!("{case}: {size} bytes, {:?}", p.summarised);
     }
-    // A small job lists everything.
-    let mut rows = vec![ImagePrePullStatus::default(); 3];
-    assert_eq!(summarise(&mut rows), Summary::Full);
+    // A successful job of 1,000 nodes lists everything.
+    let thousand: Vec<&str> = names[..1000].iter().map(String::as_str).collect();
+    let j = with(job(&images, &thousand), |t| t.concurrency = Some(1000));
+    let mut w = World::ready(&thousand);
+    for n in &thousand {
+        w.set(nodeimage(
+            n,
+            0,
+            &[
+                (images[0], Some((Some(ImagePullPhase::Succeeded), ""))),
+                (images[1], Some((Some(ImagePullPhase::Succeeded), ""))),
+            ],
+        ));
+    }
+    let p = w.plan(&j, 100);
+    assert_eq!(p.summarised, Summary::Full);
+    assert_eq!(
+        row(&p, "edge-node-00999")
+            .image_status
+            .as_ref()
+            .map(Vec::len),
+        Some(2)
+    );
 }
 
 #[test]

@@ -1,0 +1,134 @@
+//! NodeUpgradeJob: KubeEdge's rolling upgrade of the node agent, run through
+//! NodeImage tag entries. Per selected node (concurrency budget, node
+//! timeout, failure tolerance, as for ImagePrePullJob) the job writes the
+//! entry `image:version` carrying an `upgrade` extension; the node daemon
+//! (started with `--enable-upgrades`) checks, pulls, takes the upgrade tool
+//! out of the image, backs up, upgrades and rolls back on failure, and
+//! reports each step in the tag status, which the plan maps into the job's
+//! `nodeStatus`. Decisions are in `plan`; `reconcile` reads, calls the plan,
+//! and writes narrow patches.
+//!
+//! A job is woken when it changes, when a NodeImage holding its tag changes,
+//! when a Node's labels, readiness, existence or kubelet version change
+//! (running jobs only), and when its plan's due time comes.
+
+pub mod plan;
+mod reconcile;
+
+use crate::context::Context;
+use crate::lifecycle;
+use crate::rollout;
+use crate::watch::{self, SyncSignals, Synced};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
+use nodeimage_api::{NodeImage, NodeUpgradeJob};
+use nodeimage_ops::health::Readiness;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// What of a Node matters to a job, to pass on only its changes: labels,
+/// readiness, whether it gets a NodeImage, and its KubeEdge version.
+type NodeKey = (rollout::NodeInfo, Option<String>);
+
+fn node_key(n: &Node) -> NodeKey {
+    (rollout::node_info(n), reconcile::node_version(n))
+}
+
+/// Runs the NodeUpgradeJob controller until `stop` turns true.
+pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+    let client = ctx.client.clone();
+
+    let nodeimages_synced = Synced::default();
+    let (nodeimages, ni_writer) = reflector::store::<NodeImage>();
+    let ni_events = watch::reflect(
+        "nodeupgradejob-nodeimages",
+        Api::all(client.clone()),
+        ni_writer,
+        watch::without_managed_fields,
+        SyncSignals {
+            synced: nodeimages_synced.clone(),
+            check: readiness.check("nodeupgradejob-nodeimages-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
+            _ => None,
+        })
+    });
+
+    let nodes_synced = Synced::default();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let mut seen: HashMap<String, NodeKey> = HashMap::new();
+    let node_events = watch::reflect(
+        "nodeupgradejob-nodes",
+        Api::all(client.clone()),
+        node_writer,
+        rollout::trim_node,
+        SyncSignals {
+            synced: nodes_synced.clone(),
+            check: readiness.check("nodeupgradejob-nodes-synced").await,
+            relisted: None,
+        },
+    )
+    .filter_map(move |e| {
+        let out = match e {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                let key = node_key(&n);
+                let changed = seen.get(&n.name_any()) != Some(&key);
+                seen.insert(n.name_any(), key);
+                changed.then_some(Ok(n))
+            }
+            watcher::Event::Delete(n) => {
+                seen.remove(&n.name_any());
+                Some(Ok(n))
+            }
+            _ => None,
+        };
+        std::future::ready(out)
+    });
+
+    let controller = Controller::new(
+        Api::<NodeUpgradeJob>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let jobs = controller.store();
+    let _ = ctx.metrics.caches.node_upgrade_jobs.set(jobs.clone());
+    let state = Arc::new(reconcile::State {
+        ctx,
+        nodeimages,
+        nodeimages_synced,
+        nodes,
+        nodes_synced,
+    });
+    tracing::info!("nodeupgradejob controller starting");
+    controller
+        .watches_stream(ni_events, |ni: NodeImage| {
+            rollout::owner_names(&ni, plan::KIND, plan::GROUP)
+                .into_iter()
+                .map(|n| ObjectRef::<NodeUpgradeJob>::new(&n))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(node_events, move |_: Node| {
+            jobs.state()
+                .iter()
+                .filter(|j| !j.status.as_ref().is_some_and(plan::is_finished))
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome("nodeupgradejob", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("nodeupgradejob controller stopped");
+}

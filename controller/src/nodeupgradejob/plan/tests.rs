@@ -1,0 +1,688 @@
+use super::*;
+use crate::clock::api_time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use nodeimage_api::kruise::{
+    ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, NodeImageSpec, NodeImageStatus,
+};
+use nodeimage_api::kubeedge::NodeUpgradeJobSpec;
+
+const UID: &str = "uid-upgrade";
+const IMAGE: &str = "kubeedge/installation-package";
+const V: &str = "v1.17.0";
+
+fn at(s: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap_or_default()
+}
+
+fn job(nodes: &[&str]) -> NodeUpgradeJob {
+    let mut j = NodeUpgradeJob::new(
+        "up",
+        NodeUpgradeJobSpec {
+            version: Some(V.into()),
+            node_names: Some(nodes.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        },
+    );
+    j.metadata.uid = Some(UID.into());
+    j
+}
+
+fn with(mut j: NodeUpgradeJob, f: impl FnOnce(&mut NodeUpgradeJobSpec)) -> NodeUpgradeJob {
+    f(&mut j.spec);
+    j
+}
+
+fn ready(labels: &[(&str, &str)]) -> NodeInfo {
+    NodeInfo {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ready: true,
+        wants_nodeimage: true,
+    }
+}
+
+/// What a node reports on the job's entry.
+#[derive(Clone, Default)]
+struct Report {
+    phase: Option<ImagePullPhase>,
+    state: Option<UpgradeState>,
+    message: Option<&'static str>,
+    progress: Option<i32>,
+    from: Option<&'static str>,
+    to: Option<&'static str>,
+}
+
+fn rep(phase: ImagePullPhase, state: Option<UpgradeState>) -> Report {
+    Report {
+        phase: Some(phase),
+        state,
+        ..Default::default()
+    }
+}
+
+/// A NodeImage holding the job's entry (written at `created`) with `report`,
+/// or no entry when `created` is None.
+fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<NodeImage> {
+    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    if let Some(c) = created {
+        images
+            .entry(IMAGE.into())
+            .or_default()
+            .tags
+            .push(ImageTagSpec {
+                tag: V.into(),
+                version: Some(0),
+                created_at: Some(api_time(at(c))),
+                owner_references: Some(vec![ObjectReference {
+                    kind: Some(KIND.into()),
+                    name: Some("up".into()),
+                    uid: Some(UID.into()),
+                    ..Default::default()
+                }]),
+                upgrade: Some(TagUpgrade {
+                    version: V.into(),
+                    job: "up".into(),
+                }),
+                ..Default::default()
+            });
+        if let Some(r) = report {
+            statuses
+                .entry(IMAGE.into())
+                .or_default()
+                .tags
+                .push(ImageTagStatus {
+                    tag: V.into(),
+                    version: Some(0),
+                    phase: r.phase.unwrap_or_default(),
+                    upgrade_state: r.state,
+                    message: r.message.map(str::to_string),
+                    progress: r.progress,
+                    from_version: r.from.map(str::to_string),
+                    to_version: r.to.map(str::to_string),
+                    ..Default::default()
+                });
+        }
+    }
+    let mut ni = NodeImage::new(
+        name,
+        NodeImageSpec {
+            images: Some(images),
+        },
+    );
+    ni.status = Some(NodeImageStatus {
+        image_statuses: Some(statuses),
+        ..Default::default()
+    });
+    Arc::new(ni)
+}
+
+struct World {
+    nodes: BTreeMap<String, NodeInfo>,
+    versions: BTreeMap<String, String>,
+    nodeimages: BTreeMap<String, Arc<NodeImage>>,
+}
+
+impl World {
+    fn ready(names: &[&str]) -> World {
+        World {
+            nodes: names.iter().map(|n| (n.to_string(), ready(&[]))).collect(),
+            versions: BTreeMap::new(),
+            nodeimages: names
+                .iter()
+                .map(|n| (n.to_string(), nodeimage(n, None, None)))
+                .collect(),
+        }
+    }
+
+    fn set(&mut self, ni: Arc<NodeImage>) -> &mut Self {
+        self.nodeimages.insert(ni.name_any(), ni);
+        self
+    }
+
+    fn version(&mut self, node: &str, v: &str) -> &mut Self {
+        self.versions.insert(node.into(), v.into());
+        self
+    }
+
+    fn plan(&self, j: &NodeUpgradeJob, now: i64) -> Plan {
+        plan(Inputs {
+            job: j,
+            nodes: &self.nodes,
+            versions: &self.versions,
+            nodeimages: &self.nodeimages,
+            now: at(now),
+        })
+    }
+}
+
+/// Feeds a plan's status back into the job, as the API would.
+fn recorded(mut j: NodeUpgradeJob, p: &Plan) -> NodeUpgradeJob {
+    j.status = Some(p.status.clone());
+    j
+}
+
+fn node<'a>(p: &'a Plan, name: &str) -> &'a TaskStatus {
+    p.status
+        .node_status
+        .iter()
+        .flatten()
+        .find(|s| s.node_name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("{name} not in status: {:?}", p.status))
+}
+
+/// (state, event, action, reason) of a node.
+fn sea(p: &Plan, name: &str) -> (String, String, String, String) {
+    let s = node(p, name);
+    (
+        s.state.clone().unwrap_or_default(),
+        s.event.clone().unwrap_or_default(),
+        s.action.clone().unwrap_or_default(),
+        s.reason.clone().unwrap_or_default(),
+    )
+}
+
+fn tuple(s: &str, e: &str, a: &str, r: &str) -> (String, String, String, String) {
+    (s.into(), e.into(), a.into(), r.into())
+}
+
+fn job_sea(p: &Plan) -> (String, String, String) {
+    (
+        p.status.state.clone().unwrap_or_default(),
+        p.status.event.clone().unwrap_or_default(),
+        p.status.action.clone().unwrap_or_default(),
+    )
+}
+
+fn reasons(p: &Plan) -> Vec<&'static str> {
+    p.events.iter().map(|e| e.reason).collect()
+}
+
+#[test]
+fn entry_replaces_the_tag_and_defaults_the_image() {
+    let cases: Vec<(Option<&str>, Result<(&str, &str), &str>)> = vec![
+        (None, Ok((IMAGE, V))),
+        (Some(""), Ok((IMAGE, V))),
+        (
+            Some("127.0.0.1:5000/team/installation-package:v0.0.1"),
+            Ok(("127.0.0.1:5000/team/installation-package", V)),
+        ),
+        (
+            Some(
+                "docker.io/kubeedge/installation-package@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            ),
+            Ok((IMAGE, V)),
+        ),
+        (Some("Not An Image"), Err("spec.image")),
+    ];
+    for (image, want) in cases {
+        let j = with(job(&["n1"]), |s| s.image = image.map(str::to_string));
+        match (upgrade_entry(&j), want) {
+            (Ok(e), Ok((i, t))) => assert_eq!((e.image.as_str(), e.tag.as_str()), (i, t)),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{e}"),
+            (got, want) => panic!("{image:?}: got {got:?}, want {want:?}"),
+        }
+    }
+    let j = with(job(&["n1"]), |s| s.version = Some("1.17".into()));
+    assert!(upgrade_entry(&j).is_err());
+    let p = World::ready(&["n1"]).plan(&j, 0);
+    assert_eq!(
+        job_sea(&p),
+        ("Failed".into(), "Init".into(), "Failure".into())
+    );
+    assert!(p.finished && p.write_to.is_empty());
+}
+
+#[test]
+fn selection_and_nodes_that_cannot_start() {
+    let mut w = World::ready(&["n1", "n2", "n3", "n4"]);
+    if let Some(n) = w.nodes.get_mut("n2") {
+        n.ready = false;
+    }
+    if let Some(n) = w.nodes.get_mut("n4") {
+        n.wants_nodeimage = false;
+    }
+    for name in ["n1", "n3"] {
+        if let Some(n) = w.nodes.get_mut(name) {
+            n.labels.insert("edge".into(), "yes".into());
+        }
+    }
+
+    let j = with(job(&["n3", "missing", "n2", "n3", "n4"]), |s| {
+        s.concurrency = Some(5)
+    });
+    let p = w.plan(&j, 0);
+    let order: Vec<String> = p
+        .status
+        .node_status
+        .iter()
+        .flatten()
+        .filter_map(|t| t.node_name.clone())
+        .collect();
+    assert_eq!(order, vec!["n3", "missing", "n2", "n4"]);
+    assert_eq!(
+        sea(&p, "missing"),
+        tuple("Failed", "Init", "Failure", "not found")
+    );
+    assert_eq!(
+        sea(&p, "n2"),
+        tuple("Failed", "Init", "Failure", "not ready")
+    );
+    assert_eq!(sea(&p, "n4").0, "Failed");
+    assert_eq!(p.write_to, vec!["n3"]);
+
+    let j = with(job(&[]), |s| {
+        s.node_names = None;
+        s.label_selector = Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([("edge".into(), "yes".into())])),
+            ..Default::default()
+        });
+    });
+    let p = w.plan(&j, 0);
+    let order: Vec<String> = p
+        .status
+        .node_status
+        .iter()
+        .flatten()
+        .filter_map(|t| t.node_name.clone())
+        .collect();
+    assert_eq!(order, vec!["n1", "n3"]);
+
+    let j = with(job(&[]), |s| s.node_names = None);
+    assert_eq!(w.plan(&j, 0).status.state.as_deref(), Some("Failed"));
+    let j = with(job(&[]), |s| {
+        s.node_names = None;
+        s.label_selector = Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([("edge".into(), "no".into())])),
+            ..Default::default()
+        });
+    });
+    let p = w.plan(&j, 0);
+    assert_eq!(
+        p.status.reason.as_deref(),
+        Some("no node matches labelSelector")
+    );
+}
+
+#[test]
+fn concurrency_one_upgrades_in_order_and_maps_each_step() {
+    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let j = job(&["n1", "n2", "n3"]);
+
+    // First look: n1 starts, the others wait.
+    let p = w.plan(&j, 0);
+    assert_eq!(p.write_to, vec!["n1"]);
+    let (req, up) = p.request.clone().expect("a request");
+    assert_eq!((req.image.as_str(), req.tag.as_str()), (IMAGE, V));
+    assert_eq!(
+        up,
+        TagUpgrade {
+            version: V.into(),
+            job: "up".into()
+        }
+    );
+    assert_eq!(req.owner.kind.as_deref(), Some(KIND));
+    assert_eq!(req.pull_policy.active_deadline_seconds, None);
+    assert_eq!(req.pull_policy.timeout_seconds, Some(300));
+    assert_eq!(reasons(&p), vec!["Started"]);
+    assert_eq!(sea(&p, "n1"), tuple("Checking", "Check", "", ""));
+    assert_eq!(sea(&p, "n2"), tuple("Init", "", "", ""));
+    assert_eq!(
+        job_sea(&p),
+        ("Upgrading".into(), "Upgrade".into(), "".into())
+    );
+    let mut j = recorded(j, &p);
+
+    // n1 walks through the daemon's steps; n2 and n3 keep waiting.
+    use ImagePullPhase::*;
+    use UpgradeState::*;
+    let steps: Vec<(Report, (&str, &str, &str, &str))> = vec![
+        (
+            rep(ImagePullPhase::Pulling, Some(Checking)),
+            ("Checking", "Check", "", ""),
+        ),
+        (
+            Report {
+                progress: Some(40),
+                ..rep(ImagePullPhase::Pulling, Some(UpgradeState::Pulling))
+            },
+            (
+                "Checking",
+                "Check",
+                "",
+                "pulling kubeedge/installation-package:v1.17.0 (40%)",
+            ),
+        ),
+        (
+            rep(ImagePullPhase::Pulling, Some(BackingUp)),
+            ("BackingUp", "BackUp", "", ""),
+        ),
+        (
+            rep(ImagePullPhase::Pulling, Some(Upgrading)),
+            ("Upgrading", "Upgrade", "", ""),
+        ),
+        (
+            Report {
+                from: Some("v1.16.0"),
+                to: Some(V),
+                ..rep(Succeeded, Some(Successful))
+            },
+            (
+                "Successful",
+                "Upgrade",
+                "Success",
+                "upgraded from v1.16.0 to v1.17.0",
+            ),
+        ),
+    ];
+    for (i, (report, want)) in steps.into_iter().enumerate() {
+        w.set(nodeimage("n1", Some(0), Some(report)));
+        let p = w.plan(&j, 10 + i as i64);
+        assert_eq!(
+            sea(&p, "n1"),
+            tuple(want.0, want.1, want.2, want.3),
+            "step {i}"
+        );
+        if want.0 != "Successful" {
+            assert_eq!(p.write_to, vec!["n1"], "step {i}: only n1 works");
+            assert!(p.events.is_empty(), "step {i}: {:?}", p.events);
+        } else {
+            assert_eq!(p.write_to, vec!["n2"], "n2 starts when n1 is done");
+            assert_eq!(reasons(&p), vec!["NodeUpgraded"]);
+            assert_eq!(p.status.current_version.as_deref(), Some(V));
+            assert_eq!(p.status.historic_version.as_deref(), Some("v1.16.0"));
+            assert!(p.release_from.is_empty(), "not recorded yet");
+        }
+        j = recorded(j, &p);
+    }
+    // Recorded: n1's entry is taken back.
+    w.set(nodeimage("n2", Some(20), None));
+    let p = w.plan(&j, 20);
+    assert_eq!(p.release_from, vec!["n1"]);
+    assert_eq!(sea(&p, "n2").0, "Checking");
+    assert_eq!(sea(&p, "n3").0, "Init");
+}
+
+#[test]
+fn failures_map_to_their_step_and_rollback_is_a_failure() {
+    use ImagePullPhase::*;
+    use UpgradeState::*;
+    let cases: Vec<(&str, Report, (&str, &str, &str), &str)> = vec![
+        (
+            "rolled back",
+            Report {
+                message: Some("upgrade failed, rolled back: boom"),
+                ..rep(Failed, Some(RolledBack))
+            },
+            ("Failed", "Rollback", "Success"),
+            "NodeRolledBack",
+        ),
+        (
+            "rollback failed too",
+            Report {
+                message: Some("upgrade failed: boom; rollback failed too: bang"),
+                ..rep(Failed, Some(RollingBack))
+            },
+            ("Failed", "Rollback", "Failure"),
+            "NodeFailed",
+        ),
+        (
+            "backup failed",
+            Report {
+                message: Some("backup failed: no space"),
+                ..rep(Failed, Some(BackingUp))
+            },
+            ("Failed", "BackUp", "Failure"),
+            "NodeFailed",
+        ),
+        (
+            "upgrades disabled",
+            Report {
+                message: Some("upgrades are disabled on this node"),
+                ..rep(Failed, Some(Checking))
+            },
+            ("Failed", "Check", "Failure"),
+            "NodeFailed",
+        ),
+        (
+            "pull failed",
+            Report {
+                message: Some("pull failed after 3 attempts: not found"),
+                ..rep(Failed, Some(UpgradeState::Pulling))
+            },
+            ("Failed", "Check", "Failure"),
+            "NodeFailed",
+        ),
+        (
+            "a daemon that does not know upgrades",
+            rep(Succeeded, None),
+            ("Failed", "Check", "Failure"),
+            "NodeFailed",
+        ),
+        (
+            "node did not respond (housekeeping)",
+            Report {
+                message: Some("node did not respond within 10m0s"),
+                ..rep(Failed, None)
+            },
+            ("Failed", "TimeOut", "Failure"),
+            "NodeFailed",
+        ),
+    ];
+    for (name, report, want, event) in cases {
+        let w = {
+            let mut w = World::ready(&["n1"]);
+            w.set(nodeimage("n1", Some(0), Some(report.clone())));
+            w
+        };
+        let j = recorded(job(&["n1"]), &World::ready(&["n1"]).plan(&job(&["n1"]), 0));
+        let p = w.plan(&j, 5);
+        let got = sea(&p, "n1");
+        assert_eq!(
+            (got.0.as_str(), got.1.as_str(), got.2.as_str()),
+            want,
+            "{name}"
+        );
+        let expected_reason = report.message.unwrap_or(NO_UPGRADE_SUPPORT);
+        assert_eq!(got.3, expected_reason, "{name}");
+        assert_eq!(reasons(&p), vec![event, "Finished"], "{name}");
+        assert_eq!(p.status.state.as_deref(), Some("Failed"), "{name}");
+        assert_eq!(p.status.current_version, None, "{name}");
+    }
+}
+
+#[test]
+fn nodes_at_the_version_are_skipped_and_versions_recorded() {
+    let mut w = World::ready(&["n1", "n2"]);
+    w.version("n1", V).version("n2", "v1.15.1");
+    let j = with(job(&["n1", "n2"]), |s| s.concurrency = Some(2));
+    let p = w.plan(&j, 0);
+    assert_eq!(
+        sea(&p, "n1"),
+        tuple(
+            "Successful",
+            "Check",
+            "Success",
+            "already at v1.17.0 (the Node's kubeletVersion); nothing to do"
+        )
+    );
+    assert_eq!(p.write_to, vec!["n2"], "nothing is written for n1");
+    assert_eq!(reasons(&p), vec!["Started", "NodeUpgraded"]);
+    assert_eq!(p.status.current_version.as_deref(), Some(V));
+    assert_eq!(p.status.historic_version.as_deref(), Some("v1.15.1"));
+    let j = recorded(j, &p);
+
+    // n2's daemon finds it at the version too (version file).
+    w.set(nodeimage(
+        "n2",
+        Some(0),
+        Some(Report {
+            message: Some("already at v1.17.0; nothing to do"),
+            from: Some(V),
+            to: Some(V),
+            ..rep(ImagePullPhase::Succeeded, Some(UpgradeState::Successful))
+        }),
+    ));
+    // Its Node now reports the new version: the historic one is kept.
+    w.version("n2", V);
+    let p = w.plan(&j, 3);
+    assert_eq!(
+        sea(&p, "n2"),
+        tuple(
+            "Successful",
+            "Upgrade",
+            "Success",
+            "already at v1.17.0; nothing to do"
+        )
+    );
+    assert_eq!(
+        job_sea(&p),
+        ("Successful".into(), "Upgrade".into(), "Success".into())
+    );
+    assert_eq!(p.status.historic_version.as_deref(), Some("v1.15.1"));
+    assert_eq!(p.status.reason, None);
+}
+
+#[test]
+fn timeouts_free_the_slot_and_the_job_still_finishes() {
+    let mut w = World::ready(&["n1", "n2"]);
+    let j = with(job(&["n1", "n2"]), |s| s.timeout_seconds = Some(30));
+    let p = w.plan(&j, 0);
+    assert_eq!(p.write_to, vec!["n1"]);
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(30)));
+    let j = recorded(j, &p);
+    // n1's daemon never answers.
+    w.set(nodeimage("n1", Some(0), None));
+    let p = w.plan(&j, 10);
+    assert_eq!(sea(&p, "n1").0, "Checking");
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(20)));
+    let p = w.plan(&j, 30);
+    assert_eq!(
+        sea(&p, "n1"),
+        tuple(
+            "Failed",
+            "TimeOut",
+            "Failure",
+            "timed out: the node did not finish within 30s"
+        )
+    );
+    assert_eq!(p.write_to, vec!["n2"]);
+    let j = recorded(j, &p);
+    w.set(nodeimage(
+        "n2",
+        Some(30),
+        Some(rep(
+            ImagePullPhase::Succeeded,
+            Some(UpgradeState::Successful),
+        )),
+    ));
+    let p = w.plan(&j, 40);
+    assert!(p.finished);
+    assert_eq!(p.release_from, vec!["n1"], "the timed-out node stops");
+    // Default tolerance 0.1: 1 of 2 failed is too many; the failed nodes
+    // share the event TimeOut.
+    assert_eq!(
+        job_sea(&p),
+        ("Failed".into(), "TimeOut".into(), "Failure".into())
+    );
+    assert_eq!(
+        p.status.reason.as_deref(),
+        Some("1 of 2 nodes failed (50.0%), above failureTolerate 0.1")
+    );
+    let j = recorded(j, &p);
+    // Finished: nothing more, every entry goes back.
+    let p = w.plan(&j, 50);
+    assert!(p.finished && p.events.is_empty() && p.request.is_none());
+    assert_eq!(p.release_from, vec!["n1", "n2"]);
+}
+
+#[test]
+fn failure_tolerance_table() {
+    for (tolerate, want) in [
+        (Some("0.5"), "Successful"),
+        (Some("0"), "Failed"),
+        (None, "Failed"),
+        (Some("1"), "Successful"),
+    ] {
+        let mut w = World::ready(&["n1", "n2"]);
+        let j = with(job(&["n1", "n2"]), |s| {
+            s.concurrency = Some(2);
+            s.failure_tolerate = tolerate.map(str::to_string);
+        });
+        let j = recorded(j.clone(), &w.plan(&j, 0));
+        w.set(nodeimage(
+            "n1",
+            Some(0),
+            Some(rep(
+                ImagePullPhase::Succeeded,
+                Some(UpgradeState::Successful),
+            )),
+        ));
+        w.set(nodeimage(
+            "n2",
+            Some(0),
+            Some(Report {
+                message: Some("upgrade failed, rolled back: x"),
+                ..rep(ImagePullPhase::Failed, Some(UpgradeState::RolledBack))
+            }),
+        ));
+        let p = w.plan(&j, 5);
+        assert_eq!(p.status.state.as_deref(), Some(want), "{tolerate:?}");
+        assert_eq!(
+            reasons(&p),
+            vec!["NodeUpgraded", "NodeRolledBack", "Finished"]
+        );
+    }
+}
+
+#[test]
+fn node_times_stay_while_the_phase_does() {
+    let mut w = World::ready(&["n1"]);
+    let j = job(&["n1"]);
+    let p = w.plan(&j, 0);
+    let t0 = node(&p, "n1").time.clone();
+    assert_eq!(t0, Some(rfc3339(at(0))));
+    let j = recorded(j, &p);
+    w.set(nodeimage(
+        "n1",
+        Some(0),
+        Some(rep(ImagePullPhase::Pulling, Some(UpgradeState::Checking))),
+    ));
+    let p = w.plan(&j, 7);
+    assert_eq!(node(&p, "n1").time, t0, "still Checking");
+    let j = recorded(j, &p);
+    w.set(nodeimage(
+        "n1",
+        Some(0),
+        Some(rep(ImagePullPhase::Pulling, Some(UpgradeState::Upgrading))),
+    ));
+    let p = w.plan(&j, 9);
+    assert_eq!(node(&p, "n1").time, Some(rfc3339(at(9))));
+    assert_eq!(
+        p.status.time,
+        j.status.as_ref().and_then(|s| s.time.clone())
+    );
+}
+
+#[test]
+fn long_reasons_are_capped_and_summarised() {
+    let long = "x".repeat(5000);
+    let mut rows: Vec<TaskStatus> = (0..3000)
+        .map(|i| TaskStatus {
+            node_name: Some(format!("node-{i:05}")),
+            state: Some(if i % 2 == 0 { "Successful" } else { "Failed" }.into()),
+            reason: Some(cap(&long, MAX_REASON_CHARS)),
+            time: Some(rfc3339(at(0))),
+            ..Default::default()
+        })
+        .collect();
+    assert!(rows_size(&rows) > STATUS_BUDGET_BYTES);
+    summarise(&mut rows);
+    assert!(rows_size(&rows) <= STATUS_BUDGET_BYTES);
+    assert!(
+        rows.iter()
+            .all(|r| r.node_name.is_some() && r.state.is_some())
+    );
+}

@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# Scale benchmarks on the local API server with simulated nodes
+# (docs/benchmarks.md, issues 4 and 5):
+#
+#   imagepulljob     JOBS ImagePullJobs (one image each) over all NODES
+#                    simulated nodes, parallelism PARALLELISM: time from
+#                    creation to all completed, controller CPU seconds and
+#                    peak RSS, API requests of the controller and of the
+#                    simulator, reconciles per second once all is complete;
+#   imageprepulljob  one ImagePrePullJob over all NODES with 2 images and
+#                    concurrency PREPULL_CONCURRENCY: time to finish, status
+#                    object size, controller CPU seconds and peak RSS.
+#
+#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob]
+#
+# The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
+# create-nodes`; the controller's node mirror creates their NodeImages;
+# `ni-sim run` plays their daemons (Pulling, then Succeeded, through the
+# daemon's status merge patches). The controller runs as ServiceAccount
+# bench/nodeimage-controller and the simulator as bench/ni-sim: FlowSchemas
+# routed to the exempt priority level (no throttling) make the API server
+# count each one's requests (apiserver_flowcontrol_dispatched_requests_total
+# by flow_schema). Each scenario starts a fresh controller once the nodes
+# exist, so its CPU time and VmHWM cover that scenario only (startup with
+# NODES NodeImages included). After a scenario the jobs are deleted and the
+# script waits until the NodeImages hold no tags again.
+#
+# Settings: NODES (1000), JOBS (100), PARALLELISM (100), PREPULL_CONCURRENCY
+# (100), SIM_CONCURRENCY (64 nodes written at once), PULL_MS (0: simulated
+# pull time), SETTLE_SECONDS (60: window for the reconcile rate),
+# TIMEOUT_SECONDS (7200), KEEP_NODES=1 to keep the simulated nodes at the end.
+# Results: $NODEIMAGE_STATE/bench/results/scale-<time>.txt (also on stdout).
+set -Eeuo pipefail
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NODES=${NODES:-1000}
+JOBS=${JOBS:-100}
+PARALLELISM=${PARALLELISM:-100}
+PREPULL_CONCURRENCY=${PREPULL_CONCURRENCY:-100}
+SIM_CONCURRENCY=${SIM_CONCURRENCY:-64}
+PULL_MS=${PULL_MS:-0}
+SETTLE_SECONDS=${SETTLE_SECONDS:-60}
+TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-7200}
+PORT_BASE=${BENCH_PORT_BASE:-28000}
+CTRL_HEALTH=127.0.0.1:$((PORT_BASE + 90))
+NS=bench-scale
+SIM_SEL=nodeimage.dev/sim=true
+REG=$NODEIMAGE_REGISTRY
+SCENARIOS=("$@")
+((${#SCENARIOS[@]})) || SCENARIOS=(imagepulljob imageprepulljob)
+RESULTS_FILE=$RESULTS/scale-$(date -u +%Y%m%dT%H%M%SZ)-$NODES.txt
+trap bench_cleanup EXIT
+
+for b in nodeimage-controller ni-sim; do
+  [[ -x $BIN/$b ]] || die "$BIN/$b missing: cargo build --release -p nodeimage-controller -p nodeimage-tests"
+done
+
+{
+  echo "# tests/bench/scale.sh ${SCENARIOS[*]} $(date -u +%FT%TZ) on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "# NODES=$NODES JOBS=$JOBS PARALLELISM=$PARALLELISM PREPULL_CONCURRENCY=$PREPULL_CONCURRENCY SIM_CONCURRENCY=$SIM_CONCURRENCY PULL_MS=$PULL_MS"
+  echo "# binaries: $BIN ($(code_version)), cluster $STATE"
+} | tee "$RESULTS_FILE"
+
+install_crds
+bench_identity nodeimage-controller 50
+bench_identity ni-sim 60
+kc get namespace "$NS" >/dev/null 2>&1 || kc create namespace "$NS" >/dev/null
+
+CTRL_KUBECONFIG=$RESULTS/nodeimage-controller.kubeconfig
+SIM_KUBECONFIG=$RESULTS/ni-sim.kubeconfig
+SIM_STATS=$RESULTS/ni-sim.stats
+
+start_controller() {
+  bench_start scale-controller "$BIN/nodeimage-controller" --kubeconfig "$CTRL_KUBECONFIG" \
+    --health-addr "$CTRL_HEALTH" --log-format json
+  wait_until 300 "controller ready" scale-controller curl -fsS "http://$CTRL_HEALTH/readyz"
+}
+ctrl_metric() { metric "http://$CTRL_HEALTH/metrics" "$@"; }
+ctrl_pid() { bench_pid scale-controller; }
+# Number of simulated NodeImages, and how many tag entries they hold.
+sim_nodeimages() { kc get nodeimages -l "$SIM_SEL" -o name | wc -l; }
+sim_tags() {
+  kc get nodeimages -l "$SIM_SEL" -o json |
+    jq '[.items[] | (.spec.images // {}) | to_entries[] | .value.tags | length] | add // 0'
+}
+
+# ---------------------------------------------------------------------------
+# Simulated nodes and their NodeImages
+# ---------------------------------------------------------------------------
+start_controller
+have=$(sim_nodeimages)
+if ((have != NODES)); then
+  if ((have > NODES)); then
+    log "removing $have simulated nodes (want $NODES)"
+    "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" delete-nodes --selector "$SIM_SEL" >/dev/null
+    wait_until 600 "simulated NodeImages gone" - bash -c "[[ \$($KUBECTL get nodeimages -l $SIM_SEL -o name | wc -l) == 0 ]]"
+  fi
+  t0=$(now)
+  out=$("$BIN/ni-sim" --kubeconfig "$KUBECONFIG" create-nodes --count "$NODES" --concurrency 32)
+  t1=$(now)
+  record "nodes.create.seconds[$NODES]" "$(elapsed "$t0" "$t1") ($out)"
+  wait_until 1800 "$NODES simulated NodeImages" scale-controller bash -c "[[ \$($KUBECTL get nodeimages -l $SIM_SEL -o name | wc -l) -ge $NODES ]]"
+  record "nodes.mirrored.seconds[$NODES]" "$(elapsed "$t0" "$(now)") (Node creation to all NodeImages created by the controller)"
+fi
+(($(sim_tags) == 0)) || die "the simulated NodeImages still hold tags: clean them first (delete the jobs in $NS and wait)"
+bench_stop scale-controller
+
+bench_start ni-sim "$BIN/ni-sim" --kubeconfig "$SIM_KUBECONFIG" run --selector "$SIM_SEL" \
+  --concurrency "$SIM_CONCURRENCY" --pull-ms "$PULL_MS" --stats-file "$SIM_STATS" --stats-interval 1
+sim_stat() { jq -r ".$1" "$SIM_STATS" 2>/dev/null || echo 0; }
+
+# Common measurement around one scenario: before/after counters.
+measure_begin() {
+  start_controller
+  sleep 10
+  M_CPU0=$(ctrl_metric process_cpu_seconds_total)
+  M_RSS_IDLE=$(mib "$(ctrl_metric process_resident_memory_bytes)")
+  M_CTRL0=$(identity_requests nodeimage-controller)
+  M_SIM0=$(identity_requests ni-sim)
+  M_SIMOWN0=$(sim_stat requests)
+  M_ALL0=$(apiserver_metric apiserver_request_total)
+  M_REC0=$(ctrl_metric nodeimage_controller_reconciles_total)
+  record "$1.controller.idle_rss_mib[$NODES]" "$M_RSS_IDLE (fresh controller, $NODES NodeImages cached, before the jobs)"
+  M_T0=$(now)
+}
+measure_end() {
+  local s=$1 t1 cpu hwm ctrl sim simown all rec
+  t1=$(now)
+  cpu=$(ctrl_metric process_cpu_seconds_total)
+  hwm=$(vmhwm_mib "$(ctrl_pid)")
+  ctrl=$(ident_diff "$M_CTRL0" "$(identity_requests nodeimage-controller)")
+  sim=$(ident_diff "$M_SIM0" "$(identity_requests ni-sim)")
+  simown=$(($(sim_stat requests) - M_SIMOWN0))
+  all=$(apiserver_metric apiserver_request_total)
+  rec=$(ctrl_metric nodeimage_controller_reconciles_total)
+  record "$s.seconds[$NODES]" "$(elapsed "$M_T0" "$t1")"
+  record "$s.controller.cpu_seconds" "$(awk -v a="$M_CPU0" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }')"
+  record "$s.controller.peak_rss_mib" "$hwm (VmHWM since the controller started)"
+  record "$s.controller.requests" "$ctrl"
+  record "$s.controller.reconciles" "$(awk -v a="$M_REC0" -v b="$rec" 'BEGIN { printf "%d", b - a }')"
+  record "$s.simulator.requests" "$sim (its own count: $simown)"
+  record "$s.apiserver.requests_all_clients" "$(awk -v a="$M_ALL0" -v b="$all" 'BEGIN { printf "%d", b - a }')"
+}
+# Reconciles per second once everything is complete, over SETTLE_SECONDS.
+settle() {
+  local s=$1 r0 r1 c0 c1
+  sleep 5
+  r0=$(ctrl_metric nodeimage_controller_reconciles_total)
+  c0=$(ctrl_metric process_cpu_seconds_total)
+  sleep "$SETTLE_SECONDS"
+  r1=$(ctrl_metric nodeimage_controller_reconciles_total)
+  c1=$(ctrl_metric process_cpu_seconds_total)
+  record "$s.settled.reconciles_per_second" "$(awk -v a="$r0" -v b="$r1" -v t="$SETTLE_SECONDS" 'BEGIN { printf "%.3f", (b - a) / t }') ($(awk -v a="$r0" -v b="$r1" 'BEGIN { printf "%d", b - a }') in ${SETTLE_SECONDS} s; controller CPU $(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }') s; per kind now: $(curl -fsS "http://$CTRL_HEALTH/metrics" | grep '^nodeimage_controller_reconciles_total' | sed 's/nodeimage_controller_reconciles_total//' | tr '\n' ' '))"
+  record "$s.controller.rss_mib.settled" "$(vmrss_mib "$(ctrl_pid)")"
+}
+# Deletes the scenario's jobs and waits for the NodeImages to hold no tags.
+clean_up_jobs() {
+  local s=$1 kind=$2 t0
+  t0=$(now)
+  kc delete "$kind" --all -n "$NS" --wait=false >/dev/null 2>&1 || true
+  kc delete "$kind" --all --wait=false >/dev/null 2>&1 || true
+  wait_until "$TIMEOUT_SECONDS" "NodeImages free of tags" scale-controller bash -c "[[ \$($KUBECTL get nodeimages -l $SIM_SEL -o json | jq '[.items[] | (.spec.images // {}) | to_entries[] | .value.tags | length] | add // 0') == 0 ]]"
+  wait_until 600 "$kind gone" scale-controller bash -c "[[ -z \$($KUBECTL get $kind -A -o name) ]]"
+  record "$s.cleanup.seconds" "$(elapsed "$t0" "$(now)") (delete the jobs until no NodeImage holds a tag)"
+}
+
+# ---------------------------------------------------------------------------
+# Scenario: JOBS ImagePullJobs over all simulated nodes
+# ---------------------------------------------------------------------------
+imagepulljob() {
+  local s=imagepulljob jobs j t done_n last=0 succeeded failed
+  measure_begin "$s"
+  jobs=$(for ((j = 1; j <= JOBS; j++)); do
+    jq -cn --arg name "scale-$j" --arg image "$REG/bench/scale-$j:v1" --arg ns "$NS" --argjson p "$PARALLELISM" \
+      '{apiVersion: "apps.kruise.io/v1alpha1", kind: "ImagePullJob",
+        metadata: {name: $name, namespace: $ns},
+        spec: {image: $image, selector: {matchLabels: {"nodeimage.dev/sim": "true"}},
+               parallelism: $p, completionPolicy: {type: "Always"}}}'
+  done | jq -s '{apiVersion: "v1", kind: "List", items: .}')
+  M_T0=$(now)
+  kc create -f - >/dev/null <<<"$jobs"
+  record "$s.create.seconds" "$(elapsed "$M_T0" "$(now)") (kubectl create of $JOBS jobs)"
+  while :; do
+    t=$(kc get imagepulljobs -n "$NS" -o json)
+    done_n=$(jq '[.items[] | select(.status.completionTime != null)] | length' <<<"$t")
+    ((done_n >= JOBS)) && break
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) >= last + 30)); then
+      last=$(elapsed "$M_T0" "$(now)" | cut -d. -f1)
+      log "$s: ${last}s: $done_n/$JOBS jobs completed, $(jq '[.items[].status.succeeded // 0] | add' <<<"$t") node pulls succeeded, $(jq '[.items[].status.active // 0] | add' <<<"$t") active; controller RSS $(vmrss_mib "$(ctrl_pid)") MiB; sim $(cat "$SIM_STATS" 2>/dev/null); load $(load_avg)"
+    fi
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then die "$s: not complete after $TIMEOUT_SECONDS s"; fi
+    sleep 1
+  done
+  measure_end "$s"
+  succeeded=$(jq '[.items[].status.succeeded // 0] | add' <<<"$t")
+  failed=$(jq '[.items[].status.failed // 0] | add' <<<"$t")
+  record "$s.result" "$JOBS jobs completed: $succeeded node pulls succeeded, $failed failed (expected $((JOBS * NODES)) succeeded)"
+  record "$s.job_status_bytes.max" "$(jq -c '[.items[] | .status | tostring | length] | max' <<<"$t")"
+  record "$s.nodeimage_bytes.example" "$(kc get nodeimage sim-00001 -o json | wc -c) (sim-00001 -o json, with $JOBS tags)"
+  settle "$s"
+  clean_up_jobs "$s" imagepulljobs
+  bench_stop scale-controller
+}
+
+# ---------------------------------------------------------------------------
+# Scenario: one ImagePrePullJob, 2 images, over all simulated nodes
+# ---------------------------------------------------------------------------
+imageprepulljob() {
+  local s=imageprepulljob t state last=0 job=scale-prepull
+  measure_begin "$s"
+  M_T0=$(now)
+  kc create -f - >/dev/null <<EOF
+apiVersion: operations.kubeedge.io/v1alpha1
+kind: ImagePrePullJob
+metadata:
+  name: $job
+spec:
+  imagePrePullTemplate:
+    images: ["$REG/bench/prepull-a:v1", "$REG/bench/prepull-b:v1"]
+    labelSelector: {matchLabels: {"nodeimage.dev/sim": "true"}}
+    concurrency: $PREPULL_CONCURRENCY
+EOF
+  while :; do
+    state=$(kc get imageprepulljob "$job" -o jsonpath='{.status.state}' | tr '[:upper:]' '[:lower:]')
+    [[ $state == successful || $state == failed ]] && break
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) >= last + 30)); then
+      last=$(elapsed "$M_T0" "$(now)" | cut -d. -f1)
+      t=$(kc get imageprepulljob "$job" -o json)
+      log "$s: ${last}s: state '$state', $(jq '[.status.status[]? | select(.nodeStatus.state | ascii_downcase == "successful")] | length' <<<"$t") nodes successful; controller RSS $(vmrss_mib "$(ctrl_pid)") MiB; sim $(cat "$SIM_STATS" 2>/dev/null); load $(load_avg)"
+    fi
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then die "$s: not finished after $TIMEOUT_SECONDS s"; fi
+    sleep 1
+  done
+  measure_end "$s"
+  t=$(kc get imageprepulljob "$job" -o json)
+  record "$s.result" "state $(jq -r .status.state <<<"$t"), reason '$(jq -r '.status.reason // ""' <<<"$t")', $(jq '[.status.status[]?] | length' <<<"$t") node entries"
+  record "$s.status_object_bytes" "$(wc -c <<<"$t") (kubectl get imageprepulljob $job -o json | wc -c)"
+  settle "$s"
+  clean_up_jobs "$s" imageprepulljobs
+  bench_stop scale-controller
+}
+
+for s in "${SCENARIOS[@]}"; do
+  case $s in
+    imagepulljob | imageprepulljob) "$s" ;;
+    *) die "unknown scenario $s (imagepulljob, imageprepulljob)" ;;
+  esac
+done
+record "simulator.stats.end" "$(cat "$SIM_STATS" 2>/dev/null)"
+bench_stop ni-sim
+if [[ ${KEEP_NODES:-0} != 1 ]]; then
+  start_controller
+  t0=$(now)
+  "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" delete-nodes --selector "$SIM_SEL" >/dev/null
+  wait_until 1800 "simulated NodeImages gone" scale-controller bash -c "[[ \$($KUBECTL get nodeimages -l $SIM_SEL -o name | wc -l) == 0 ]]"
+  record "nodes.delete.seconds[$NODES]" "$(elapsed "$t0" "$(now)") (delete-collection of the Nodes until the controller deleted every NodeImage)"
+fi
+echo "# load at end: $(load_avg)" | tee -a "$RESULTS_FILE"

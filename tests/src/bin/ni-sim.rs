@@ -1,0 +1,602 @@
+//! `ni-sim`: plays the node daemons of many simulated nodes, for the scale
+//! benchmarks in `docs/benchmarks.md` (see `tests/bench/scale.sh`).
+//!
+//! ```text
+//! ni-sim create-nodes --count 1000 [--prefix sim] [--concurrency 32]
+//! ni-sim run [--selector nodeimage.dev/sim=true] [--concurrency 64] [--pull-ms 0]
+//!            [--stats-file F]
+//! ni-sim delete-nodes [--selector nodeimage.dev/sim=true]
+//! ```
+//!
+//! `create-nodes` creates Ready Node objects labelled `nodeimage.dev/sim=true`
+//! (the controller's node mirror then creates their NodeImages). `run`
+//! watches the NodeImages matching `--selector` and, for every spec tag whose
+//! status has no finished entry for the tag's `version`, marks it Pulling,
+//! waits `--pull-ms`, then marks it Succeeded. It writes exactly what the
+//! real daemon writes (node-daemon/src/status.rs): a JSON merge patch of the
+//! status subresource carrying `metadata.resourceVersion`, the full
+//! `imageStatuses` (images that left the spec set to null) and the counts
+//! from `NodeImageStatus::recount`. All tags of a node that are due move in
+//! one patch, as the daemon coalesces simultaneous changes. At most
+//! `--concurrency` nodes are being written at once. On a conflict (409) the
+//! node is read again and retried.
+//!
+//! `run` counts its own requests (patches, gets) and prints them every
+//! `--stats-interval` seconds and at exit (SIGINT/SIGTERM), as one JSON line
+//! on stdout and in `--stats-file` if given.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use nodeimage_api::kruise::{
+    ImagePullPhase, ImageStatus, ImageTagStatus, NodeImage, NodeImageStatus,
+};
+use tokio::sync::mpsc;
+
+#[derive(Parser)]
+#[command(
+    name = "ni-sim",
+    about = "Simulated nodeimage node daemons for scale benchmarks"
+)]
+struct Cli {
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create COUNT Ready Nodes named PREFIX-00001 … (existing ones are kept).
+    CreateNodes {
+        #[arg(long)]
+        count: usize,
+        #[arg(long, default_value = "sim")]
+        prefix: String,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// Delete the Nodes matching SELECTOR (one delete-collection request).
+    DeleteNodes {
+        #[arg(long, default_value = SIM_SELECTOR)]
+        selector: String,
+    },
+    /// Play the daemons of the NodeImages matching SELECTOR until stopped.
+    Run {
+        #[arg(long, default_value = SIM_SELECTOR)]
+        selector: String,
+        /// Nodes being written at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Simulated pull time between Pulling and Succeeded, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        pull_ms: u64,
+        /// Also write each stats line to this file (replaced each time).
+        #[arg(long)]
+        stats_file: Option<PathBuf>,
+        /// Seconds between stats lines.
+        #[arg(long, default_value_t = 10)]
+        stats_interval: u64,
+    },
+}
+
+/// Label of the simulated nodes (and so of their NodeImages).
+const SIM_LABEL: &str = "nodeimage.dev/sim";
+const SIM_SELECTOR: &str = "nodeimage.dev/sim=true";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let client = match nodeimage_ops::client::connect(cli.kubeconfig.as_ref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ni-sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.cmd {
+        Cmd::CreateNodes {
+            count,
+            prefix,
+            concurrency,
+        } => create_nodes(client, count, &prefix, concurrency).await,
+        Cmd::DeleteNodes { selector } => delete_nodes(client, &selector).await,
+        Cmd::Run {
+            selector,
+            concurrency,
+            pull_ms,
+            stats_file,
+            stats_interval,
+        } => {
+            let sim = Arc::new(Sim {
+                api: Api::all(client),
+                pull: Duration::from_millis(pull_ms),
+                stats: Stats::default(),
+                nodes: Mutex::default(),
+            });
+            run(sim, &selector, concurrency, stats_file, stats_interval).await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ni-sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+// ---------------------------------------------------------------------------
+// Nodes
+// ---------------------------------------------------------------------------
+
+/// A Ready node as up.sh writes it (labels, conditions, nodeInfo, capacity).
+fn sim_node(name: &str) -> Result<Node, serde_json::Error> {
+    let now = Timestamp::now().to_string();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                SIM_LABEL: "true",
+            },
+        },
+        "status": {
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "simulated by ni-sim",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            }],
+            "addresses": [{"type": "Hostname", "address": name}],
+            "nodeInfo": {
+                "kubeletVersion": "v1.33.13", "kubeProxyVersion": "",
+                "containerRuntimeVersion": "containerd://1.6.20",
+                "architecture": "amd64", "operatingSystem": "linux",
+                "osImage": "ni-sim", "kernelVersion": "", "machineID": "",
+                "systemUUID": "", "bootID": "",
+            },
+            "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+        },
+    }))
+}
+
+fn is_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn create_nodes(
+    client: kube::Client,
+    count: usize,
+    prefix: &str,
+    concurrency: usize,
+) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client);
+    let start = Instant::now();
+    let created = AtomicU64::new(0);
+    let requests = AtomicU64::new(0);
+    futures::stream::iter(1..=count)
+        .map(|i| {
+            let (api, created, requests) = (&api, &created, &requests);
+            let name = format!("{prefix}-{i:05}");
+            async move {
+                let node = sim_node(&name)?;
+                requests.fetch_add(1, Ordering::Relaxed);
+                let node = match api.create(&PostParams::default(), &node).await {
+                    Ok(n) => {
+                        created.fetch_add(1, Ordering::Relaxed);
+                        n
+                    }
+                    Err(kube::Error::Api(ae)) if ae.code == 409 => {
+                        requests.fetch_add(1, Ordering::Relaxed);
+                        api.get(&name).await?
+                    }
+                    Err(e) => return Err(Error::from(format!("create node {name}: {e}"))),
+                };
+                if !is_ready(&node) {
+                    // The API dropped the status on create: write it separately.
+                    let status = serde_json::json!({"status": sim_node(&name)?.status});
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await?;
+                }
+                Ok::<(), Error>(())
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    println!(
+        "{{\"nodes\":{count},\"created\":{},\"requests\":{},\"seconds\":{:.3}}}",
+        created.load(Ordering::Relaxed),
+        requests.load(Ordering::Relaxed),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+async fn delete_nodes(client: kube::Client, selector: &str) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client);
+    let start = Instant::now();
+    let lp = ListParams::default().labels(selector);
+    let n = api.list_metadata(&lp).await?.items.len();
+    api.delete_collection(&DeleteParams::default(), &lp).await?;
+    println!(
+        "{{\"deleted\":{n},\"seconds\":{:.3}}}",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Daemons
+// ---------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Stats {
+    patches: AtomicU64,
+    conflicts: AtomicU64,
+    errors: AtomicU64,
+    gets: AtomicU64,
+    pulling: AtomicU64,
+    succeeded: AtomicU64,
+}
+
+impl Stats {
+    fn line(&self, since: Instant) -> String {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "{{\"seconds\":{:.1},\"requests\":{},\"patches\":{},\"conflicts\":{},\"errors\":{},\"gets\":{},\"tagsPulling\":{},\"tagsSucceeded\":{}}}",
+            since.elapsed().as_secs_f64(),
+            l(&self.patches) + l(&self.conflicts) + l(&self.errors) + l(&self.gets),
+            l(&self.patches),
+            l(&self.conflicts),
+            l(&self.errors),
+            l(&self.gets),
+            l(&self.pulling),
+            l(&self.succeeded),
+        )
+    }
+}
+
+/// Work state of one node.
+enum Slot {
+    /// In the queue.
+    Queued,
+    /// Being written; `dirty` when it changed meanwhile (queue it again after).
+    Running { dirty: bool },
+}
+
+#[derive(Default)]
+struct Nodes {
+    /// Newest object seen per name (from the watch or our own writes).
+    latest: HashMap<String, Arc<NodeImage>>,
+    slots: HashMap<String, Slot>,
+}
+
+struct Sim {
+    api: Api<NodeImage>,
+    pull: Duration,
+    stats: Stats,
+    nodes: Mutex<Nodes>,
+}
+
+fn rv(ni: &NodeImage) -> u64 {
+    ni.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Sim {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Nodes> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `ni` if it is newer than what we hold; true when it was kept.
+    fn store(&self, ni: NodeImage) -> bool {
+        let name = ni.metadata.name.clone().unwrap_or_default();
+        let mut g = self.lock();
+        if g.latest.get(&name).is_some_and(|old| rv(old) >= rv(&ni)) {
+            return false;
+        }
+        g.latest.insert(name, Arc::new(ni));
+        true
+    }
+
+    /// Queues `name` unless it is queued already; marks a running one dirty.
+    fn enqueue(&self, name: &str, queue: &mpsc::UnboundedSender<String>) {
+        let mut g = self.lock();
+        match g.slots.get_mut(name) {
+            Some(Slot::Queued) => {}
+            Some(Slot::Running { dirty }) => *dirty = true,
+            None => {
+                g.slots.insert(name.to_string(), Slot::Queued);
+                let _ = queue.send(name.to_string());
+            }
+        }
+    }
+
+    /// Takes `name` off the queue for a worker.
+    fn start(&self, name: &str) {
+        self.lock()
+            .slots
+            .insert(name.to_string(), Slot::Running { dirty: false });
+    }
+
+    /// Ends a worker's turn; queues the node again if it changed meanwhile.
+    fn finish(&self, name: &str, queue: &mpsc::UnboundedSender<String>) {
+        let mut g = self.lock();
+        if let Some(Slot::Running { dirty: true }) = g.slots.get(name) {
+            g.slots.insert(name.to_string(), Slot::Queued);
+            let _ = queue.send(name.to_string());
+        } else {
+            g.slots.remove(name);
+        }
+    }
+
+    fn latest(&self, name: &str) -> Option<Arc<NodeImage>> {
+        self.lock().latest.get(name).cloned()
+    }
+
+    /// Moves the node's due tags one phase on until nothing is due.
+    async fn play(&self, name: &str) {
+        let mut failures = 0;
+        loop {
+            let Some(ni) = self.latest(name) else { return };
+            let Some((status, pulling, succeeded)) = step(&ni) else {
+                return;
+            };
+            let patch = merge_patch(&ni, &status);
+            match self
+                .api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(obj) => {
+                    self.stats.patches.fetch_add(1, Ordering::Relaxed);
+                    self.stats.pulling.fetch_add(pulling, Ordering::Relaxed);
+                    self.stats.succeeded.fetch_add(succeeded, Ordering::Relaxed);
+                    self.store(obj);
+                    if pulling > 0 && !self.pull.is_zero() {
+                        tokio::time::sleep(self.pull).await;
+                    }
+                }
+                Err(kube::Error::Api(ae)) if ae.code == 409 => {
+                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    self.refresh(name).await;
+                }
+                Err(kube::Error::Api(ae)) if ae.code == 404 => {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    failures += 1;
+                    eprintln!("ni-sim: status patch of {name} failed ({failures}): {e}");
+                    if failures >= 5 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Reads the object again after a conflict (the watch may lag behind).
+    async fn refresh(&self, name: &str) {
+        self.stats.gets.fetch_add(1, Ordering::Relaxed);
+        match self.api.get(name).await {
+            Ok(obj) => {
+                self.store(obj);
+            }
+            Err(e) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("ni-sim: get {name}: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// The current time in whole seconds, as the daemon writes it.
+fn now() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// The status after moving every due tag one phase on (absent or Waiting →
+/// Pulling, Pulling → Succeeded), with how many tags became Pulling and
+/// Succeeded; `None` when nothing is due. Entries are built as the daemon
+/// builds them: one per spec tag, kept when finished for the same version.
+fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
+    let observed = ni.status.as_ref();
+    let (mut pulling, mut succeeded) = (0, 0);
+    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    for (image, spec) in ni.spec.images.iter().flatten() {
+        let old_tags = observed
+            .and_then(|s| s.image_statuses.as_ref())
+            .and_then(|m| m.get(image))
+            .map(|s| s.tags.as_slice())
+            .unwrap_or_default();
+        let mut tags = Vec::with_capacity(spec.tags.len());
+        for t in &spec.tags {
+            let version = t.version.unwrap_or(0);
+            let old = old_tags
+                .iter()
+                .find(|o| o.tag == t.tag && o.version.unwrap_or(0) == version);
+            let entry = match old {
+                Some(o) if o.phase.is_finished() => o.clone(),
+                Some(o) if o.phase == ImagePullPhase::Pulling => {
+                    succeeded += 1;
+                    ImageTagStatus {
+                        phase: ImagePullPhase::Succeeded,
+                        progress: Some(100),
+                        completion_time: Some(now()),
+                        image_id: Some(format!("{image}@sha256:{:064x}", 0x5151)),
+                        ..o.clone()
+                    }
+                }
+                _ => {
+                    pulling += 1;
+                    ImageTagStatus {
+                        tag: t.tag.clone(),
+                        phase: ImagePullPhase::Pulling,
+                        progress: Some(0),
+                        start_time: Some(now()),
+                        version: Some(version),
+                        ..Default::default()
+                    }
+                }
+            };
+            tags.push(entry);
+        }
+        if !tags.is_empty() {
+            statuses.insert(image.clone(), ImageStatus { tags });
+        }
+    }
+    let mut out = NodeImageStatus {
+        image_statuses: (!statuses.is_empty()).then_some(statuses),
+        first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
+        ..Default::default()
+    };
+    out.recount(&ni.spec);
+    // Also write when entries or counts are stale (a tag left the spec);
+    // compare shapes only, so that server-side defaulting cannot loop us.
+    let due = pulling + succeeded > 0 || observed.is_none_or(|o| shape(o) != shape(&out));
+    due.then_some((out, pulling, succeeded))
+}
+
+/// Counts and (image, tag, version, phase) of every entry.
+fn shape(s: &NodeImageStatus) -> (Vec<Option<i32>>, Vec<(&str, &str, i64, ImagePullPhase)>) {
+    let counts = vec![Some(s.desired), s.waiting, s.pulling, s.succeeded, s.failed];
+    let entries = s
+        .image_statuses
+        .iter()
+        .flatten()
+        .flat_map(|(i, st)| {
+            st.tags
+                .iter()
+                .map(move |t| (i.as_str(), t.tag.as_str(), t.version.unwrap_or(0), t.phase))
+        })
+        .collect();
+    (counts, entries)
+}
+
+/// The daemon's status patch (node-daemon/src/status.rs `merge_patch`).
+fn merge_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(old) = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref()) {
+        let map = status
+            .as_object_mut()
+            .map(|o| {
+                o.entry("imageStatuses")
+                    .or_insert_with(|| serde_json::json!({}))
+            })
+            .and_then(|v| v.as_object_mut());
+        if let Some(map) = map {
+            for k in old.keys() {
+                map.entry(k.clone()).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    serde_json::json!({
+        "metadata": {"resourceVersion": ni.metadata.resource_version},
+        "status": status,
+    })
+}
+
+async fn run(
+    sim: Arc<Sim>,
+    selector: &str,
+    concurrency: usize,
+    stats_file: Option<PathBuf>,
+    stats_interval: u64,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    for _ in 0..concurrency.max(1) {
+        let (sim, rx, tx) = (sim.clone(), rx.clone(), tx.clone());
+        tokio::spawn(async move {
+            loop {
+                let Some(name) = rx.lock().await.recv().await else {
+                    return;
+                };
+                sim.start(&name);
+                sim.play(&name).await;
+                sim.finish(&name, &tx);
+            }
+        });
+    }
+
+    let watch_sim = sim.clone();
+    let cfg = watcher::Config::default().labels(selector);
+    let watch = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(watch_sim.api.clone(), cfg));
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(ni) | watcher::Event::InitApply(ni)) => {
+                    let name = ni.metadata.name.clone().unwrap_or_default();
+                    if watch_sim.store(ni) {
+                        watch_sim.enqueue(&name, &tx);
+                    }
+                }
+                Ok(watcher::Event::Delete(ni)) => {
+                    let name = ni.metadata.name.clone().unwrap_or_default();
+                    watch_sim.lock().latest.remove(&name);
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+                Err(e) => {
+                    eprintln!("ni-sim: watch: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+
+    let report = |sim: &Sim| {
+        let line = sim.stats.line(started);
+        println!("{line}");
+        if let Some(f) = &stats_file {
+            let tmp = f.with_extension("tmp");
+            if std::fs::write(&tmp, format!("{line}\n")).is_ok() {
+                let _ = std::fs::rename(&tmp, f);
+            }
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(stats_interval.max(1)));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => report(&sim),
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+    }
+    watch.abort();
+    report(&sim);
+    Ok(())
+}
