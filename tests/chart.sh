@@ -168,13 +168,17 @@ pass "$(find "$CHART/crds" -name '*.yaml' | wc -l) CRDs identical"
 # ---------------------------------------------------------------------------
 # 2. Lint
 # ---------------------------------------------------------------------------
-ALL_ON=(--set metrics.serviceMonitor.enabled=true
+ALL_ON=(--set daemon.upgrades.enabled=true
+  --set daemon.upgrades.nodeVersionSource=file:/etc/kubeedge/version
+  --set metrics.serviceMonitor.enabled=true
   --set prometheusRule.enabled=true
   --set grafanaDashboard.enabled=true
   --set controller.replicas=2
   --set controller.leaderElection.enabled=true
   --set controller.podDisruptionBudget.enabled=true)
-ALL_ON_POD=(--set metrics.podMonitor.enabled=true
+ALL_ON_POD=(--set daemon.upgrades.enabled=true
+  --set daemon.upgrades.nodeVersionSource=file:/etc/kubeedge/version
+  --set metrics.podMonitor.enabled=true
   --set prometheusRule.enabled=true
   --set grafanaDashboard.enabled=true
   --set controller.replicas=2
@@ -238,18 +242,18 @@ expect_in "$WORK/ds-k3s.yaml" "path: /run/k3s/containerd" "custom socket hostPat
 pass "daemon.containerdSocket moves the flag and the hostPath"
 
 render --show-only templates/controller-deployment.yaml >"$WORK/deploy.yaml"
-expect_in "$WORK/deploy.yaml" "replicas: 1" "default controller replicas"
+expect_in "$WORK/deploy.yaml" "replicas: 2" "default controller replicas (HA)"
 expect_in "$WORK/deploy.yaml" "--secrets-namespace=nodeimage-secrets" "secrets namespace flag"
 expect_in "$WORK/deploy.yaml" "--health-addr=0.0.0.0:8080" "controller health address"
 expect_in "$WORK/deploy.yaml" "fieldPath: metadata.name" "POD_NAME from the downward API"
 expect_in "$WORK/deploy.yaml" "readOnlyRootFilesystem: true" "read-only root filesystem"
 expect_in "$WORK/deploy.yaml" "runAsNonRoot: true" "controller runs as non-root"
-expect_not_in "$WORK/deploy.yaml" "--leader-elect" "leader election off by default"
+expect_in "$WORK/deploy.yaml" "--leader-elect" "leader election on by default"
 render --show-only templates/controller-deployment.yaml "${ALL_ON[@]}" >"$WORK/deploy-ha.yaml"
 expect_in "$WORK/deploy-ha.yaml" "replicas: 2" "HA replicas"
 expect_in "$WORK/deploy-ha.yaml" "- --leader-elect" "leader election flag"
 expect_in "$WORK/deploy-ha.yaml" "- --leader-election-namespace=$NS" "lease namespace flag"
-pass "Deployment: flags, probes, security context; leader election only when enabled"
+pass "Deployment: flags, probes, security context; two replicas with leader election by default"
 
 render >"$WORK/default.yaml"
 for kind in ServiceMonitor PodMonitor PrometheusRule ConfigMap PodDisruptionBudget; do
@@ -280,7 +284,7 @@ expect_refused() {
 expect_refused "ServiceMonitor and PodMonitor together" "not both" \
   --set metrics.serviceMonitor.enabled=true --set metrics.podMonitor.enabled=true
 expect_refused "2 replicas without leader election" "needs controller.leaderElection.enabled=true" \
-  --set controller.replicas=2
+  --set controller.replicas=2 --set controller.leaderElection.enabled=false
 expect_refused "a relative containerd socket path" "must be an absolute path" \
   --set daemon.containerdSocket=containerd.sock
 pass "refuses both monitors, replicas > 1 without leader election, a relative socket path"
