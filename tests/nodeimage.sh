@@ -11,9 +11,9 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
 
 ENV_FILE=$STATE/env.sh
-CONTROLLER_HEALTH=127.0.0.1:18080
+CONTROLLER_HEALTH=${NODEIMAGE_CONTROLLER_HEALTH:-127.0.0.1:18080}
 # Daemon i serves health on 127.0.0.1:$((DAEMON_HEALTH_BASE + i)).
-DAEMON_HEALTH_BASE=18100
+DAEMON_HEALTH_BASE=${NODEIMAGE_DAEMON_HEALTH_BASE:-18100}
 
 start() {
   [[ -f $ENV_FILE ]] || die "no $ENV_FILE: start the cluster first (tests/cluster/up.sh)"
