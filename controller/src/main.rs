@@ -14,6 +14,7 @@ mod lifecycle;
 mod metrics;
 mod nodemirror;
 mod nodeupgradejob;
+mod patch;
 mod pullsecrets;
 mod rollout;
 mod tagwrites;

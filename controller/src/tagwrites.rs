@@ -4,7 +4,7 @@
 //! Shared shell for the job kinds; the edits themselves are in `entries`.
 
 use crate::entries;
-use crate::housekeeping::patch::{self, PatchError};
+use crate::patch::{self, PatchError};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::kruise::{ImageSpec, NodeImage};

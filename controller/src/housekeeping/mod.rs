@@ -8,7 +8,6 @@
 //! due time comes.
 
 mod owners;
-pub mod patch;
 pub mod plan;
 mod reconcile;
 

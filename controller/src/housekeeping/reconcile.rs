@@ -3,10 +3,10 @@
 //! guarded merge patches (spec first, then status), then publish events.
 
 use super::owners::OwnerCaches;
-use super::patch::{self, PatchError};
 use super::plan::{self, Change, Inputs, Plan};
 use crate::context::Context;
 use crate::nodemirror::decide;
+use crate::patch::{self, PatchError};
 use crate::watch::Synced;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;

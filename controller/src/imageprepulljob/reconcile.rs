@@ -4,8 +4,9 @@
 use super::plan::{self, Inputs, NodeInfo, Secrets};
 use crate::context::Context;
 use crate::entries;
-use crate::housekeeping::patch;
+use crate::patch;
 use crate::pullsecrets;
+use crate::tagwrites;
 use crate::watch::Synced;
 use chrono::Utc;
 use futures::StreamExt;
@@ -64,6 +65,16 @@ pub enum Error {
     Conflict(String),
 }
 
+impl From<tagwrites::WriteError> for Error {
+    fn from(e: tagwrites::WriteError) -> Self {
+        match e {
+            tagwrites::WriteError::Conflict(what) => Error::Conflict(what),
+            tagwrites::WriteError::Api { action, source } => Error::Api { action, source },
+            tagwrites::WriteError::Patch(p) => Error::Patch(p),
+        }
+    }
+}
+
 fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let action = action.into();
     move |source| match source {
@@ -93,19 +104,12 @@ pub async fn reconcile(job: Arc<ImagePrePullJob>, state: Arc<State>) -> Result<A
             return Ok(Action::requeue(NOT_SYNCED_RETRY));
         }
         cleanup(&job, &state).await?;
-        remove_finalizer(&api, &job).await?;
+        tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, false).await?;
         tracing::info!(job = %name, "job deleted: tag entries and secret copy released");
         return Ok(Action::await_change());
     }
     if !job.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut fins = job.finalizers().to_vec();
-        fins.push(FINALIZER.to_string());
-        let body = serde_json::json!({"metadata": {"resourceVersion": job.resource_version(), "finalizers": fins}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(api_err(format!(
-                "adding finalizer to ImagePrePullJob {name}"
-            )))?;
+        tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, true).await?;
         // The patch wakes us again with the new object.
         return Ok(Action::await_change());
     }
@@ -245,87 +249,29 @@ async fn write_entries(
     let Some(ni) = state.nodeimages.get(&ObjectRef::new(&node)) else {
         return Ok(());
     };
-    let old = ni.spec.images.clone().unwrap_or_default();
-    let mut new = old.clone();
-    let mut changed = false;
-    for req in reqs {
-        let reported = ni
-            .status
-            .as_ref()
-            .and_then(|s| s.image_statuses.as_ref())
-            .and_then(|m| m.get(&req.image))
-            .and_then(|s| s.tags.iter().find(|t| t.tag == req.tag))
-            .and_then(|t| t.version);
-        changed |= entries::upsert(&mut new, req, reported, now);
-    }
-    if !changed {
-        return Ok(());
-    }
-    let Some(body) = patch::guarded(
-        "spec.images",
-        ni.resource_version().as_deref(),
-        &["spec", "images"],
-        &old,
-        &new,
-    )?
-    else {
-        return Ok(());
-    };
-    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
-    match api
-        .patch(&node, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            Err(Error::Conflict(format!("NodeImage {node}")))
+    tagwrites::edit_images(&state.ctx.client, &ni, "writing entries", |images| {
+        let mut changed = false;
+        for req in reqs {
+            let reported = ni
+                .status
+                .as_ref()
+                .and_then(|s| s.image_statuses.as_ref())
+                .and_then(|m| m.get(&req.image))
+                .and_then(|s| s.tags.iter().find(|t| t.tag == req.tag))
+                .and_then(|t| t.version);
+            changed |= entries::upsert(images, req, reported, now);
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::Api {
-            action: format!("writing entries into NodeImage {node}"),
-            source: e,
-        }),
-    }
+        changed
+    })
+    .await?;
+    Ok(())
 }
 
 /// Takes the job's entries out of every NodeImage and releases its secret copy.
 async fn cleanup(job: &ImagePrePullJob, state: &State) -> Result<(), Error> {
-    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
     if let Some(uid) = job.uid() {
         for ni in state.nodeimages.state() {
-            let old = ni.spec.images.clone().unwrap_or_default();
-            if !entries::owns_any(&old, &uid) {
-                continue;
-            }
-            let mut new = old.clone();
-            entries::release(&mut new, &uid);
-            let Some(body) = patch::guarded(
-                "spec.images",
-                ni.resource_version().as_deref(),
-                &["spec", "images"],
-                &old,
-                &new,
-            )?
-            else {
-                continue;
-            };
-            let node = ni.name_any();
-            match api
-                .patch(&node, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    return Err(Error::Conflict(format!("NodeImage {node}")));
-                }
-                Err(e) => {
-                    return Err(Error::Api {
-                        action: format!("releasing entries in NodeImage {node}"),
-                        source: e,
-                    });
-                }
-            }
+            tagwrites::release(&state.ctx.client, &ni, &uid).await?;
         }
     }
     pullsecrets::release(
@@ -335,31 +281,6 @@ async fn cleanup(job: &ImagePrePullJob, state: &State) -> Result<(), Error> {
     )
     .await?;
     Ok(())
-}
-
-async fn remove_finalizer(api: &Api<ImagePrePullJob>, job: &ImagePrePullJob) -> Result<(), Error> {
-    let fins: Vec<String> = job
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    let body = serde_json::json!({"metadata": {"resourceVersion": job.resource_version(), "finalizers": fins}});
-    match api
-        .patch(
-            &job.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(api_err(format!(
-            "removing finalizer of ImagePrePullJob {}",
-            job.name_any()
-        ))(e)),
-    }
 }
 
 async fn publish(ctx: &Context, job: &ImagePrePullJob, warning: bool, reason: &str, note: String) {

@@ -4,8 +4,8 @@
 use super::plan::{self, Inputs, PodInfo};
 use crate::context::Context;
 use crate::entries;
-use crate::housekeeping::patch;
 use crate::pullsecrets;
+use crate::tagwrites;
 use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -50,12 +50,9 @@ pub enum Error {
     /// Pull secrets could not be synced.
     #[error(transparent)]
     Secrets(#[from] pullsecrets::SecretsError),
-    /// A patch could not be built.
+    /// A NodeImage or finalizer write failed (or conflicted: re-plan).
     #[error(transparent)]
-    Patch(#[from] patch::PatchError),
-    /// Someone wrote a NodeImage between our read and our write.
-    #[error("NodeImage {0} changed while writing; retrying")]
-    Conflict(String),
+    Write(#[from] tagwrites::WriteError),
 }
 
 fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -109,17 +106,12 @@ pub async fn reconcile(job: Arc<ImagePullJob>, state: Arc<State>) -> Result<Acti
 
     if job.meta().deletion_timestamp.is_some() {
         cleanup(&job, &state).await?;
-        remove_finalizer(&api, &job).await?;
+        tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, false).await?;
         tracing::info!(job = %job_key(&job), "job deleted: entries and secret references released");
         return Ok(Action::await_change());
     }
     if !job.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut fins = job.finalizers().to_vec();
-        fins.push(FINALIZER.to_string());
-        let body = serde_json::json!({"metadata": {"resourceVersion": job.resource_version(), "finalizers": fins}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(api_err(format!("adding finalizer to {ns}/{name}")))?;
+        tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, true).await?;
         // The patch wakes us again with the new object.
         return Ok(Action::await_change());
     }
@@ -173,7 +165,7 @@ pub async fn reconcile(job: Arc<ImagePullJob>, state: Arc<State>) -> Result<Acti
         for w in writes {
             match w {
                 Ok(()) => {}
-                Err(Error::Conflict(n)) => conflict = Some(n),
+                Err(Error::Write(tagwrites::WriteError::Conflict(n))) => conflict = Some(n),
                 Err(e) => return Err(e),
             }
         }
@@ -242,8 +234,6 @@ async fn write_entry(
     else {
         return Ok(());
     };
-    let old = ni.spec.images.clone().unwrap_or_default();
-    let mut new = old.clone();
     let reported = ni
         .status
         .as_ref()
@@ -251,73 +241,18 @@ async fn write_entry(
         .and_then(|m| m.get(&req.image))
         .and_then(|s| s.tags.iter().find(|t| t.tag == req.tag))
         .and_then(|t| t.version);
-    if !entries::upsert(&mut new, req, reported, now) {
-        return Ok(());
-    }
-    let Some(body) = patch::guarded(
-        "spec.images",
-        ni.resource_version().as_deref(),
-        &["spec", "images"],
-        &old,
-        &new,
-    )?
-    else {
-        return Ok(());
-    };
-    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
-    match api
-        .patch(&node, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(node)),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::Api {
-            action: format!("writing entry into NodeImage {node}"),
-            source: e,
-        }),
-    }
+    tagwrites::edit_images(&state.ctx.client, &ni, "writing entry", |images| {
+        entries::upsert(images, req, reported, now)
+    })
+    .await?;
+    Ok(())
 }
 
 /// Takes the job's entries out of every NodeImage and releases its secrets.
 async fn cleanup(job: &ImagePullJob, state: &State) -> Result<(), Error> {
     let Some(uid) = job.uid() else { return Ok(()) };
-    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
     for ni in state.nodeimages.state() {
-        let old = ni.spec.images.clone().unwrap_or_default();
-        if !entries::owns_any(&old, &uid) {
-            continue;
-        }
-        let mut new = old.clone();
-        entries::release(&mut new, &uid);
-        if let Some(body) = patch::guarded(
-            "spec.images",
-            ni.resource_version().as_deref(),
-            &["spec", "images"],
-            &old,
-            &new,
-        )? {
-            match api
-                .patch(
-                    &ni.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&body),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    return Err(Error::Conflict(ni.name_any()));
-                }
-                Err(e) => {
-                    return Err(Error::Api {
-                        action: format!("releasing entries in NodeImage {}", ni.name_any()),
-                        source: e,
-                    });
-                }
-            }
-        }
+        tagwrites::release(&state.ctx.client, &ni, &uid).await?;
     }
     pullsecrets::release(
         &state.ctx.client,
@@ -326,31 +261,6 @@ async fn cleanup(job: &ImagePullJob, state: &State) -> Result<(), Error> {
     )
     .await?;
     Ok(())
-}
-
-async fn remove_finalizer(api: &Api<ImagePullJob>, job: &ImagePullJob) -> Result<(), Error> {
-    let fins: Vec<String> = job
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    let body = serde_json::json!({"metadata": {"resourceVersion": job.resource_version(), "finalizers": fins}});
-    match api
-        .patch(
-            &job.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::Api {
-            action: format!("removing finalizer of {}", job.name_any()),
-            source: e,
-        }),
-    }
 }
 
 async fn publish(ctx: &Context, job: &ImagePullJob, warning: bool, reason: &str, note: String) {
@@ -374,7 +284,7 @@ async fn publish(ctx: &Context, job: &ImagePullJob, warning: bool, reason: &str,
 pub fn error_policy(job: Arc<ImagePullJob>, error: &Error, state: Arc<State>) -> Action {
     state.ctx.metrics.error(super::KIND);
     match error {
-        Error::Conflict(_) => Action::requeue(Duration::from_secs(1)),
+        Error::Write(tagwrites::WriteError::Conflict(_)) => Action::requeue(Duration::from_secs(1)),
         _ => {
             tracing::warn!(job = %job_key(&job), %error, "reconcile failed; retrying in 5s");
             Action::requeue(Duration::from_secs(5))

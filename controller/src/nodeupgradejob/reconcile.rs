@@ -51,7 +51,7 @@ pub enum Error {
     Write(#[from] WriteError),
     /// A status patch could not be built.
     #[error(transparent)]
-    Patch(#[from] crate::housekeeping::patch::PatchError),
+    Patch(#[from] crate::patch::PatchError),
 }
 
 /// The KubeEdge version a Node reports (`kubeletVersion` ending in `-kubeedge-vX.Y.Z`).
@@ -143,7 +143,7 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
 
     let old = job.status.clone();
     if old.as_ref() != Some(&p.status) {
-        if let Some(body) = crate::housekeeping::patch::guarded(
+        if let Some(body) = crate::patch::guarded(
             "status",
             job.resource_version().as_deref(),
             &["status"],
