@@ -44,7 +44,7 @@ step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
 step "end-to-end tests"
-NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet -- --ignored --test-threads="${E2E_THREADS:-4}"
+NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}"
 
 step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens (installs helm on first run)"
 tests/chart.sh

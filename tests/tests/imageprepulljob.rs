@@ -502,7 +502,9 @@ fn a_missing_image_is_tried_retry_times_plus_one_then_fails() {
         (image.as_str(), "Failed")
     );
     // The registry saw at least three manifest requests for it.
-    let log = PathBuf::from(c.var("NODEIMAGE_STATE")).join("logs/registry-5000.log");
+    let registry = c.var("NODEIMAGE_REGISTRY");
+    let port = registry.rsplit(':').next().unwrap_or("5000");
+    let log = PathBuf::from(c.var("NODEIMAGE_STATE")).join(format!("logs/registry-{port}.log"));
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let requests = text
         .lines()
