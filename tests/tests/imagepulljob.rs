@@ -479,6 +479,19 @@ fn always_on_one_named_node() {
             image.name
         );
     }
+    // Beyond upstream: the job tells its story in Normal events.
+    kruise::eventually("Started and Completed events on the job", SHORT, || {
+        let evs = kruise::events_of(&c, &ns.name, name);
+        let has = |reason: &str| {
+            evs.iter()
+                .any(|e| e["reason"] == reason && e["type"] == "Normal")
+        };
+        if has("Started") && has("Completed") {
+            Ok(())
+        } else {
+            Err(format!("events: {evs:?}"))
+        }
+    });
     kruise::delete(&c, IPJ, &ns.name, name);
     wait_image_gone(&c, &image.name, &nodes, SHORT);
 }
@@ -1022,10 +1035,14 @@ fn deleting_running_job_removes_entries_and_releases_secret() {
             Err(format!("{now:?}"))
         }
     });
-    assert!(
-        slow.proxy.count("/manifests/") > 0,
-        "the pull reached the registry"
-    );
+    // The daemon reports Pulling just before containerd's first request.
+    kruise::eventually("the pull to reach the registry", SHORT, || {
+        if slow.proxy.count("/manifests/") > 0 {
+            Ok(())
+        } else {
+            Err("no manifest request through the proxy yet".to_string())
+        }
+    });
     let job = get_job(&c, &ns.name, name);
     assert!(
         !completed(&job),
