@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
     },
     {
         "rule": "!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || self.completionPolicy.activeDeadlineSeconds >= ((has(self.pullPolicy) && has(self.pullPolicy.timeoutSeconds)) ? self.pullPolicy.timeoutSeconds : 600)",
-        "message": "spec.completionPolicy.activeDeadlineSeconds must be greater than spec.pullPolicy.timeoutSeconds (default 600)"
+        "message": "spec.completionPolicy.activeDeadlineSeconds must not be less than spec.pullPolicy.timeoutSeconds (default 600)"
     },
     {
         "rule": "(has(self.pullSecrets) ? self.pullSecrets : []) == (has(oldSelf.pullSecrets) ? oldSelf.pullSecrets : [])",
