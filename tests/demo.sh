@@ -16,21 +16,50 @@ image="$NODEIMAGE_REGISTRY/test"
 echo
 echo "== NodeImages, one per Node (made by the controller's node mirror):"
 k get nodeimages
+# A demo run before may have left this image's entry; clear it (the daemon
+# then drops its status) so the pull below is a fresh one.
+has_entry() {
+  k get nodeimage "$1" -o json | python3 -c '
+import json, sys
+obj, image = json.load(sys.stdin), sys.argv[1]
+st = ((obj.get("status") or {}).get("imageStatuses") or {})
+sys.exit(0 if image in st or image in ((obj.get("spec") or {}).get("images") or {}) else 1)' "$image"
+}
 for node in $NODEIMAGE_NODES; do
   k wait --for=create "nodeimage/$node" --timeout=60s >/dev/null
+  if has_entry "$node"; then
+    k patch nodeimage "$node" --type=merge -p "{\"spec\":{\"images\":{\"$image\":null}}}" >/dev/null
+    for _ in $(seq 1 60); do has_entry "$node" || break; sleep 0.5; done
+  fi
+done
+for node in $NODEIMAGE_NODES; do
   echo "\$ kubectl patch nodeimage $node --type=merge -p '{\"spec\":{\"images\":{\"$image\":{\"tags\":[{\"tag\":\"v1\",\"pullPolicy\":{\"ttlSecondsAfterFinished\":300}}]}}}}'"
   k patch nodeimage "$node" --type=merge \
     -p "{\"spec\":{\"images\":{\"$image\":{\"tags\":[{\"tag\":\"v1\",\"pullPolicy\":{\"ttlSecondsAfterFinished\":300}}]}}}}"
 done
+# Wait until every node reports our tag Succeeded (other tags may be there too).
+phase_of() {
+  k get nodeimage "$1" -o json | python3 -c '
+import json, sys
+obj, image = json.load(sys.stdin), sys.argv[1]
+tags = ((obj.get("status") or {}).get("imageStatuses") or {}).get(image, {}).get("tags", [])
+print(next((t["phase"] for t in tags if t["tag"] == "v1"), "Waiting"))' "$image"
+}
 for node in $NODEIMAGE_NODES; do
-  k wait --for=jsonpath='{.status.succeeded}'=1 "nodeimage/$node" --timeout=120s >/dev/null
+  for _ in $(seq 1 240); do
+    phase=$(phase_of "$node")
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 0.5
+  done
+  echo "$node: $image:v1 $phase"
+  [[ $phase == Succeeded ]] || { echo "the pull on $node did not succeed" >&2; exit 1; }
 done
 echo
 echo "== Every node holds the image:"
 k get nodeimages
 echo
 first=${NODEIMAGE_NODES%% *}
-echo "== kubectl get nodeimage $first -o yaml (status):"
+echo "== kubectl get nodeimage $first -o jsonpath={.status}:"
 k get nodeimage "$first" -o jsonpath='{.status}' | python3 -m json.tool
 echo
 echo "== The image in $first's containerd (CRI, namespace k8s.io):"
