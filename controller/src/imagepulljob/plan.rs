@@ -304,6 +304,13 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         .filter(|_| always)
         .map(|s| start_time + TimeDelta::seconds(s));
     let past_deadline = deadline.is_some_and(|d| now >= d);
+    // Every node holding the job's entry keeps it in step with the job's spec
+    // (an edited pull policy or TTL reaches finished nodes too).
+    let holding: Vec<String> = nodes
+        .iter()
+        .filter(|(_, s)| *s != NodeState::NotStarted)
+        .map(|(n, _)| n.clone())
+        .collect();
     if past_deadline {
         nodes = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
     }
@@ -314,11 +321,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     } else {
         rollout::to_start(&nodes, limit)
     };
-    let mut write_to: Vec<String> = nodes
-        .iter()
-        .filter(|(_, s)| matches!(s, NodeState::Active(_)))
-        .map(|(n, _)| n.clone())
-        .collect();
+    let mut write_to = holding;
     write_to.extend(start.iter().cloned());
 
     let complete = always && tally.finished();
@@ -603,7 +606,11 @@ mod tests {
             node("n3", &[], None),
         ];
         let p = run(&j, &one_done, 200);
-        assert_eq!(p.write_to, vec!["n2"]);
+        assert_eq!(
+            p.write_to,
+            vec!["n1", "n2"],
+            "n1 keeps its entry in step; n2 starts"
+        );
         assert_eq!(p.status.succeeded, 1);
 
         let mut j2 = job(
