@@ -37,7 +37,13 @@ FRESH=$STATE/bench/nodes
 RESULTS_FILE=$RESULTS/pull-$(date -u +%Y%m%dT%H%M%SZ).txt
 WORK=$RESULTS/pull-work
 mkdir -p "$FRESH" "$WORK"
-trap 'bench_cleanup; cleanup_fresh' EXIT
+# Stops the background watch (curl) of a round if one is still running.
+stop_watch() {
+  local f=$WORK/watch.pid
+  [[ -s $f ]] && kill "$(cat "$f")" 2>/dev/null
+  rm -f "$f"
+}
+trap 'stop_watch; bench_cleanup; cleanup_fresh' EXIT
 
 for b in nodeimage-controller nodeimage-daemon ni-cri; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: cargo build --release -p nodeimage-controller -p nodeimage-daemon -p nodeimage-tests"
@@ -59,6 +65,7 @@ fresh_containerd() {
   rm -rf "$d"
   mkdir -p "$d/root" "$d/state" "$d/opt" "$d/cni/bin" "$d/cni/net.d"
   cp -r "$src/certs.d" "$d/certs.d"
+  rm -f "$LOGS/ctrd-$name.log" # start_daemon appends: keep only this run's lines
   sed "s#$src#$d#g" "$src/config.toml" >"$d/config.toml"
   bench_start "ctrd-$name" "$(command -v containerd)" --config "$d/config.toml"
   FRESH_NAMES+=("$name")
@@ -95,6 +102,7 @@ EOF
 # Daemon for a node, health on port $2, JSON logs (timestamps to parse).
 start_node_daemon() {
   local name=$1 port=$2 sock=$3
+  rm -f "$LOGS/daemon-$name.log"
   bench_start "daemon-$name" "$BIN/nodeimage-daemon" --node-name "$name" --kubeconfig "$KUBECONFIG" \
     --containerd-socket "$sock" --health-addr "127.0.0.1:$port" --log-format json
   wait_until 60 "daemon $name ready" "daemon-$name" curl -fsS "http://127.0.0.1:$port/readyz"
@@ -158,8 +166,9 @@ ni_round() {
   # curl's own pid goes to a file so that it can be stopped; the reader
   # then sees EOF and ends.
   {
-    api_curl -N --max-time 900 "/apis/apps.kruise.io/v1alpha1/nodeimages?watch=1&fieldSelector=metadata.name%3D$name" &
-    echo $! >"$WORK/watch-$name.pid"
+    curl -sSN --max-time 900 --cacert "$CA" -H "Authorization: Bearer $ADMIN_TOKEN" \
+      "$API/apis/apps.kruise.io/v1alpha1/nodeimages?watch=1&fieldSelector=metadata.name%3D$name" &
+    echo $! >"$WORK/watch.pid"
     wait
   } | while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done >"$WORK/watch-$name" &
   watch_pid=$!
@@ -169,15 +178,22 @@ ni_round() {
   t0=$(now)
   api_curl -o /dev/null -X PATCH -H 'Content-Type: application/merge-patch+json' --data "$patch" \
     "/apis/apps.kruise.io/v1alpha1/nodeimages/$name"
+  local obj tp
   while :; do
     polls=$((polls + 1))
-    if [[ $(api_curl "/apis/apps.kruise.io/v1alpha1/nodeimages/$name" | tag_phase "$BIG_REPO" v1) == Succeeded ]]; then break; fi
+    tp=$(now)
+    obj=$(api_curl "/apis/apps.kruise.io/v1alpha1/nodeimages/$name")
+    if [[ $(tag_phase "$BIG_REPO" v1 <<<"$obj") == Succeeded ]]; then break; fi
     if (($(elapsed "$t0" "$(now)" | cut -d. -f1) > 300)); then die "NodeImage pull on $name did not succeed in 300 s"; fi
-    sleep 0.05
+    # One poll every 50 ms (a GET and jq take about as long on this machine).
+    sleep "$(awk -v a="$tp" -v b="$(now)" 'BEGIN { d = 0.05 - (b - a); printf "%.3f", (d > 0 ? d : 0) }')"
   done
   t1=$(now)
+  local st ct
+  st=$(jq -r --arg i "$BIG_REPO" '.status.imageStatuses[$i].tags[0].startTime' <<<"$obj")
+  ct=$(jq -r --arg i "$BIG_REPO" '.status.imageStatuses[$i].tags[0].completionTime' <<<"$obj")
   sleep 1
-  kill "$(cat "$WORK/watch-$name.pid")" 2>/dev/null || true
+  stop_watch
   wait "$watch_pid" 2>/dev/null || true
   # Arrival of the first watch event whose status says Succeeded.
   tw=$(while read -r ts json; do
@@ -197,7 +213,7 @@ ni_round() {
   total=$(elapsed "$t0" "$t1")
   poll_interval=$(awk -v t="$total" -v n="$polls" 'BEGIN { printf "%.0f", 1000 * t / n }')
   echo "$total $(elapsed "$cs" "$ce") $(elapsed "$t0" "$cs") $(elapsed "$ce" "$tw") $(elapsed "$ce" "$t1") $(elapsed "$ce" "$td") $(elapsed "$td" "$tw")" >>"$WORK/ni"
-  record "round$r.nodeimage.seconds" "$total (patch->containerd PullImage start $(elapsed "$t0" "$cs"), containerd PullImage $(elapsed "$cs" "$ce"), CRI end->watch Succeeded $(elapsed "$ce" "$tw"), CRI end->poll Succeeded $(elapsed "$ce" "$t1"), CRI end->daemon log $(elapsed "$ce" "$td"), daemon log->watch $(elapsed "$td" "$tw"); $polls polls, one per ${poll_interval} ms)"
+  record "round$r.nodeimage.seconds" "$total (patch->containerd PullImage start $(elapsed "$t0" "$cs"), containerd PullImage $(elapsed "$cs" "$ce"), CRI end->watch Succeeded $(elapsed "$ce" "$tw"), CRI end->poll Succeeded $(elapsed "$ce" "$t1"), CRI end->daemon log $(elapsed "$ce" "$td"), daemon log->watch $(elapsed "$td" "$tw"); $polls polls, one per ${poll_interval} ms; status startTime $st completionTime $ct)"
   drop_fresh "$name"
 }
 
@@ -249,7 +265,7 @@ mem_round() {
   t0=$(now)
   while :; do
     rss=$(vmrss_mib "$pid")
-    max=$(awk -v a="$max" -v b="$rss" 'BEGIN { print (b > a) ? b : a }')
+    max=$(awk -v a="$max" -v b="$rss" 'BEGIN { print ((b > a) ? b : a) }')
     json=$(api_curl "/apis/apps.kruise.io/v1alpha1/nodeimages/$name")
     a=$(tag_phase "$BIG_REPO" v1 <<<"$json")
     b=$(tag_phase "$BIG2_REPO" v1 <<<"$json")

@@ -12,6 +12,7 @@
 #                    object size, controller CPU seconds and peak RSS.
 #
 #   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob]
+#   NODEIMAGE_STATE=/work/bench-state tests/bench/scale.sh reset   # after an aborted run
 #
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
 # create-nodes`; the controller's node mirror creates their NodeImages;
@@ -49,6 +50,23 @@ SIM_SEL=nodeimage.dev/sim=true
 REG=$NODEIMAGE_REGISTRY
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=(imagepulljob imageprepulljob)
+
+# `scale.sh reset`: after an aborted run, delete the benchmark's jobs (their
+# finalizers removed: no controller has to run) and the simulated Nodes and
+# NodeImages, so the next run starts from nothing.
+if [[ ${SCENARIOS[0]} == reset ]]; then
+  for kind in imagepulljobs.apps.kruise.io imageprepulljobs.operations.kubeedge.io; do
+    for j in $(kc get "$kind" -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}'); do
+      ns=${j%%/*}
+      kc patch "$kind" "${j#*/}" ${ns:+-n "$ns"} --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null || true
+    done
+    kc delete "$kind" --all -A --wait=false >/dev/null
+  done
+  "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" delete-nodes --selector "$SIM_SEL"
+  kc delete nodeimages -l "$SIM_SEL" --wait=false >/dev/null
+  log "reset: jobs, simulated Nodes and NodeImages deleted"
+  exit 0
+fi
 RESULTS_FILE=$RESULTS/scale-$(date -u +%Y%m%dT%H%M%SZ)-$NODES.txt
 trap bench_cleanup EXIT
 
@@ -182,14 +200,20 @@ imagepulljob() {
   kc create -f - >/dev/null <<<"$jobs"
   record "$s.create.seconds" "$(elapsed "$M_T0" "$(now)") (kubectl create of $JOBS jobs)"
   while :; do
-    t=$(kc get imagepulljobs -n "$NS" -o json)
+    # curl, not kubectl: one poll a second must cost the machine little.
+    t=$(api_curl "/apis/apps.kruise.io/v1alpha1/namespaces/$NS/imagepulljobs")
     done_n=$(jq '[.items[] | select(.status.completionTime != null)] | length' <<<"$t")
     ((done_n >= JOBS)) && break
     if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) >= last + 30)); then
       last=$(elapsed "$M_T0" "$(now)" | cut -d. -f1)
       log "$s: ${last}s: $done_n/$JOBS jobs completed, $(jq '[.items[].status.succeeded // 0] | add' <<<"$t") node pulls succeeded, $(jq '[.items[].status.active // 0] | add' <<<"$t") active; controller RSS $(vmrss_mib "$(ctrl_pid)") MiB; sim $(cat "$SIM_STATS" 2>/dev/null); load $(load_avg)"
     fi
-    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then die "$s: not complete after $TIMEOUT_SECONDS s"; fi
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then
+      # Record how far it got and what it cost, then give up.
+      record "$s.timeout" "not complete after $TIMEOUT_SECONDS s: $done_n/$JOBS jobs completed, $(sim_tags) tag entries in the NodeImages (of $((JOBS * NODES))), $(jq '[.items[] | select(.status != null)] | length' <<<"$t") jobs with a status"
+      measure_end "$s"
+      die "$s: not complete after $TIMEOUT_SECONDS s"
+    fi
     sleep 1
   done
   measure_end "$s"
@@ -222,11 +246,11 @@ spec:
     concurrency: $PREPULL_CONCURRENCY
 EOF
   while :; do
-    state=$(kc get imageprepulljob "$job" -o jsonpath='{.status.state}' | tr '[:upper:]' '[:lower:]')
+    t=$(api_curl "/apis/operations.kubeedge.io/v1alpha1/imageprepulljobs/$job")
+    state=$(jq -r '.status.state // "" | ascii_downcase' <<<"$t")
     [[ $state == successful || $state == failed ]] && break
     if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) >= last + 30)); then
       last=$(elapsed "$M_T0" "$(now)" | cut -d. -f1)
-      t=$(kc get imageprepulljob "$job" -o json)
       log "$s: ${last}s: state '$state', $(jq '[.status.status[]? | select(.nodeStatus.state | ascii_downcase == "successful")] | length' <<<"$t") nodes successful; controller RSS $(vmrss_mib "$(ctrl_pid)") MiB; sim $(cat "$SIM_STATS" 2>/dev/null); load $(load_avg)"
     fi
     if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then die "$s: not finished after $TIMEOUT_SECONDS s"; fi
@@ -234,6 +258,7 @@ EOF
   done
   measure_end "$s"
   t=$(kc get imageprepulljob "$job" -o json)
+  echo "$t" >"$RESULTS/imageprepulljob-$NODES.json"
   record "$s.result" "state $(jq -r .status.state <<<"$t"), reason '$(jq -r '.status.reason // ""' <<<"$t")', $(jq '[.status.status[]?] | length' <<<"$t") node entries"
   record "$s.status_object_bytes" "$(wc -c <<<"$t") (kubectl get imageprepulljob $job -o json | wc -c)"
   settle "$s"
