@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::kruise::{
-    ImageSpec, ImageTagPullPolicy, ImageTagSpec, ReferenceObject, SandboxConfig, TagUpgrade,
+    ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, ReferenceObject, SandboxConfig,
+    TagUpgrade,
 };
 use std::collections::BTreeMap;
 
@@ -30,6 +31,16 @@ pub struct EntryRequest {
     pub sandbox: Option<SandboxConfig>,
     /// Node checks before pulling.
     pub check_items: Option<Vec<String>>,
+}
+
+/// The version the node last reported for `image:tag`, if any.
+pub fn reported_version(ni: &NodeImage, image: &str, tag: &str) -> Option<i64> {
+    ni.status
+        .as_ref()
+        .and_then(|s| s.image_statuses.as_ref())
+        .and_then(|m| m.get(image))
+        .and_then(|s| s.tags.iter().find(|t| t.tag == tag))
+        .and_then(|t| t.version)
 }
 
 /// Writes `req` into `images`; returns whether anything changed.

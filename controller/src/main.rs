@@ -12,6 +12,7 @@ mod imagepulljob;
 mod leader;
 mod lifecycle;
 mod metrics;
+mod nodeimages;
 mod nodemirror;
 mod nodeupgradejob;
 mod patch;
@@ -115,14 +116,29 @@ async fn run(flags: Flags) -> Result<(), Error> {
         }
     };
 
+    // One NodeImage cache for all; every reader subscribes before it runs.
+    let nodeimages = nodeimages::NodeImages::new();
+    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
+    let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+    );
     let work = async {
         tokio::join!(
+            nodeimages.run(ctx.client.clone(), readiness.clone(), stop_rx.clone()),
             nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            housekeeping::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            imageprepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            housekeeping::run(
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                for_housekeeping
+            ),
+            imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_pull),
+            imageprepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_prepull),
             imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            nodeupgradejob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            nodeupgradejob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_upgrade),
         )
     };
     let mut work = std::pin::pin!(work);

@@ -1,5 +1,5 @@
 //! Narrow JSON merge patches (RFC 7386) with an optimistic-concurrency
-//! precondition.
+//! precondition, and spec writes guarded by the spec alone (RFC 6902).
 //!
 //! A merge patch cannot replace a map: keys missing from the patch are kept.
 //! So the patch is the difference between what was read and what is
@@ -68,6 +68,32 @@ pub fn guarded<T: Serialize>(
         );
     }
     Ok(Some(body))
+}
+
+/// A JSON Patch that sets `/spec/images` to `new_images` only while `/spec`
+/// still equals `old_spec`. The resourceVersion is shared by spec and status,
+/// so a guard on it makes every status write of a busy node void the
+/// controller's spec writes; a `test` of the spec itself does not.
+pub fn spec_tested<S: Serialize, I: Serialize>(
+    old_spec: &S,
+    new_images: &I,
+) -> Result<json_patch::Patch, PatchError> {
+    let spec = serde_json::to_value(old_spec).map_err(|source| PatchError {
+        what: "spec",
+        source,
+    })?;
+    let images = serde_json::to_value(new_images).map_err(|source| PatchError {
+        what: "spec.images",
+        source,
+    })?;
+    let ops = json!([
+        {"op": "test", "path": "/spec", "value": spec},
+        {"op": "add", "path": "/spec/images", "value": images},
+    ]);
+    serde_json::from_value(ops).map_err(|source| PatchError {
+        what: "JSON patch",
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -142,5 +168,25 @@ mod tests {
         let same =
             guarded("spec", Some("42"), &["spec", "images"], &old, &old).expect("serialises");
         assert_eq!(same, None);
+    }
+
+    #[test]
+    fn spec_tested_tests_the_whole_spec_then_sets_the_images() {
+        let old = json!({"images": {"nginx": {"tags": [{"tag": "1"}]}}});
+        let new = json!({"redis": {"tags": [{"tag": "7"}]}});
+        let patch = spec_tested(&old, &new).expect("serialises");
+        assert_eq!(
+            serde_json::to_value(&patch).expect("serialises"),
+            json!([
+                {"op": "test", "path": "/spec", "value": old},
+                {"op": "add", "path": "/spec/images", "value": new},
+            ])
+        );
+        // Applied locally: succeeds on the spec it was built from, fails on any other.
+        let mut doc = json!({"spec": old, "status": {"x": 1}});
+        json_patch::patch(&mut doc, &patch).expect("applies");
+        assert_eq!(doc["spec"]["images"], new);
+        let mut moved = json!({"spec": {"images": {}}, "status": {"x": 1}});
+        assert!(json_patch::patch(&mut moved, &patch).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The writes a job controller makes outside its own status: edits of a
-//! NodeImage's `spec.images` (its tag entries) as merge patches guarded by
-//! the resourceVersion the edit was computed from, and its finalizer.
+//! NodeImage's `spec.images` (its tag entries) guarded by the spec the edit
+//! was computed from, and its finalizer.
 //! Shared shell for the job kinds; the edits themselves are in `entries`.
 
 use crate::entries;
@@ -32,46 +32,79 @@ pub enum WriteError {
     Patch(#[from] PatchError),
 }
 
+/// Tries an entry write makes before giving up with a conflict: the first
+/// from the cache, the rest from fresh reads, the last guarded by
+/// resourceVersion (in case the spec read back never compares equal).
+const ATTEMPTS: usize = 4;
+
 /// Applies `edit` to a copy of `ni`'s `spec.images` and, if it reports a
-/// change, patches the difference guarded by `ni`'s resourceVersion. A
+/// change, writes the result guarded by the spec it was computed from (a
+/// JSON Patch `test`, so the node's status writes do not void it). When the
+/// spec moved (another job wrote), the edit is redone on a fresh read. A
 /// NodeImage that is gone is not an error (its node left).
 pub async fn edit_images(
     client: &kube::Client,
     ni: &NodeImage,
     what: &str,
-    edit: impl FnOnce(&mut BTreeMap<String, ImageSpec>) -> bool,
+    edit: impl Fn(&NodeImage, &mut BTreeMap<String, ImageSpec>) -> bool,
 ) -> Result<(), WriteError> {
-    let old = ni.spec.images.clone().unwrap_or_default();
-    let mut new = old.clone();
-    if !edit(&mut new) {
-        return Ok(());
-    }
-    let Some(body) = patch::guarded(
-        "spec.images",
-        ni.resource_version().as_deref(),
-        &["spec", "images"],
-        &old,
-        &new,
-    )?
-    else {
-        return Ok(());
-    };
     let node = ni.name_any();
     let api: Api<NodeImage> = Api::all(client.clone());
-    match api
-        .patch(&node, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            Err(WriteError::Conflict(format!("NodeImage {node}")))
+    let api_err = |source| WriteError::Api {
+        action: format!("{what} in NodeImage {node}"),
+        source,
+    };
+    let mut fresh: Option<NodeImage> = None;
+    for attempt in 1..=ATTEMPTS {
+        let current = fresh.as_ref().unwrap_or(ni);
+        let old = current.spec.images.clone().unwrap_or_default();
+        let mut new = old.clone();
+        if !edit(current, &mut new) || old == new {
+            return Ok(());
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(WriteError::Api {
-            action: format!("{what} in NodeImage {node}"),
-            source,
-        }),
+        let result = if attempt < ATTEMPTS {
+            let body = patch::spec_tested(&current.spec, &new)?;
+            api.patch(&node, &PatchParams::default(), &Patch::Json::<()>(body))
+                .await
+        } else {
+            let Some(body) = patch::guarded(
+                "spec.images",
+                current.resource_version().as_deref(),
+                &["spec", "images"],
+                &old,
+                &new,
+            )?
+            else {
+                return Ok(());
+            };
+            api.patch(&node, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+        };
+        match result {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 || is_failed_test(&e) => {
+                tracing::debug!(nodeimage = %node, attempt, "spec moved under an entry write; reading it again");
+            }
+            Err(source) => return Err(api_err(source)),
+        }
+        match api.get_opt(&node).await {
+            Ok(Some(n)) => fresh = Some(n),
+            Ok(None) => return Ok(()),
+            Err(source) => return Err(api_err(source)),
+        }
     }
+    Err(WriteError::Conflict(format!("NodeImage {node}")))
+}
+
+/// Whether the API server refused a JSON Patch because an operation (our
+/// `test`) failed. It answers 422 with no details; a schema or CEL
+/// rejection of the result is also 422 but names the object and its causes.
+pub fn is_failed_test(e: &kube::core::Status) -> bool {
+    e.code == 422
+        && e.details
+            .as_ref()
+            .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
 }
 
 /// Takes the entries owned by `uid` out of `ni` (see [`entries::release`]).
@@ -79,7 +112,7 @@ pub async fn release(client: &kube::Client, ni: &NodeImage, uid: &str) -> Result
     if !entries::owns_any(ni.spec.images.as_ref().unwrap_or(&BTreeMap::new()), uid) {
         return Ok(());
     }
-    edit_images(client, ni, "releasing entries", |images| {
+    edit_images(client, ni, "releasing entries", |_, images| {
         entries::release(images, uid)
     })
     .await

@@ -73,27 +73,57 @@ where
         .default_backoff()
         .modify(trim)
         .reflect(writer)
-        .filter_map(move |event| {
-            let out = match event {
-                Ok(watcher::Event::InitDone) => {
-                    if !signals.synced.get() {
-                        tracing::info!(watch = what, "cache synced");
-                    }
-                    signals.synced.set();
-                    signals.check.set(true);
-                    if let Some(tx) = &signals.relisted {
-                        let _ = tx.unbounded_send(());
-                    }
-                    Some(watcher::Event::InitDone)
+        .filter_map(signalled(what, signals))
+}
+
+/// [`reflect`] into a shared store, whose subscribers are woken by every
+/// applied object (and by every object after each (re)list).
+pub fn reflect_shared<K, F>(
+    what: &'static str,
+    api: Api<K>,
+    writer: Writer<K>,
+    trim: F,
+    signals: SyncSignals,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: FnMut(&mut K) + Send + 'static,
+{
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim)
+        .reflect_shared(writer)
+        .filter_map(signalled(what, signals))
+}
+
+/// Sets the sync signals on each completed list, logs watch errors (the
+/// watcher retries with backoff), and passes the events on.
+fn signalled<K>(
+    what: &'static str,
+    signals: SyncSignals,
+) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) -> std::future::Ready<Option<watcher::Event<K>>>
+{
+    move |event| {
+        let out = match event {
+            Ok(watcher::Event::InitDone) => {
+                if !signals.synced.get() {
+                    tracing::info!(watch = what, "cache synced");
                 }
-                Ok(event) => Some(event),
-                Err(error) => {
-                    tracing::warn!(watch = what, %error, "watch failed; retrying with backoff");
-                    None
+                signals.synced.set();
+                signals.check.set(true);
+                if let Some(tx) = &signals.relisted {
+                    let _ = tx.unbounded_send(());
                 }
-            };
-            std::future::ready(out)
-        })
+                Some(watcher::Event::InitDone)
+            }
+            Ok(event) => Some(event),
+            Err(error) => {
+                tracing::warn!(watch = what, %error, "watch failed; retrying with backoff");
+                None
+            }
+        };
+        std::future::ready(out)
+    }
 }
 
 /// Drops all managed-field entries: stores that never look at field

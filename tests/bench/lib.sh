@@ -59,6 +59,8 @@ vm_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 vmhwm_mib() { awk -v kb="$(vm_kb "$1" VmHWM)" 'BEGIN { printf "%.1f", kb / 1024 }'; }
 vmrss_mib() { awk -v kb="$(vm_kb "$1" VmRSS)" 'BEGIN { printf "%.1f", kb / 1024 }'; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+# CPU seconds (user + system) a pid has used so far.
+proc_cpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / t }' "/proc/$1/stat"; }
 
 # Processes started by this script, stopped by bench_cleanup.
 BENCH_STARTED=()

@@ -139,6 +139,8 @@ measure_begin() {
   M_SIMOWN0=$(sim_stat requests)
   M_ALL0=$(apiserver_metric apiserver_request_total)
   M_REC0=$(ctrl_metric nodeimage_controller_reconciles_total)
+  M_APICPU0=$(proc_cpu "$(recorded_pid apiserver)")
+  M_SIMCPU0=$(proc_cpu "$(bench_pid ni-sim)")
   record "$1.controller.idle_rss_mib[$NODES]" "$M_RSS_IDLE (fresh controller, $NODES NodeImages cached, before the jobs)"
   M_T0=$(now)
 }
@@ -152,7 +154,11 @@ measure_end() {
   simown=$(($(sim_stat requests) - M_SIMOWN0))
   all=$(apiserver_metric apiserver_request_total)
   rec=$(ctrl_metric nodeimage_controller_reconciles_total)
+  local apicpu simcpu
+  apicpu=$(proc_cpu "$(recorded_pid apiserver)")
+  simcpu=$(proc_cpu "$(bench_pid ni-sim)")
   record "$s.seconds[$NODES]" "$(elapsed "$M_T0" "$t1")"
+  record "$s.cpu_seconds.by_process" "apiserver+etcd $(awk -v a="$M_APICPU0" -v b="$apicpu" 'BEGIN { printf "%.1f", b - a }'), simulator $(awk -v a="$M_SIMCPU0" -v b="$simcpu" 'BEGIN { printf "%.1f", b - a }'), controller $(awk -v a="$M_CPU0" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }') (of $(awk -v t="$(elapsed "$M_T0" "$t1")" -v n="$(nproc)" 'BEGIN { printf "%.0f", t * n }') core-seconds on $(nproc) cores)"
   record "$s.controller.cpu_seconds" "$(awk -v a="$M_CPU0" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }')"
   record "$s.controller.peak_rss_mib" "$hwm (VmHWM since the controller started)"
   record "$s.controller.requests" "$ctrl"

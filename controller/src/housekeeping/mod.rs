@@ -13,6 +13,7 @@ mod reconcile;
 
 use crate::context::Context;
 use crate::lifecycle;
+use crate::nodeimages::Subscription;
 use crate::nodemirror::decide;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::channel::mpsc;
@@ -30,7 +31,12 @@ use std::sync::Arc;
 use tokio::sync::watch as signal;
 
 /// Runs housekeeping until `stop` turns true.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodeimages: Subscription,
+) {
     let client = ctx.client.clone();
     let (relisted_tx, relisted_rx) = mpsc::unbounded::<()>();
     let signals = |check| SyncSignals {
@@ -38,25 +44,6 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
         check,
         relisted: Some(relisted_tx.clone()),
     };
-
-    let (nodeimages, nodeimage_writer) = reflector::store::<NodeImage>();
-    let nodeimage_events = watch::reflect(
-        "nodeimages",
-        Api::all(client.clone()),
-        nodeimage_writer,
-        watch::without_managed_fields,
-        SyncSignals {
-            synced: Synced::default(),
-            check: readiness.check("nodeimages-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(|event| {
-        std::future::ready(match event {
-            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
-            _ => None,
-        })
-    });
 
     // Nodes: only a Node that no longer wants its NodeImage wakes it.
     let node_signals = signals(readiness.check("nodes-synced").await);
@@ -105,7 +92,12 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
         },
     });
     tracing::info!("housekeeping starting");
-    Controller::for_stream(nodeimage_events, nodeimages.clone())
+    let Subscription {
+        store: nodeimages,
+        changes,
+        ..
+    } = nodeimages;
+    Controller::for_shared_stream(changes, nodeimages.clone())
         .watches_stream(node_events, |node: PartialObjectMeta<Node>| {
             Some(ObjectRef::<NodeImage>::new(&node.name_any()))
         })

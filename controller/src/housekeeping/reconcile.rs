@@ -66,7 +66,9 @@ pub enum Error {
 impl Error {
     fn api(action: &'static str, name: &str, source: kube::Error) -> Self {
         match &source {
-            kube::Error::Api(s) if s.is_conflict() => Error::Conflict(name.to_string()),
+            kube::Error::Api(s) if s.is_conflict() || crate::tagwrites::is_failed_test(s) => {
+                Error::Conflict(name.to_string())
+            }
             _ => Error::Api {
                 action,
                 name: name.to_string(),
@@ -134,21 +136,28 @@ async fn delete(
     }
 }
 
-/// Writes the planned spec, then the planned status, each guarded by the
-/// resourceVersion of the state it was planned from.
+/// Writes the planned spec, then the planned status. A spec-only change is
+/// guarded by the spec it was planned from (the node's status writes do not
+/// void it); when status changes too, both writes are guarded by the
+/// resourceVersion, since the status was planned from that same read.
 async fn write(api: &Api<NodeImage>, ni: &NodeImage, plan: &Plan) -> Result<(), Error> {
     let name = ni.name_any();
     let mut resource_version = ni.resource_version();
     if let Some(images) = &plan.images {
         let old = ni.spec.images.clone();
-        let body = patch::guarded(
+        let new = Some(images.clone());
+        if plan.status.is_none() && old != new {
+            let body = patch::spec_tested(&ni.spec, images)?;
+            api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(body))
+                .await
+                .map_err(|e| Error::api("patching spec of", &name, e))?;
+        } else if let Some(body) = patch::guarded(
             "spec",
             resource_version.as_deref(),
             &["spec", "images"],
             &old,
-            &Some(images.clone()),
-        )?;
-        if let Some(body) = body {
+            &new,
+        )? {
             let updated = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
                 .await

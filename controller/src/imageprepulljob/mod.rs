@@ -14,6 +14,7 @@ mod reconcile;
 
 use crate::context::Context;
 use crate::lifecycle;
+use crate::nodeimages::Subscription;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -29,31 +30,16 @@ use std::sync::Arc;
 use tokio::sync::watch as signal;
 
 /// Runs the ImagePrePullJob controller until `stop` turns true.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodeimages: Subscription,
+) {
     let client = ctx.client.clone();
     if let Err(e) = crate::pullsecrets::ensure_namespace(&client, &ctx.secrets_namespace).await {
         tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; image secrets will fail until it exists");
     }
-
-    let nodeimages_synced = Synced::default();
-    let (nodeimages, ni_writer) = reflector::store::<NodeImage>();
-    let ni_events = watch::reflect(
-        "imageprepulljob-nodeimages",
-        Api::all(client.clone()),
-        ni_writer,
-        watch::without_managed_fields,
-        SyncSignals {
-            synced: nodeimages_synced.clone(),
-            check: readiness.check("imageprepulljob-nodeimages-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(|e| {
-        std::future::ready(match e {
-            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
-            _ => None,
-        })
-    });
 
     // Nodes: only a change of what the plan reads (labels, readiness,
     // whether it gets a NodeImage) or a deletion is passed on.
@@ -95,14 +81,14 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     let jobs = controller.store();
     let state = Arc::new(reconcile::State {
         ctx,
-        nodeimages,
-        nodeimages_synced,
+        nodeimages: nodeimages.store,
+        nodeimages_synced: nodeimages.synced,
         nodes,
         nodes_synced,
     });
     tracing::info!("imageprepulljob controller starting");
     controller
-        .watches_stream(ni_events, |ni: NodeImage| owners_of(&ni))
+        .watches_shared_stream(nodeimages.changes, |ni: Arc<NodeImage>| owners_of(&ni))
         .watches_stream(node_events, move |_: Node| {
             jobs.state()
                 .iter()

@@ -249,20 +249,19 @@ async fn write_entries(
     let Some(ni) = state.nodeimages.get(&ObjectRef::new(&node)) else {
         return Ok(());
     };
-    tagwrites::edit_images(&state.ctx.client, &ni, "writing entries", |images| {
-        let mut changed = false;
-        for req in reqs {
-            let reported = ni
-                .status
-                .as_ref()
-                .and_then(|s| s.image_statuses.as_ref())
-                .and_then(|m| m.get(&req.image))
-                .and_then(|s| s.tags.iter().find(|t| t.tag == req.tag))
-                .and_then(|t| t.version);
-            changed |= entries::upsert(images, req, reported, now);
-        }
-        changed
-    })
+    tagwrites::edit_images(
+        &state.ctx.client,
+        &ni,
+        "writing entries",
+        |current, images| {
+            let mut changed = false;
+            for req in reqs {
+                let reported = entries::reported_version(current, &req.image, &req.tag);
+                changed |= entries::upsert(images, req, reported, now);
+            }
+            changed
+        },
+    )
     .await?;
     Ok(())
 }

@@ -11,6 +11,7 @@ mod reconcile;
 
 use crate::context::Context;
 use crate::lifecycle;
+use crate::nodeimages::Subscription;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -28,30 +29,16 @@ use tokio::sync::watch as signal;
 pub const KIND: &str = "ImagePullJob";
 
 /// Runs the ImagePullJob controller until `stop` turns true.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodeimages: Subscription,
+) {
     let client = ctx.client.clone();
     if let Err(e) = crate::pullsecrets::ensure_namespace(&client, &ctx.secrets_namespace).await {
         tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; pull secrets will fail until it exists");
     }
-
-    let (nodeimages, ni_writer) = reflector::store::<NodeImage>();
-    let ni_events = watch::reflect(
-        "imagepulljob-nodeimages",
-        Api::all(client.clone()),
-        ni_writer,
-        watch::without_managed_fields,
-        SyncSignals {
-            synced: Synced::default(),
-            check: readiness.check("imagepulljob-nodeimages-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(|e| {
-        std::future::ready(match e {
-            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
-            _ => None,
-        })
-    });
 
     let (pods, pod_writer) = reflector::store::<Pod>();
     let pod_events = watch::reflect(
@@ -88,17 +75,16 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     );
     let jobs = controller.store();
     let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
-    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.clone());
     let jobs_for_pods = jobs.clone();
     let jobs_for_secrets = jobs.clone();
     let state = Arc::new(reconcile::State {
         ctx,
-        nodeimages,
+        nodeimages: nodeimages.store,
         pods,
     });
     tracing::info!("imagepulljob controller starting");
     controller
-        .watches_stream(ni_events, |ni: NodeImage| owners_of(&ni))
+        .watches_shared_stream(nodeimages.changes, |ni: Arc<NodeImage>| owners_of(&ni))
         .watches_stream(pod_events, move |pod: Pod| {
             let ns = pod.namespace();
             jobs_for_pods

@@ -234,16 +234,15 @@ async fn write_entry(
     else {
         return Ok(());
     };
-    let reported = ni
-        .status
-        .as_ref()
-        .and_then(|s| s.image_statuses.as_ref())
-        .and_then(|m| m.get(&req.image))
-        .and_then(|s| s.tags.iter().find(|t| t.tag == req.tag))
-        .and_then(|t| t.version);
-    tagwrites::edit_images(&state.ctx.client, &ni, "writing entry", |images| {
-        entries::upsert(images, req, reported, now)
-    })
+    tagwrites::edit_images(
+        &state.ctx.client,
+        &ni,
+        "writing entry",
+        |current, images| {
+            let reported = entries::reported_version(current, &req.image, &req.tag);
+            entries::upsert(images, req, reported, now)
+        },
+    )
     .await?;
     Ok(())
 }

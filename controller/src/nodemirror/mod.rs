@@ -18,6 +18,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use nodeimage_api::NodeImage;
 use nodeimage_ops::health::Readiness;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::watch as signal;
 
@@ -46,6 +47,10 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
 
     let nodeimages_synced = Synced::default();
     let (nodeimages, nodeimage_writer) = reflector::store::<PartialObjectMeta<NodeImage>>();
+    // Node status writes change a NodeImage all the time; only a change of
+    // what the mirror compares (labels, its own field ownership, deletion)
+    // or a deletion wakes the Node.
+    let mut seen: HashMap<String, MirrorKey> = HashMap::new();
     let nodeimage_events = watch::reflect(
         "nodeimages (mirror)",
         Api::all(client),
@@ -57,11 +62,18 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
             relisted: None,
         },
     )
-    .filter_map(|event| {
+    .filter_map(move |event| {
         std::future::ready(match event {
-            watcher::Event::Apply(ni)
-            | watcher::Event::InitApply(ni)
-            | watcher::Event::Delete(ni) => Some(Ok(ni)),
+            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => {
+                let key = MirrorKey::of(&ni);
+                let changed = seen.get(&ni.name_any()) != Some(&key);
+                seen.insert(ni.name_any(), key);
+                changed.then_some(Ok(ni))
+            }
+            watcher::Event::Delete(ni) => {
+                seen.remove(&ni.name_any());
+                Some(Ok(ni))
+            }
             _ => None,
         })
     });
@@ -91,5 +103,27 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
 fn keep_mirror_fields(ni: &mut PartialObjectMeta<NodeImage>) {
     if let Some(fields) = ni.metadata.managed_fields.as_mut() {
         fields.retain(|f| f.manager.as_deref() == Some(decide::FIELD_MANAGER));
+    }
+}
+
+/// What the mirror reads of a NodeImage.
+#[derive(PartialEq)]
+struct MirrorKey {
+    labels: BTreeMap<String, String>,
+    fields: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>,
+    deleting: bool,
+}
+
+impl MirrorKey {
+    fn of(ni: &PartialObjectMeta<NodeImage>) -> Self {
+        Self {
+            labels: ni.labels().clone(),
+            fields: ni.metadata.managed_fields.clone().map(|mut f| {
+                // The time moves with every write of the same fields.
+                f.iter_mut().for_each(|e| e.time = None);
+                f
+            }),
+            deleting: ni.metadata.deletion_timestamp.is_some(),
+        }
     }
 }

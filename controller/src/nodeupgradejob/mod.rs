@@ -17,6 +17,7 @@ mod reconcile;
 
 use crate::context::Context;
 use crate::lifecycle;
+use crate::nodeimages::Subscription;
 use crate::rollout;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
@@ -41,28 +42,13 @@ fn node_key(n: &Node) -> NodeKey {
 }
 
 /// Runs the NodeUpgradeJob controller until `stop` turns true.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodeimages: Subscription,
+) {
     let client = ctx.client.clone();
-
-    let nodeimages_synced = Synced::default();
-    let (nodeimages, ni_writer) = reflector::store::<NodeImage>();
-    let ni_events = watch::reflect(
-        "nodeupgradejob-nodeimages",
-        Api::all(client.clone()),
-        ni_writer,
-        watch::without_managed_fields,
-        SyncSignals {
-            synced: nodeimages_synced.clone(),
-            check: readiness.check("nodeupgradejob-nodeimages-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(|e| {
-        std::future::ready(match e {
-            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => Some(Ok(ni)),
-            _ => None,
-        })
-    });
 
     let nodes_synced = Synced::default();
     let (nodes, node_writer) = reflector::store::<Node>();
@@ -103,14 +89,14 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     let _ = ctx.metrics.caches.node_upgrade_jobs.set(jobs.clone());
     let state = Arc::new(reconcile::State {
         ctx,
-        nodeimages,
-        nodeimages_synced,
+        nodeimages: nodeimages.store,
+        nodeimages_synced: nodeimages.synced,
         nodes,
         nodes_synced,
     });
     tracing::info!("nodeupgradejob controller starting");
     controller
-        .watches_stream(ni_events, |ni: NodeImage| {
+        .watches_shared_stream(nodeimages.changes, |ni: Arc<NodeImage>| {
             rollout::owner_names(&ni, plan::KIND, plan::GROUP)
                 .into_iter()
                 .map(|n| ObjectRef::<NodeUpgradeJob>::new(&n))

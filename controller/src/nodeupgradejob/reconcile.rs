@@ -201,16 +201,15 @@ async fn write_entry(
     upgrade: nodeimage_api::kruise::TagUpgrade,
     now: chrono::DateTime<Utc>,
 ) -> Result<(), WriteError> {
-    let reported = ni
-        .status
-        .as_ref()
-        .and_then(|s| s.image_statuses.as_ref())
-        .and_then(|m| m.get(&req.image))
-        .and_then(|s| s.tags.iter().find(|t| t.tag == req.tag))
-        .and_then(|t| t.version);
-    tagwrites::edit_images(&client, &ni, "writing the upgrade entry", |images| {
-        entries::upsert_upgrade(images, &req, &upgrade, reported, now)
-    })
+    tagwrites::edit_images(
+        &client,
+        &ni,
+        "writing the upgrade entry",
+        |current, images| {
+            let reported = entries::reported_version(current, &req.image, &req.tag);
+            entries::upsert_upgrade(images, &req, &upgrade, reported, now)
+        },
+    )
     .await
 }
 
