@@ -19,6 +19,7 @@ mod patch;
 mod pullsecrets;
 mod rollout;
 mod tagwrites;
+mod wakeups;
 mod watch;
 
 use clap::Parser;

@@ -143,28 +143,6 @@ pub fn cap(s: &str, max: usize) -> String {
     out
 }
 
-/// Names of the jobs of `kind` (API group `group`) that own a tag of `ni`,
-/// sorted and distinct: the jobs a NodeImage change may concern.
-pub fn owner_names(ni: &NodeImage, kind: &str, group: &str) -> Vec<String> {
-    let prefix = format!("{group}/");
-    let names: BTreeSet<String> = ni
-        .spec
-        .images
-        .iter()
-        .flat_map(|m| m.values())
-        .flat_map(|i| &i.tags)
-        .flat_map(|t| t.owner_references.iter().flatten())
-        .filter(|o| {
-            o.kind.as_deref() == Some(kind)
-                && o.api_version
-                    .as_deref()
-                    .is_none_or(|v| v.starts_with(&prefix))
-        })
-        .filter_map(|o| o.name.clone())
-        .collect();
-    names.into_iter().collect()
-}
-
 /// A label selector in its parts (the job kinds spell it differently).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Selector<'a> {

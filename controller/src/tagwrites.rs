@@ -67,6 +67,7 @@ pub async fn edit_images(
             api.patch(&node, &PatchParams::default(), &Patch::Json::<()>(body))
                 .await
         } else {
+            tracing::info!(nodeimage = %node, attempts = ATTEMPTS - 1, "spec kept moving under an entry write; guarding the last try by resourceVersion");
             let Some(body) = patch::guarded(
                 "spec.images",
                 current.resource_version().as_deref(),

@@ -128,6 +128,17 @@ bench_start ni-sim "$BIN/ni-sim" --kubeconfig "$SIM_KUBECONFIG" run --selector "
   --concurrency "$SIM_CONCURRENCY" --pull-ms "$PULL_MS" --stats-file "$SIM_STATS" --stats-interval 1
 sim_stat() { jq -r ".$1" "$SIM_STATS" 2>/dev/null || echo 0; }
 
+# PATCHes of NodeImages (spec and status) by all clients: "total 409s 422s".
+nodeimage_patches() {
+  local text
+  text=$(kc get --raw /metrics | grep '^apiserver_request_total{.*resource="nodeimages".*verb="PATCH"')
+  for code in '' 'code="409"' 'code="422"'; do
+    v=$(prom_value apiserver_request_total "$code" <<<"$text")
+    [[ $v == NA ]] && v=0
+    printf '%d ' "${v%.*}"
+  done
+}
+
 # Common measurement around one scenario: before/after counters.
 measure_begin() {
   start_controller
@@ -139,6 +150,7 @@ measure_begin() {
   M_SIMOWN0=$(sim_stat requests)
   M_ALL0=$(apiserver_metric apiserver_request_total)
   M_REC0=$(ctrl_metric nodeimage_controller_reconciles_total)
+  M_PATCH0=$(nodeimage_patches)
   M_APICPU0=$(proc_cpu "$(recorded_pid apiserver)")
   M_SIMCPU0=$(proc_cpu "$(bench_pid ni-sim)")
   record "$1.controller.idle_rss_mib[$NODES]" "$M_RSS_IDLE (fresh controller, $NODES NodeImages cached, before the jobs)"
@@ -164,6 +176,7 @@ measure_end() {
   record "$s.controller.requests" "$ctrl"
   record "$s.controller.reconciles" "$(awk -v a="$M_REC0" -v b="$rec" 'BEGIN { printf "%d", b - a }')"
   record "$s.simulator.requests" "$sim (its own count: $simown)"
+  record "$s.apiserver.nodeimage_patches" "$(awk -v a="$M_PATCH0" -v b="$(nodeimage_patches)" 'BEGIN { split(a, x); split(b, y); printf "%d, of which %d refused with 409 (resourceVersion moved) and %d with 422 (spec test failed or invalid)", y[1] - x[1], y[2] - x[2], y[3] - x[3] }')"
   record "$s.apiserver.requests_all_clients" "$(awk -v a="$M_ALL0" -v b="$all" 'BEGIN { printf "%d", b - a }')"
 }
 # Reconciles per second once everything is complete, over SETTLE_SECONDS.

@@ -15,6 +15,7 @@ mod reconcile;
 use crate::context::Context;
 use crate::lifecycle;
 use crate::nodeimages::Subscription;
+use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -86,9 +87,16 @@ pub async fn run(
         nodes,
         nodes_synced,
     });
+    let changes = TagChanges::new(plan::KIND, "operations.kubeedge.io");
     tracing::info!("imageprepulljob controller starting");
     controller
-        .watches_shared_stream(nodeimages.changes, |ni: Arc<NodeImage>| owners_of(&ni))
+        .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
+            changes
+                .owners(&ni)
+                .into_iter()
+                .map(|(_, name)| ObjectRef::new(&name))
+                .collect::<Vec<ObjectRef<ImagePrePullJob>>>()
+        })
         .watches_stream(node_events, move |_: Node| {
             jobs.state()
                 .iter()
@@ -121,26 +129,4 @@ mod node_key {
         let i = node_info(n);
         NodeKey(i.labels, i.ready, i.wants_nodeimage)
     }
-}
-
-/// The ImagePrePullJobs owning a tag of this NodeImage.
-fn owners_of(ni: &NodeImage) -> Vec<ObjectRef<ImagePrePullJob>> {
-    let mut out: Vec<ObjectRef<ImagePrePullJob>> = ni
-        .spec
-        .images
-        .iter()
-        .flat_map(|m| m.values())
-        .flat_map(|i| &i.tags)
-        .flat_map(|t| t.owner_references.iter().flatten())
-        .filter(|o| {
-            o.kind.as_deref() == Some(plan::KIND)
-                && o.api_version
-                    .as_deref()
-                    .is_none_or(|v| v.starts_with("operations.kubeedge.io/"))
-        })
-        .filter_map(|o| Some(ObjectRef::new(o.name.as_deref()?)))
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out.dedup();
-    out
 }

@@ -2,8 +2,8 @@
 //! a time, through tag entries in their NodeImages. The decisions are in
 //! `plan`; `reconcile` reads, calls the plan, and writes narrow patches.
 //!
-//! A job is woken when it changes, when a NodeImage holding one of its tags
-//! changes, when a pod in its namespace changes (podSelector jobs), when one
+//! A job is woken when it changes, when one of its tags changes in a
+//! NodeImage (see `wakeups`), when a pod in its namespace changes (podSelector jobs), when one
 //! of its source pull secrets changes, and when its plan's due time comes.
 
 pub mod plan;
@@ -12,6 +12,7 @@ mod reconcile;
 use crate::context::Context;
 use crate::lifecycle;
 use crate::nodeimages::Subscription;
+use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -40,6 +41,7 @@ pub async fn run(
         tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; pull secrets will fail until it exists");
     }
 
+    let pods_synced = Synced::default();
     let (pods, pod_writer) = reflector::store::<Pod>();
     let pod_events = watch::reflect(
         "imagepulljob-pods",
@@ -47,7 +49,7 @@ pub async fn run(
         pod_writer,
         reconcile::trim_pod,
         SyncSignals {
-            synced: Synced::default(),
+            synced: pods_synced.clone(),
             check: readiness.check("pods-synced").await,
             relisted: None,
         },
@@ -80,11 +82,20 @@ pub async fn run(
     let state = Arc::new(reconcile::State {
         ctx,
         nodeimages: nodeimages.store,
+        nodeimages_synced: nodeimages.synced,
         pods,
+        pods_synced,
     });
+    let changes = TagChanges::new(KIND, "apps.kruise.io");
     tracing::info!("imagepulljob controller starting");
     controller
-        .watches_shared_stream(nodeimages.changes, |ni: Arc<NodeImage>| owners_of(&ni))
+        .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
+            changes
+                .owners(&ni)
+                .into_iter()
+                .filter_map(|(ns, name)| Some(ObjectRef::new(&name).within(&ns?)))
+                .collect::<Vec<ObjectRef<ImagePullJob>>>()
+        })
         .watches_stream(pod_events, move |pod: Pod| {
             let ns = pod.namespace();
             jobs_for_pods
@@ -119,25 +130,4 @@ pub async fn run(
         })
         .await;
     tracing::info!("imagepulljob controller stopped");
-}
-
-/// The ImagePullJobs owning a tag of this NodeImage.
-fn owners_of(ni: &NodeImage) -> Vec<ObjectRef<ImagePullJob>> {
-    let mut out: Vec<ObjectRef<ImagePullJob>> = ni
-        .spec
-        .images
-        .iter()
-        .flat_map(|m| m.values())
-        .flat_map(|i| &i.tags)
-        .flat_map(|t| t.owner_references.iter().flatten())
-        .filter(|o| o.kind.as_deref() == Some(KIND))
-        .filter_map(|o| {
-            let name = o.name.as_deref()?;
-            let ns = o.namespace.as_deref()?;
-            Some(ObjectRef::new(name).within(ns))
-        })
-        .collect();
-    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out.dedup();
-    out
 }

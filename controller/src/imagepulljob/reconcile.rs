@@ -6,6 +6,7 @@ use crate::context::Context;
 use crate::entries;
 use crate::pullsecrets;
 use crate::tagwrites;
+use crate::watch::Synced;
 use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -22,6 +23,8 @@ use std::time::Duration;
 pub const FINALIZER: &str = "nodeimage.dev/imagepulljob-cleanup";
 /// How often a running job looks again even if nothing woke it (new nodes).
 const RUNNING_RESYNC: Duration = Duration::from_secs(60);
+/// How soon a job looks again while the caches are still being listed.
+const NOT_SYNCED_RETRY: Duration = Duration::from_secs(1);
 /// Entry writes in flight at once per job.
 const WRITE_CONCURRENCY: usize = 16;
 
@@ -31,8 +34,12 @@ pub struct State {
     pub ctx: Context,
     /// Every NodeImage.
     pub nodeimages: Store<NodeImage>,
+    /// Set once `nodeimages` holds a complete list.
+    pub nodeimages_synced: Synced,
     /// Every pod, trimmed to what selection needs.
     pub pods: Store<Pod>,
+    /// Set once `pods` holds a complete list.
+    pub pods_synced: Synced,
 }
 
 /// Why a reconcile failed.
@@ -104,6 +111,12 @@ pub async fn reconcile(job: Arc<ImagePullJob>, state: Arc<State>) -> Result<Acti
     let api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &ns);
     let name = job.name_any();
 
+    // Selection, counts and cleanup read the caches: an empty cache that has
+    // not been listed yet would mean "no nodes" (and a deleted job would
+    // release nothing).
+    if !state.nodeimages_synced.get() || !state.pods_synced.get() {
+        return Ok(Action::requeue(NOT_SYNCED_RETRY));
+    }
     if job.meta().deletion_timestamp.is_some() {
         cleanup(&job, &state).await?;
         tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, false).await?;

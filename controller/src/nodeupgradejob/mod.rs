@@ -19,6 +19,7 @@ use crate::context::Context;
 use crate::lifecycle;
 use crate::nodeimages::Subscription;
 use crate::rollout;
+use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -94,12 +95,14 @@ pub async fn run(
         nodes,
         nodes_synced,
     });
+    let changes = TagChanges::new(plan::KIND, plan::GROUP);
     tracing::info!("nodeupgradejob controller starting");
     controller
-        .watches_shared_stream(nodeimages.changes, |ni: Arc<NodeImage>| {
-            rollout::owner_names(&ni, plan::KIND, plan::GROUP)
+        .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
+            changes
+                .owners(&ni)
                 .into_iter()
-                .map(|n| ObjectRef::<NodeUpgradeJob>::new(&n))
+                .map(|(_, name)| ObjectRef::<NodeUpgradeJob>::new(&name))
                 .collect::<Vec<_>>()
         })
         .watches_stream(node_events, move |_: Node| {
