@@ -29,6 +29,8 @@ pub struct Context {
     pub secrets_namespace: String,
     /// Reconcile metrics and the caches read at scrape time.
     pub metrics: crate::metrics::Metrics,
+    /// Writes every job's tag entries, batched per node.
+    pub writer: crate::tagwrites::NodeWriter,
 }
 
 impl Context {
@@ -42,6 +44,7 @@ impl Context {
         };
         Ok(Self {
             reporter,
+            writer: crate::tagwrites::NodeWriter::new(client.clone()),
             client,
             response_timeout,
             secrets_namespace: flags.secrets_namespace.clone(),

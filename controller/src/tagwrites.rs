@@ -9,8 +9,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
 
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,9 @@ pub enum WriteError {
     /// The patch could not be built.
     #[error(transparent)]
     Patch(#[from] PatchError),
+    /// The write that carried this edit together with others failed.
+    #[error(transparent)]
+    Shared(Arc<WriteError>),
 }
 
 /// Tries an entry write makes before giving up with a conflict: the first
@@ -40,14 +45,15 @@ const ATTEMPTS: usize = 4;
 /// Applies `edit` to a copy of `ni`'s `spec.images` and, if it reports a
 /// change, writes the result guarded by the spec it was computed from (a
 /// JSON Patch `test`, so the node's status writes do not void it). When the
-/// spec moved (another job wrote), the edit is redone on a fresh read. A
-/// NodeImage that is gone is not an error (its node left).
-pub async fn edit_images(
+/// spec moved (another writer), the edit is redone on a fresh read. A
+/// NodeImage that is gone is not an error (its node left). Returns the
+/// object as written, if a write was made.
+async fn edit_images(
     client: &kube::Client,
     ni: &NodeImage,
     what: &str,
     edit: impl Fn(&NodeImage, &mut BTreeMap<String, ImageSpec>) -> bool,
-) -> Result<(), WriteError> {
+) -> Result<Option<NodeImage>, WriteError> {
     let node = ni.name_any();
     let api: Api<NodeImage> = Api::all(client.clone());
     let api_err = |source| WriteError::Api {
@@ -60,7 +66,7 @@ pub async fn edit_images(
         let old = current.spec.images.clone().unwrap_or_default();
         let mut new = old.clone();
         if !edit(current, &mut new) || old == new {
-            return Ok(());
+            return Ok(None);
         }
         let result = if attempt < ATTEMPTS {
             let body = patch::spec_tested(&current.spec, &new)?;
@@ -76,14 +82,14 @@ pub async fn edit_images(
                 &new,
             )?
             else {
-                return Ok(());
+                return Ok(None);
             };
             api.patch(&node, &PatchParams::default(), &Patch::Merge(&body))
                 .await
         };
         match result {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Ok(written) => return Ok(Some(written)),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
             Err(kube::Error::Api(e)) if e.code == 409 || is_failed_test(&e) => {
                 tracing::debug!(nodeimage = %node, attempt, "spec moved under an entry write; reading it again");
             }
@@ -91,7 +97,7 @@ pub async fn edit_images(
         }
         match api.get_opt(&node).await {
             Ok(Some(n)) => fresh = Some(n),
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(None),
             Err(source) => return Err(api_err(source)),
         }
     }
@@ -109,14 +115,131 @@ pub fn is_failed_test(e: &kube::core::Status) -> bool {
 }
 
 /// Takes the entries owned by `uid` out of `ni` (see [`entries::release`]).
-pub async fn release(client: &kube::Client, ni: &NodeImage, uid: &str) -> Result<(), WriteError> {
+pub async fn release(writer: &NodeWriter, ni: Arc<NodeImage>, uid: &str) -> Result<(), WriteError> {
     if !entries::owns_any(ni.spec.images.as_ref().unwrap_or(&BTreeMap::new()), uid) {
         return Ok(());
     }
-    edit_images(client, ni, "releasing entries", |_, images| {
-        entries::release(images, uid)
-    })
-    .await
+    let uid = uid.to_string();
+    writer
+        .edit(
+            ni,
+            Box::new(move |_, images| entries::release(images, &uid)),
+        )
+        .await
+}
+
+/// An edit of a NodeImage's `spec.images` given the object it applies to;
+/// returns whether it changed anything.
+pub type Edit = Box<dyn Fn(&NodeImage, &mut BTreeMap<String, ImageSpec>) -> bool + Send + Sync>;
+
+/// The one writer of tag entries for the whole binary. Each job hands its
+/// edits for a node to it; the edits that arrive while a write to that node
+/// is in flight go out together in the next write, from the newest spec
+/// known. (Jobs writing on their own void each other's writes: a hundred
+/// jobs starting together all add entries to the same first nodes.)
+#[derive(Clone)]
+pub struct NodeWriter {
+    client: kube::Client,
+    slots: Arc<Mutex<HashMap<String, Slot>>>,
+}
+
+/// One node's queue.
+#[derive(Default)]
+struct Slot {
+    pending: Vec<(Edit, oneshot::Sender<Result<(), WriteError>>)>,
+    /// The newest copy of the NodeImage seen: from a cache or our last write.
+    base: Option<Arc<NodeImage>>,
+}
+
+impl NodeWriter {
+    /// A writer with no queues.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            slots: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `edit` to the NodeImage `ni` (a cached copy) in the next write
+    /// to that node, and waits for that write.
+    pub async fn edit(&self, ni: Arc<NodeImage>, edit: Edit) -> Result<(), WriteError> {
+        let node = ni.name_any();
+        let (done, result) = oneshot::channel();
+        let start = {
+            let mut slots = self.lock();
+            let start = !slots.contains_key(&node);
+            let slot = slots.entry(node.clone()).or_default();
+            slot.pending.push((edit, done));
+            slot.base = Some(newest(slot.base.take(), ni));
+            start
+        };
+        if start {
+            tokio::spawn(self.clone().drain(node.clone()));
+        }
+        result
+            .await
+            .unwrap_or_else(|_| Err(WriteError::Conflict(format!("NodeImage {node}"))))
+    }
+
+    /// Writes the node's pending edits, a batch at a time, until none are
+    /// left; then forgets the node.
+    async fn drain(self, node: String) {
+        loop {
+            let (batch, base) = {
+                let mut slots = self.lock();
+                let Some(slot) = slots.get_mut(&node) else {
+                    return;
+                };
+                let Some(base) = slot.base.clone().filter(|_| !slot.pending.is_empty()) else {
+                    slots.remove(&node);
+                    return;
+                };
+                (std::mem::take(&mut slot.pending), base)
+            };
+            let (edits, waiters): (Vec<Edit>, Vec<_>) = batch.into_iter().unzip();
+            let result = edit_images(&self.client, &base, "writing entries", |current, images| {
+                edits
+                    .iter()
+                    .fold(false, |changed, edit| edit(current, images) | changed)
+            })
+            .await;
+            let outcome = match result {
+                Ok(written) => {
+                    if let Some(written) = written {
+                        let mut slots = self.lock();
+                        if let Some(slot) = slots.get_mut(&node) {
+                            slot.base = Some(newest(slot.base.take(), Arc::new(written)));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(Arc::new(e)),
+            };
+            for waiter in waiters {
+                let _ = waiter.send(match &outcome {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(match e.as_ref() {
+                        WriteError::Conflict(n) => WriteError::Conflict(n.clone()),
+                        _ => WriteError::Shared(e.clone()),
+                    }),
+                });
+            }
+        }
+    }
+}
+
+/// The newer of two copies of an object by resourceVersion (the later one
+/// when they cannot be compared).
+fn newest(a: Option<Arc<NodeImage>>, b: Arc<NodeImage>) -> Arc<NodeImage> {
+    let version = |n: &NodeImage| n.resource_version().and_then(|v| v.parse::<u64>().ok());
+    match a {
+        Some(a) if matches!((version(&a), version(&b)), (Some(x), Some(y)) if x > y) => a,
+        _ => b,
+    }
 }
 
 /// Adds (`present`) or removes `finalizer` on `obj`, guarded by its
@@ -159,5 +282,48 @@ where
             ),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rv: Option<&str>, tag: &str) -> Arc<NodeImage> {
+        let mut ni = NodeImage::new("node-1", Default::default());
+        ni.metadata.resource_version = rv.map(str::to_string);
+        ni.metadata.labels = Some([("which".to_string(), tag.to_string())].into());
+        Arc::new(ni)
+    }
+
+    #[test]
+    fn newest_prefers_the_higher_resource_version_else_the_later_copy() {
+        let which = |n: Arc<NodeImage>| n.labels()["which"].clone();
+        let cases = [
+            ("none before", None, at(Some("5"), "b"), "b"),
+            (
+                "older before",
+                Some(at(Some("4"), "a")),
+                at(Some("5"), "b"),
+                "b",
+            ),
+            (
+                "newer before",
+                Some(at(Some("9"), "a")),
+                at(Some("5"), "b"),
+                "a",
+            ),
+            ("equal", Some(at(Some("5"), "a")), at(Some("5"), "b"), "b"),
+            (
+                "not comparable",
+                Some(at(Some("x"), "a")),
+                at(Some("5"), "b"),
+                "b",
+            ),
+            ("missing", Some(at(Some("9"), "a")), at(None, "b"), "b"),
+        ];
+        for (name, a, b, want) in cases {
+            assert_eq!(which(newest(a, b)), want, "{name}");
+        }
     }
 }

@@ -63,6 +63,9 @@ pub enum Error {
     /// Someone wrote the object between our read and our write.
     #[error("{0} changed while writing; retrying")]
     Conflict(String),
+    /// A batched entry write (with other jobs' entries) failed.
+    #[error(transparent)]
+    Write(std::sync::Arc<tagwrites::WriteError>),
 }
 
 impl From<tagwrites::WriteError> for Error {
@@ -71,6 +74,7 @@ impl From<tagwrites::WriteError> for Error {
             tagwrites::WriteError::Conflict(what) => Error::Conflict(what),
             tagwrites::WriteError::Api { action, source } => Error::Api { action, source },
             tagwrites::WriteError::Patch(p) => Error::Patch(p),
+            tagwrites::WriteError::Shared(e) => Error::Write(e),
         }
     }
 }
@@ -249,20 +253,16 @@ async fn write_entries(
     let Some(ni) = state.nodeimages.get(&ObjectRef::new(&node)) else {
         return Ok(());
     };
-    tagwrites::edit_images(
-        &state.ctx.client,
-        &ni,
-        "writing entries",
-        |current, images| {
-            let mut changed = false;
-            for req in reqs {
-                let reported = entries::reported_version(current, &req.image, &req.tag);
-                changed |= entries::upsert(images, req, reported, now);
-            }
-            changed
-        },
-    )
-    .await?;
+    let reqs = reqs.to_vec();
+    let edit: tagwrites::Edit = Box::new(move |current, images| {
+        let mut changed = false;
+        for req in &reqs {
+            let reported = entries::reported_version(current, &req.image, &req.tag);
+            changed |= entries::upsert(images, req, reported, now);
+        }
+        changed
+    });
+    state.ctx.writer.edit(ni, edit).await?;
     Ok(())
 }
 
@@ -270,7 +270,7 @@ async fn write_entries(
 async fn cleanup(job: &ImagePrePullJob, state: &State) -> Result<(), Error> {
     if let Some(uid) = job.uid() {
         for ni in state.nodeimages.state() {
-            tagwrites::release(&state.ctx.client, &ni, &uid).await?;
+            tagwrites::release(&state.ctx.writer, ni, &uid).await?;
         }
     }
     pullsecrets::release(

@@ -247,16 +247,12 @@ async fn write_entry(
     else {
         return Ok(());
     };
-    tagwrites::edit_images(
-        &state.ctx.client,
-        &ni,
-        "writing entry",
-        |current, images| {
-            let reported = entries::reported_version(current, &req.image, &req.tag);
-            entries::upsert(images, req, reported, now)
-        },
-    )
-    .await?;
+    let req = req.clone();
+    let edit: tagwrites::Edit = Box::new(move |current, images| {
+        let reported = entries::reported_version(current, &req.image, &req.tag);
+        entries::upsert(images, &req, reported, now)
+    });
+    state.ctx.writer.edit(ni, edit).await?;
     Ok(())
 }
 
@@ -264,7 +260,7 @@ async fn write_entry(
 async fn cleanup(job: &ImagePullJob, state: &State) -> Result<(), Error> {
     let Some(uid) = job.uid() else { return Ok(()) };
     for ni in state.nodeimages.state() {
-        tagwrites::release(&state.ctx.client, &ni, &uid).await?;
+        tagwrites::release(&state.ctx.writer, ni, &uid).await?;
     }
     pullsecrets::release(
         &state.ctx.client,

@@ -76,7 +76,7 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
         }
         if let Some(uid) = job.uid() {
             for ni in state.nodeimages.state() {
-                tagwrites::release(&ctx.client, &ni, &uid).await?;
+                tagwrites::release(&ctx.writer, ni, &uid).await?;
             }
         }
         tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, false).await?;
@@ -123,7 +123,7 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
             .filter_map(|n| nodeimages.get(n).cloned())
             .collect();
         let writes = futures::stream::iter(targets)
-            .map(|ni| write_entry(ctx.client.clone(), ni, req.clone(), upgrade.clone(), now))
+            .map(|ni| write_entry(&ctx.writer, ni, req.clone(), upgrade.clone(), now))
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect::<Vec<_>>()
             .await;
@@ -177,7 +177,7 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
     if let Some(uid) = job.uid() {
         for node in &p.release_from {
             if let Some(ni) = nodeimages.get(node) {
-                match tagwrites::release(&ctx.client, ni, &uid).await {
+                match tagwrites::release(&ctx.writer, ni.clone(), &uid).await {
                     Ok(()) => tracing::debug!(job = %name, node = %node, "entry released"),
                     Err(WriteError::Conflict(_)) => {
                         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -195,22 +195,17 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
 
 /// Writes the upgrade entry into one NodeImage.
 async fn write_entry(
-    client: kube::Client,
+    writer: &tagwrites::NodeWriter,
     ni: Arc<NodeImage>,
     req: entries::EntryRequest,
     upgrade: nodeimage_api::kruise::TagUpgrade,
     now: chrono::DateTime<Utc>,
 ) -> Result<(), WriteError> {
-    tagwrites::edit_images(
-        &client,
-        &ni,
-        "writing the upgrade entry",
-        |current, images| {
-            let reported = entries::reported_version(current, &req.image, &req.tag);
-            entries::upsert_upgrade(images, &req, &upgrade, reported, now)
-        },
-    )
-    .await
+    let edit: tagwrites::Edit = Box::new(move |current, images| {
+        let reported = entries::reported_version(current, &req.image, &req.tag);
+        entries::upsert_upgrade(images, &req, &upgrade, reported, now)
+    });
+    writer.edit(ni, edit).await
 }
 
 /// One log line per job phase change.
