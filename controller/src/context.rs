@@ -35,7 +35,11 @@ pub struct Context {
 
 impl Context {
     /// Builds the context from the client and the parsed flags.
-    pub fn new(client: kube::Client, flags: &Flags) -> Result<Self, ContextError> {
+    pub fn new(
+        client: kube::Client,
+        flags: &Flags,
+        nodeimages: kube::runtime::reflector::Store<nodeimage_api::NodeImage>,
+    ) -> Result<Self, ContextError> {
         let response_timeout = TimeDelta::from_std(flags.response_timeout)
             .map_err(|_| ContextError::ResponseTimeout(flags.response_timeout))?;
         let reporter = Reporter {
@@ -44,7 +48,7 @@ impl Context {
         };
         Ok(Self {
             reporter,
-            writer: crate::tagwrites::NodeWriter::new(client.clone()),
+            writer: crate::tagwrites::NodeWriter::new(client.clone(), nodeimages),
             client,
             response_timeout,
             secrets_namespace: flags.secrets_namespace.clone(),

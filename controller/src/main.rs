@@ -64,7 +64,9 @@ enum Error {
 
 async fn run(flags: Flags) -> Result<(), Error> {
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
-    let ctx = context::Context::new(client, &flags)?;
+    // One NodeImage cache for all; every reader subscribes before it runs.
+    let nodeimages = nodeimages::NodeImages::new();
+    let ctx = context::Context::new(client, &flags, nodeimages.store.clone())?;
     tracing::info!(
         response_timeout_s = flags.response_timeout.as_secs(),
         "controller starting"
@@ -117,8 +119,6 @@ async fn run(flags: Flags) -> Result<(), Error> {
         }
     };
 
-    // One NodeImage cache for all; every reader subscribes before it runs.
-    let nodeimages = nodeimages::NodeImages::new();
     let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
     let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
         nodeimages.subscribe(),

@@ -6,6 +6,7 @@
 use crate::entries;
 use crate::patch::{self, PatchError};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
 use serde::de::DeserializeOwned;
@@ -135,11 +136,14 @@ pub type Edit = Box<dyn Fn(&NodeImage, &mut BTreeMap<String, ImageSpec>) -> bool
 /// The one writer of tag entries for the whole binary. Each job hands its
 /// edits for a node to it; the edits that arrive while a write to that node
 /// is in flight go out together in the next write, from the newest spec
-/// known. (Jobs writing on their own void each other's writes: a hundred
-/// jobs starting together all add entries to the same first nodes.)
+/// known: the shared cache's, or our own last write's while the cache has
+/// not caught up with it. (Jobs writing on their own void each other's
+/// writes: a hundred jobs starting together all add entries to the same
+/// first nodes.)
 #[derive(Clone)]
 pub struct NodeWriter {
     client: kube::Client,
+    cache: Store<NodeImage>,
     slots: Arc<Mutex<HashMap<String, Slot>>>,
 }
 
@@ -147,15 +151,18 @@ pub struct NodeWriter {
 #[derive(Default)]
 struct Slot {
     pending: Vec<(Edit, oneshot::Sender<Result<(), WriteError>>)>,
-    /// The newest copy of the NodeImage seen: from a cache or our last write.
-    base: Option<Arc<NodeImage>>,
+    /// Whether a task is writing this node's edits.
+    running: bool,
+    /// Our last write (without status), until the cache holds it.
+    written: Option<Arc<NodeImage>>,
 }
 
 impl NodeWriter {
-    /// A writer with no queues.
-    pub fn new(client: kube::Client) -> Self {
+    /// A writer with no queues, reading the shared NodeImage cache.
+    pub fn new(client: kube::Client, cache: Store<NodeImage>) -> Self {
         Self {
             client,
+            cache,
             slots: Arc::default(),
         }
     }
@@ -164,21 +171,19 @@ impl NodeWriter {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Applies `edit` to the NodeImage `ni` (a cached copy) in the next write
-    /// to that node, and waits for that write.
+    /// Applies `edit` to NodeImage `ni` (a cached copy) in the next write to
+    /// that node, and waits for that write.
     pub async fn edit(&self, ni: Arc<NodeImage>, edit: Edit) -> Result<(), WriteError> {
         let node = ni.name_any();
         let (done, result) = oneshot::channel();
         let start = {
             let mut slots = self.lock();
-            let start = !slots.contains_key(&node);
             let slot = slots.entry(node.clone()).or_default();
             slot.pending.push((edit, done));
-            slot.base = Some(newest(slot.base.take(), ni));
-            start
+            !std::mem::replace(&mut slot.running, true)
         };
         if start {
-            tokio::spawn(self.clone().drain(node.clone()));
+            tokio::spawn(self.clone().drain(node.clone(), ni));
         }
         result
             .await
@@ -186,17 +191,38 @@ impl NodeWriter {
     }
 
     /// Writes the node's pending edits, a batch at a time, until none are
-    /// left; then forgets the node.
-    async fn drain(self, node: String) {
+    /// left.
+    async fn drain(self, node: String, mut seen: Arc<NodeImage>) {
         loop {
+            if let Some(cached) = self.cache.get(&ObjectRef::new(&node)) {
+                seen = newest(Some(seen), cached);
+            }
             let (batch, base) = {
                 let mut slots = self.lock();
                 let Some(slot) = slots.get_mut(&node) else {
                     return;
                 };
-                let Some(base) = slot.base.clone().filter(|_| !slot.pending.is_empty()) else {
-                    slots.remove(&node);
+                let caught_up =
+                    |w: &Arc<NodeImage>| Arc::ptr_eq(&newest(Some(w.clone()), seen.clone()), &seen);
+                if slot.written.as_ref().is_some_and(caught_up) {
+                    slot.written = None;
+                }
+                if slot.pending.is_empty() {
+                    slot.running = false;
+                    if slot.written.is_none() {
+                        slots.remove(&node);
+                    }
                     return;
+                }
+                // Our write is newer than the cache: its spec, the cache's status.
+                let base = match &slot.written {
+                    Some(w) => {
+                        let mut base = seen.as_ref().clone();
+                        base.spec = w.spec.clone();
+                        base.metadata.resource_version = w.metadata.resource_version.clone();
+                        Arc::new(base)
+                    }
+                    None => seen.clone(),
                 };
                 (std::mem::take(&mut slot.pending), base)
             };
@@ -209,10 +235,11 @@ impl NodeWriter {
             .await;
             let outcome = match result {
                 Ok(written) => {
-                    if let Some(written) = written {
-                        let mut slots = self.lock();
-                        if let Some(slot) = slots.get_mut(&node) {
-                            slot.base = Some(newest(slot.base.take(), Arc::new(written)));
+                    if let Some(mut written) = written {
+                        // Only its spec and version are read; the status is the cache's.
+                        written.status = None;
+                        if let Some(slot) = self.lock().get_mut(&node) {
+                            slot.written = Some(Arc::new(written));
                         }
                     }
                     Ok(())
