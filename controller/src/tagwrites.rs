@@ -5,6 +5,7 @@
 
 use crate::entries;
 use crate::patch::{self, PatchError};
+use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -127,6 +128,24 @@ pub async fn release(writer: &NodeWriter, ni: Arc<NodeImage>, uid: &str) -> Resu
             Box::new(move |_, images| entries::release(images, &uid)),
         )
         .await
+}
+
+/// Releases in flight at once when a job leaves every node.
+const RELEASE_CONCURRENCY: usize = 32;
+
+/// Takes the entries owned by `uid` out of every NodeImage in `nodeimages`,
+/// several nodes at a time (a deleted job may hold entries on thousands).
+pub async fn release_all(
+    writer: &NodeWriter,
+    nodeimages: Vec<Arc<NodeImage>>,
+    uid: &str,
+) -> Result<(), WriteError> {
+    let results: Vec<Result<(), WriteError>> = futures::stream::iter(nodeimages)
+        .map(|ni| release(writer, ni, uid))
+        .buffer_unordered(RELEASE_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }
 
 /// An edit of a NodeImage's `spec.images` given the object it applies to;

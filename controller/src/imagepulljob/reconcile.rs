@@ -259,9 +259,7 @@ async fn write_entry(
 /// Takes the job's entries out of every NodeImage and releases its secrets.
 async fn cleanup(job: &ImagePullJob, state: &State) -> Result<(), Error> {
     let Some(uid) = job.uid() else { return Ok(()) };
-    for ni in state.nodeimages.state() {
-        tagwrites::release(&state.ctx.writer, ni, &uid).await?;
-    }
+    tagwrites::release_all(&state.ctx.writer, state.nodeimages.state(), &uid).await?;
     pullsecrets::release(
         &state.ctx.client,
         &state.ctx.secrets_namespace,

@@ -75,9 +75,7 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
             return Ok(Action::requeue(NOT_SYNCED_RETRY));
         }
         if let Some(uid) = job.uid() {
-            for ni in state.nodeimages.state() {
-                tagwrites::release(&ctx.writer, ni, &uid).await?;
-            }
+            tagwrites::release_all(&ctx.writer, state.nodeimages.state(), &uid).await?;
         }
         tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, false).await?;
         tracing::info!(job = %name, "job deleted: tag entries released");
