@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
@@ -164,7 +164,14 @@ pub struct NodeWriter {
     client: kube::Client,
     cache: Store<NodeImage>,
     slots: Arc<Mutex<HashMap<String, Slot>>>,
+    in_flight: Arc<Semaphore>,
 }
+
+/// NodeImage writes in flight at once, over all nodes. Each write sends and
+/// re-stores a whole NodeImage (160 KB with 100 tags); a thousand at once
+/// (a deleted job leaving every node) swamp the API server, while edits that
+/// wait for a slot are batched into fewer writes.
+const WRITES_IN_FLIGHT: usize = 16;
 
 /// One node's queue.
 #[derive(Default)]
@@ -183,6 +190,7 @@ impl NodeWriter {
             client,
             cache,
             slots: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
         }
     }
 
@@ -213,6 +221,8 @@ impl NodeWriter {
     /// left.
     async fn drain(self, node: String, mut seen: Arc<NodeImage>) {
         loop {
+            // Wait for a slot before taking the batch, so edits queue up meanwhile.
+            let _permit = self.in_flight.clone().acquire_owned().await;
             if let Some(cached) = self.cache.get(&ObjectRef::new(&node)) {
                 seen = newest(Some(seen), cached);
             }
