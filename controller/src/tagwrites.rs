@@ -116,32 +116,44 @@ pub fn is_failed_test(e: &kube::core::Status) -> bool {
             .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
 }
 
-/// Takes the entries owned by `uid` out of `ni` (see [`entries::release`]).
-pub async fn release(writer: &NodeWriter, ni: Arc<NodeImage>, uid: &str) -> Result<(), WriteError> {
-    if !entries::owns_any(ni.spec.images.as_ref().unwrap_or(&BTreeMap::new()), uid) {
+/// Takes the entries owned by any of `uids` out of `ni` (see
+/// [`entries::release`]).
+pub async fn release(
+    writer: &NodeWriter,
+    ni: Arc<NodeImage>,
+    uids: &[String],
+) -> Result<(), WriteError> {
+    let images = ni.spec.images.clone().unwrap_or_default();
+    let uids: Vec<String> = uids
+        .iter()
+        .filter(|u| entries::owns_any(&images, u))
+        .cloned()
+        .collect();
+    if uids.is_empty() {
         return Ok(());
     }
-    let uid = uid.to_string();
-    writer
-        .edit(
-            ni,
-            Box::new(move |_, images| entries::release(images, &uid)),
-        )
-        .await
+    let edit: Edit = Box::new(move |_, images| {
+        uids.iter().fold(false, |changed, uid| {
+            entries::release(images, uid) | changed
+        })
+    });
+    writer.edit(ni, edit).await
 }
 
 /// Releases in flight at once when a job leaves every node.
 const RELEASE_CONCURRENCY: usize = 32;
 
-/// Takes the entries owned by `uid` out of every NodeImage in `nodeimages`,
-/// several nodes at a time (a deleted job may hold entries on thousands).
+/// Takes the entries owned by any of `uids` out of every NodeImage in
+/// `nodeimages`, several nodes at a time (a deleted job may hold entries on
+/// thousands). Passing every job of the kind that is being deleted, not
+/// just one, lets the first of them clear a node for all in one write.
 pub async fn release_all(
     writer: &NodeWriter,
     nodeimages: Vec<Arc<NodeImage>>,
-    uid: &str,
+    uids: &[String],
 ) -> Result<(), WriteError> {
     let results: Vec<Result<(), WriteError>> = futures::stream::iter(nodeimages)
-        .map(|ni| release(writer, ni, uid))
+        .map(|ni| release(writer, ni, uids))
         .buffer_unordered(RELEASE_CONCURRENCY)
         .collect()
         .await;

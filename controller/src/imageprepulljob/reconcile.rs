@@ -269,7 +269,7 @@ async fn write_entries(
 /// Takes the job's entries out of every NodeImage and releases its secret copy.
 async fn cleanup(job: &ImagePrePullJob, state: &State) -> Result<(), Error> {
     if let Some(uid) = job.uid() {
-        tagwrites::release_all(&state.ctx.writer, state.nodeimages.state(), &uid).await?;
+        tagwrites::release_all(&state.ctx.writer, state.nodeimages.state(), &[uid]).await?;
     }
     pullsecrets::release(
         &state.ctx.client,

@@ -85,6 +85,7 @@ pub async fn run(
         nodeimages_synced: nodeimages.synced,
         pods,
         pods_synced,
+        jobs: jobs.clone(),
     });
     let changes = TagChanges::new(KIND, "apps.kruise.io");
     tracing::info!("imagepulljob controller starting");

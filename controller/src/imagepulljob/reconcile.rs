@@ -40,6 +40,8 @@ pub struct State {
     pub pods: Store<Pod>,
     /// Set once `pods` holds a complete list.
     pub pods_synced: Synced,
+    /// Every ImagePullJob (the controller's own cache).
+    pub jobs: Store<ImagePullJob>,
 }
 
 /// Why a reconcile failed.
@@ -257,9 +259,21 @@ async fn write_entry(
 }
 
 /// Takes the job's entries out of every NodeImage and releases its secrets.
+/// The entries of every other ImagePullJob being deleted go in the same
+/// writes: deleting a hundred jobs then costs about one write per node, not
+/// one per job and node.
 async fn cleanup(job: &ImagePullJob, state: &State) -> Result<(), Error> {
     let Some(uid) = job.uid() else { return Ok(()) };
-    tagwrites::release_all(&state.ctx.writer, state.nodeimages.state(), &uid).await?;
+    let mut uids: Vec<String> = state
+        .jobs
+        .state()
+        .iter()
+        .filter(|j| j.meta().deletion_timestamp.is_some())
+        .filter_map(|j| j.uid())
+        .filter(|u| *u != uid)
+        .collect();
+    uids.push(uid);
+    tagwrites::release_all(&state.ctx.writer, state.nodeimages.state(), &uids).await?;
     pullsecrets::release(
         &state.ctx.client,
         &state.ctx.secrets_namespace,

@@ -75,7 +75,7 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
             return Ok(Action::requeue(NOT_SYNCED_RETRY));
         }
         if let Some(uid) = job.uid() {
-            tagwrites::release_all(&ctx.writer, state.nodeimages.state(), &uid).await?;
+            tagwrites::release_all(&ctx.writer, state.nodeimages.state(), &[uid]).await?;
         }
         tagwrites::set_finalizer(&api, job.as_ref(), FINALIZER, false).await?;
         tracing::info!(job = %name, "job deleted: tag entries released");
@@ -175,7 +175,8 @@ pub async fn reconcile(job: Arc<NodeUpgradeJob>, state: Arc<State>) -> Result<Ac
     if let Some(uid) = job.uid() {
         for node in &p.release_from {
             if let Some(ni) = nodeimages.get(node) {
-                match tagwrites::release(&ctx.writer, ni.clone(), &uid).await {
+                match tagwrites::release(&ctx.writer, ni.clone(), std::slice::from_ref(&uid)).await
+                {
                     Ok(()) => tracing::debug!(job = %name, node = %node, "entry released"),
                     Err(WriteError::Conflict(_)) => {
                         return Ok(Action::requeue(Duration::from_secs(1)));
