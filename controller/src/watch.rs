@@ -16,6 +16,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use nodeimage_ops::health::Check;
 use serde::de::DeserializeOwned;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,8 +127,74 @@ fn signalled<K>(
     }
 }
 
+/// A filter for [`reflect`]'s events that passes on an applied object only
+/// when `key` (what the consumer reads of it) changed since its last event,
+/// and every deletion. Watches whose objects change often in ways a
+/// controller does not read (status writes) wake it only for what it reads.
+pub fn changes_only<K, Key>(
+    key: impl Fn(&K) -> Key,
+) -> impl FnMut(watcher::Event<K>) -> std::future::Ready<Option<Result<K, watcher::Error>>>
+where
+    K: Resource,
+    Key: PartialEq,
+{
+    let mut seen: HashMap<String, Key> = HashMap::new();
+    move |event| {
+        std::future::ready(match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                let name = obj.meta().name.clone().unwrap_or_default();
+                let k = key(&obj);
+                let changed = seen.get(&name) != Some(&k);
+                seen.insert(name, k);
+                changed.then_some(Ok(obj))
+            }
+            watcher::Event::Delete(obj) => {
+                seen.remove(obj.meta().name.as_deref().unwrap_or_default());
+                Some(Ok(obj))
+            }
+            _ => None,
+        })
+    }
+}
+
 /// Drops all managed-field entries: stores that never look at field
 /// ownership need not hold them.
 pub fn without_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str, value: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.data = Some([("k".to_string(), value.to_string())].into());
+        c
+    }
+
+    #[test]
+    fn changes_only_passes_key_changes_and_deletions() {
+        let mut filter = changes_only(|c: &ConfigMap| c.data.clone());
+        let mut passes =
+            |e| futures::executor::block_on(filter(e)).is_some_and(|r: Result<_, _>| r.is_ok());
+        let cases = [
+            ("first sight", watcher::Event::InitApply(cm("a", "1")), true),
+            ("same key again", watcher::Event::Apply(cm("a", "1")), false),
+            ("another object", watcher::Event::Apply(cm("b", "1")), true),
+            ("key changed", watcher::Event::Apply(cm("a", "2")), true),
+            ("deleted", watcher::Event::Delete(cm("a", "2")), true),
+            (
+                "back after deletion",
+                watcher::Event::Apply(cm("a", "2")),
+                true,
+            ),
+            ("list markers", watcher::Event::InitDone, false),
+        ];
+        for (name, event, want) in cases {
+            assert_eq!(passes(event), want, "{name}");
+        }
+    }
 }

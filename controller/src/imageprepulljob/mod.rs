@@ -19,14 +19,12 @@ use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use nodeimage_api::{ImagePrePullJob, NodeImage};
 use nodeimage_ops::health::Readiness;
-use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
 
@@ -46,7 +44,6 @@ pub async fn run(
     // whether it gets a NodeImage) or a deletion is passed on.
     let nodes_synced = Synced::default();
     let (nodes, node_writer) = reflector::store::<Node>();
-    let mut seen: HashMap<String, node_key::NodeKey> = HashMap::new();
     let node_events = watch::reflect(
         "imageprepulljob-nodes",
         Api::all(client.clone()),
@@ -58,22 +55,7 @@ pub async fn run(
             relisted: None,
         },
     )
-    .filter_map(move |e| {
-        let out = match e {
-            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
-                let key = node_key::of(&n);
-                let changed = seen.get(&n.name_any()) != Some(&key);
-                seen.insert(n.name_any(), key);
-                changed.then_some(Ok(n))
-            }
-            watcher::Event::Delete(n) => {
-                seen.remove(&n.name_any());
-                Some(Ok(n))
-            }
-            _ => None,
-        };
-        std::future::ready(out)
-    });
+    .filter_map(watch::changes_only(node_key::of));
 
     let controller = Controller::new(
         Api::<ImagePrePullJob>::all(client.clone()),

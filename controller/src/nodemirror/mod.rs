@@ -18,7 +18,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use nodeimage_api::NodeImage;
 use nodeimage_ops::health::Readiness;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
 
@@ -50,7 +50,6 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     // Node status writes change a NodeImage all the time; only a change of
     // what the mirror compares (labels, its own field ownership, deletion)
     // or a deletion wakes the Node.
-    let mut seen: HashMap<String, MirrorKey> = HashMap::new();
     let nodeimage_events = watch::reflect(
         "nodeimages (mirror)",
         Api::all(client),
@@ -62,21 +61,7 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
             relisted: None,
         },
     )
-    .filter_map(move |event| {
-        std::future::ready(match event {
-            watcher::Event::Apply(ni) | watcher::Event::InitApply(ni) => {
-                let key = MirrorKey::of(&ni);
-                let changed = seen.get(&ni.name_any()) != Some(&key);
-                seen.insert(ni.name_any(), key);
-                changed.then_some(Ok(ni))
-            }
-            watcher::Event::Delete(ni) => {
-                seen.remove(&ni.name_any());
-                Some(Ok(ni))
-            }
-            _ => None,
-        })
-    });
+    .filter_map(watch::changes_only(MirrorKey::of));
 
     let state = Arc::new(reconcile::State {
         ctx,

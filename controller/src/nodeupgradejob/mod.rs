@@ -23,14 +23,12 @@ use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use nodeimage_api::{NodeImage, NodeUpgradeJob};
 use nodeimage_ops::health::Readiness;
-use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
 
@@ -53,7 +51,6 @@ pub async fn run(
 
     let nodes_synced = Synced::default();
     let (nodes, node_writer) = reflector::store::<Node>();
-    let mut seen: HashMap<String, NodeKey> = HashMap::new();
     let node_events = watch::reflect(
         "nodeupgradejob-nodes",
         Api::all(client.clone()),
@@ -65,22 +62,7 @@ pub async fn run(
             relisted: None,
         },
     )
-    .filter_map(move |e| {
-        let out = match e {
-            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
-                let key = node_key(&n);
-                let changed = seen.get(&n.name_any()) != Some(&key);
-                seen.insert(n.name_any(), key);
-                changed.then_some(Ok(n))
-            }
-            watcher::Event::Delete(n) => {
-                seen.remove(&n.name_any());
-                Some(Ok(n))
-            }
-            _ => None,
-        };
-        std::future::ready(out)
-    });
+    .filter_map(watch::changes_only(node_key));
 
     let controller = Controller::new(
         Api::<NodeUpgradeJob>::all(client.clone()),
