@@ -38,8 +38,11 @@ pub async fn start(
         .with_namespace(&e.namespace)
         .with_identity(&e.identity)
         .with_parameters(
+            // One field manager per replica: the lease is claimed with
+            // server-side apply, and only distinct managers conflict (a shared
+            // one let two replicas that started together both lead).
             LeaseParams::new(e.identity.clone(), e.duration_s, grace)
-                .with_field_manager("nodeimage-controller"),
+                .with_field_manager(format!("nodeimage-controller-{}", e.identity)),
         )
         .build()
         .await
