@@ -26,6 +26,26 @@ pub fn api_time(at: DateTime<Utc>) -> Time {
     Time(ts)
 }
 
+/// `secs` seconds, saturating at the longest span chrono holds instead of
+/// panicking: API values are bounded, but planning must never trust that.
+pub fn seconds(secs: i64) -> TimeDelta {
+    TimeDelta::try_seconds(secs).unwrap_or(if secs < 0 {
+        TimeDelta::MIN
+    } else {
+        TimeDelta::MAX
+    })
+}
+
+/// `at + delta`, saturating at the ends of time instead of panicking.
+pub fn after(at: DateTime<Utc>, delta: TimeDelta) -> DateTime<Utc> {
+    at.checked_add_signed(delta)
+        .unwrap_or(if delta < TimeDelta::zero() {
+            DateTime::<Utc>::MIN_UTC
+        } else {
+            DateTime::<Utc>::MAX_UTC
+        })
+}
+
 /// `delta` as Go prints a `time.Duration` (`10m0s`, `1h0m5s`, `45s`), the
 /// form Kubernetes users know from other controllers' messages.
 pub fn go_duration(delta: TimeDelta) -> String {
@@ -54,6 +74,28 @@ mod tests {
             instant(&t),
             DateTime::from_timestamp(1_700_000_000, 0).unwrap()
         );
+    }
+
+    #[test]
+    fn arithmetic_saturates_instead_of_panicking() {
+        let now = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let cases = [
+            ("ordinary", 600, Some(1_700_000_600)),
+            ("negative", -600, Some(1_699_999_400)),
+            ("i64::MAX seconds", i64::MAX, None),
+            ("i64::MIN seconds", i64::MIN, None),
+            ("largest int64 API bound", i64::from(i32::MAX), Some(1_700_000_000 + i64::from(i32::MAX))),
+        ];
+        for (name, secs, want) in cases {
+            let at = after(now, seconds(secs));
+            match want {
+                Some(t) => assert_eq!(at.timestamp(), t, "{name}"),
+                None if secs > 0 => assert_eq!(at, DateTime::<Utc>::MAX_UTC, "{name}"),
+                None => assert_eq!(at, DateTime::<Utc>::MIN_UTC, "{name}"),
+            }
+        }
+        // Far-future instants still convert to API timestamps and back.
+        let _ = api_time(after(now, seconds(i64::MAX)));
     }
 
     #[test]

@@ -331,7 +331,7 @@ pub fn node_state(entries: &[(Entry, EntryState)]) -> NodeState {
 /// per-node timeoutSeconds), so a silent node frees its slot.
 pub fn apply_node_timeout(state: NodeState, timeout: TimeDelta, now: DateTime<Utc>) -> NodeState {
     match state {
-        NodeState::Active(Some(since)) if now >= since + timeout => NodeState::Failed(format!(
+        NodeState::Active(Some(since)) if now >= crate::clock::after(since, timeout) => NodeState::Failed(format!(
             "timed out: the node did not finish within {}s",
             timeout.num_seconds()
         )),
@@ -342,7 +342,7 @@ pub fn apply_node_timeout(state: NodeState, timeout: TimeDelta, now: DateTime<Ut
 /// When an active node times out, if it has a start time.
 pub fn node_timeout_at(state: &NodeState, timeout: TimeDelta) -> Option<DateTime<Utc>> {
     match state {
-        NodeState::Active(Some(since)) => Some(*since + timeout),
+        NodeState::Active(Some(since)) => Some(crate::clock::after(*since, timeout)),
         _ => None,
     }
 }

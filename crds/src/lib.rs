@@ -10,7 +10,9 @@
 pub mod crdgen;
 pub mod kruise;
 pub mod kubeedge;
+pub mod limits;
 pub mod reference;
+pub mod validation;
 
 pub use kruise::{ImageListPullJob, ImagePullJob, NodeImage};
 pub use kubeedge::{ImagePrePullJob, NodeUpgradeJob};

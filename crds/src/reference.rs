@@ -9,16 +9,35 @@
 use schemars::{Schema, SchemaGenerator, json_schema};
 use std::fmt;
 
-/// RE2 pattern of a full image reference, used in CEL rules.
-pub const IMAGE_PATTERN: &str = concat!(
-    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?",
-    r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*",
-    r"(?::[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?",
-    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
-);
+/// One host name label: letters (either case), digits and inner '-'.
+const DOMAIN_COMPONENT: &str = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
+/// One path component: lower-case runs joined by '.', '_', '__' or dashes.
+const PATH_COMPONENT: &str = r"[a-z0-9]+(?:(?:[_.]|__|[-]+)[a-z0-9]+)*";
+/// A tag: a word character, then up to 127 word characters, '.' or '-'.
+const TAG: &str = r"[\w][\w.-]{0,127}";
+/// The digests containerd accepts: sha256, sha384 and sha512 in lower-case hex.
+const DIGEST: &str = r"(?:sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})";
+
+/// Longest repository name (registry and path, without tag or digest).
+pub const NAME_MAX: usize = 255;
+
+/// RE2 pattern of a full image reference (the distribution reference grammar:
+/// optional `host[:port]/` where host is a DNS name, an IPv4 address or an
+/// IPv6 address in brackets; a lower-case path; an optional tag; an optional
+/// digest of an algorithm containerd supports), used in CEL rules.
+pub fn image_pattern() -> String {
+    let host = format!(r"(?:{DOMAIN_COMPONENT}(?:\.{DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])");
+    format!(
+        r"^(?:{host}(?::[0-9]+)?/)?{PATH_COMPONENT}(?:/{PATH_COMPONENT})*(?::{TAG})?(?:@{DIGEST})?$"
+    )
+}
+
+/// RE2 pattern whose first match is the repository name of a reference that
+/// [`image_pattern`] accepts (everything before the tag and digest).
+const NAME_PREFIX: &str = r"^(?:[^/@]+/)?[^:@]+";
 
 const IMAGE_MESSAGE: &str = "must be a valid image reference such as \"nginx:1.25\", \
-\"registry.example.com:5000/team/app:v1\" or \"app@sha256:<64 hex digits>\"";
+\"registry.example.com:5000/team/app:v1\", \"[::1]:5000/app:v1\" or \"app@sha256:<64 lower-case hex digits>\"";
 
 /// Schema of one image reference field: non-empty, bounded, grammar-checked.
 pub fn image_schema(_: &mut SchemaGenerator) -> Schema {
@@ -26,10 +45,20 @@ pub fn image_schema(_: &mut SchemaGenerator) -> Schema {
         "type": "string",
         "minLength": 1,
         "maxLength": 512,
-        "x-kubernetes-validations": [{
-            "rule": format!("self.matches('{}')", IMAGE_PATTERN.replace('\\', "\\\\")),
-            "message": IMAGE_MESSAGE,
-        }],
+        "x-kubernetes-validations": [
+            {
+                "rule": format!("self.matches('{}')", crate::validation::cel(&image_pattern())),
+                "message": IMAGE_MESSAGE,
+            },
+            {
+                "rule": format!("size(self.find('{}')) <= {NAME_MAX}", crate::validation::cel(NAME_PREFIX)),
+                "message": format!("image repository name (without tag and digest) must be at most {NAME_MAX} characters"),
+            },
+            {
+                "rule": "!self.matches('^[a-f0-9]{64}$')",
+                "message": "image reference must not be a 64-character hexadecimal image ID",
+            },
+        ],
     })
 }
 
@@ -95,6 +124,11 @@ impl ImageRef {
                 "{input:?} has surrounding whitespace"
             )));
         }
+        if s.len() == 64 && s.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9')) {
+            return Err(ParseError::Invalid(
+                "a 64-character hexadecimal image ID is not a reference".into(),
+            ));
+        }
         let (rest, digest) = match s.split_once('@') {
             Some((r, d)) => {
                 validate_digest(d)?;
@@ -112,6 +146,12 @@ impl ImageRef {
         };
         if let Some(t) = &tag {
             validate_tag(t)?;
+        }
+        if name.len() > NAME_MAX {
+            return Err(ParseError::Invalid(format!(
+                "repository name is {} characters long, more than {NAME_MAX}",
+                name.len()
+            )));
         }
         let (registry, repository) = split_registry(name);
         validate_registry(&registry)?;
@@ -195,11 +235,15 @@ impl fmt::Display for ImageRef {
 }
 
 /// Splits `host[:port]/path` from `path`; the first component is a host when
-/// it has a `.` or `:`, or is `localhost`.
+/// it has a `.` or `:`, is `localhost`, or has an upper-case letter (the rule
+/// containerd and Docker normalise names by).
 fn split_registry(name: &str) -> (String, String) {
     match name.split_once('/') {
         Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
+            if first.contains('.')
+                || first.contains(':')
+                || first == "localhost"
+                || first.bytes().any(|b| b.is_ascii_uppercase()) =>
         {
             let host = if first == "index.docker.io" {
                 DEFAULT_REGISTRY
@@ -213,9 +257,36 @@ fn split_registry(name: &str) -> (String, String) {
 }
 
 fn validate_registry(host: &str) -> Result<(), ParseError> {
-    let (h, port) = match host.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (host, None),
+    // `[v6]:port`, `[v6]`, `name:port` or `name`.
+    let (h, port) = if let Some(rest) = host.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else {
+            return Err(ParseError::Invalid(format!(
+                "registry host {host:?} opens '[' without closing it"
+            )));
+        };
+        let port = match after {
+            "" => None,
+            p => match p.strip_prefix(':') {
+                Some(p) => Some(p),
+                None => {
+                    return Err(ParseError::Invalid(format!(
+                        "registry host {host:?} has text after ']' that is not a port"
+                    )));
+                }
+            },
+        };
+        let ok = !v6.is_empty() && v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':');
+        if !ok {
+            return Err(ParseError::Invalid(format!(
+                "registry host {host:?} is not an IPv6 address in brackets"
+            )));
+        }
+        (None, port)
+    } else {
+        match host.rsplit_once(':') {
+            Some((h, p)) => (Some(h), Some(p)),
+            None => (Some(host), None),
+        }
     };
     if let Some(p) = port
         && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
@@ -224,6 +295,9 @@ fn validate_registry(host: &str) -> Result<(), ParseError> {
             "registry port {p:?} is not a number"
         )));
     }
+    let Some(h) = h else {
+        return Ok(());
+    };
     let ok = !h.is_empty()
         && h.split('.').all(|label| {
             !label.is_empty()
@@ -247,19 +321,39 @@ fn validate_repository(path: &str) -> Result<(), ParseError> {
         return Err(ParseError::Invalid("repository name is empty".into()));
     }
     for comp in path.split('/') {
-        let valid = !comp.is_empty()
-            && comp
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-            && comp.as_bytes()[0].is_ascii_alphanumeric()
-            && comp.as_bytes()[comp.len() - 1].is_ascii_alphanumeric();
-        if !valid {
+        if !is_path_component(comp) {
             return Err(ParseError::Invalid(format!(
-                "repository path component {comp:?} must be lower-case letters, digits and separators (. _ -)"
+                "repository path component {comp:?} must be lower-case letters and digits, joined by '.', '_', '__' or dashes"
             )));
         }
     }
     Ok(())
+}
+
+/// `[a-z0-9]+` runs separated by exactly one of `.`, `_`, `__` or `-+`.
+fn is_path_component(comp: &str) -> bool {
+    let b = comp.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &b[start..i];
+        let ok = sep == b"." || sep == b"_" || sep == b"__" || sep.iter().all(|&c| c == b'-');
+        if !ok {
+            return false;
+        }
+    }
+    true
 }
 
 fn validate_tag(tag: &str) -> Result<(), ParseError> {
@@ -279,22 +373,23 @@ fn validate_tag(tag: &str) -> Result<(), ParseError> {
 }
 
 fn validate_digest(d: &str) -> Result<(), ParseError> {
-    let Some((alg, hex)) = d.split_once(':') else {
-        return Err(ParseError::Invalid(format!(
-            "digest {d:?} must look like sha256:<hex>"
-        )));
+    let hex_len = match d.split_once(':') {
+        Some(("sha256", hex)) => Some((hex, 64)),
+        Some(("sha384", hex)) => Some((hex, 96)),
+        Some(("sha512", hex)) => Some((hex, 128)),
+        _ => None,
     };
-    let alg_ok = !alg.is_empty()
-        && alg
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_+.".contains(&b));
-    let hex_ok = hex.len() >= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    let len_ok = alg != "sha256" || hex.len() == 64;
-    if alg_ok && hex_ok && len_ok {
+    let ok = hex_len.is_some_and(|(hex, len)| {
+        hex.len() == len
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if ok {
         Ok(())
     } else {
         Err(ParseError::Invalid(format!(
-            "digest {d:?} must look like sha256:<64 hex digits>"
+            "digest {d:?} must be sha256:<64 lower-case hex digits> (or sha384/sha512)"
         )))
     }
 }
@@ -374,18 +469,93 @@ mod tests {
         assert!(ImageRef::from_name_and_tag("nginx", "sha256:xyz").is_err());
     }
 
+    /// The distribution reference grammar's own examples (valid or not),
+    /// checked against both the parser and the CEL rule's pattern (with the
+    /// name-length and image-ID rules beside it), so the API server and the
+    /// daemon never disagree on what is an image.
     #[test]
-    fn schema_pattern_agrees_with_parser_on_samples() {
-        // The CEL pattern is only checked by the API server; this guards the
-        // Rust side against drifting from it on the common shapes.
-        for good in [
-            "nginx",
-            "nginx:1.9.1",
-            "127.0.0.1:5000/big:v1",
-            "registry.cn-hangzhou.aliyuncs.com/jilimoxing/test:nginx",
-        ] {
-            assert!(ImageRef::parse(good).is_ok(), "{good}");
+    fn grammar_examples_parser_and_schema_agree() {
+        let f64 = "f".repeat(64);
+        let f63 = "f".repeat(63);
+        let f128 = "f".repeat(128);
+        let upper = "F".repeat(64);
+        let long_ok = format!("{}a:tag-puts-this-over-max", "a/".repeat(127));
+        let long_bad = format!("{}a:tag", "a/".repeat(128));
+        let cases: Vec<(String, bool)> = vec![
+            ("test_com".into(), true),
+            ("test.com:tag".into(), true),
+            ("test.com:5000".into(), true),
+            ("test.com/repo:tag".into(), true),
+            ("test:5000/repo".into(), true),
+            ("test:5000/repo:tag".into(), true),
+            (format!("test:5000/repo@sha256:{f64}"), true),
+            (format!("test:5000/repo:tag@sha256:{f64}"), true),
+            ("".into(), false),
+            (":justtag".into(), false),
+            (format!("@sha256:{f64}"), false),
+            (format!("repo@sha256:{f63}"), false),
+            (format!("repo@sha256:{upper}"), false),
+            (format!("validname@invaliddigest:{f64}"), false),
+            ("Uppercase:tag".into(), false),
+            ("test:5000/Uppercase/lowercase:tag".into(), false),
+            ("lowercase:Uppercase".into(), true),
+            (long_bad, false),
+            (long_ok, true),
+            ("aa/asdf$$^/aa".into(), false),
+            ("sub-dom1.foo.com/bar/baz/quux".into(), true),
+            ("sub-dom1.foo.com/bar/baz/quux:some-long-tag".into(), true),
+            ("b.gcr.io/test.example.com/my-app:test.example.com".into(), true),
+            ("xn--n3h.com/myimage:xn--n3h.com".into(), true),
+            (format!("xn--7o8h.com/myimage:xn--7o8h.com@sha512:{f128}"), true),
+            ("foo_bar.com:8080".into(), true),
+            ("foo/foo_bar.com:8080".into(), true),
+            ("192.168.1.1".into(), true),
+            ("192.168.1.1:tag".into(), true),
+            ("192.168.1.1:5000".into(), true),
+            ("192.168.1.1/repo".into(), true),
+            ("192.168.1.1:5000/repo".into(), true),
+            ("[2001:db8::1]".into(), false),
+            ("[2001:db8::1]:5000".into(), false),
+            ("[2001:db8::1]:tag".into(), false),
+            ("[2001:db8::1]/repo".into(), true),
+            ("[2001:db8:1:2:3:4:5:6]/repo:tag".into(), true),
+            ("[2001:db8::1]:5000/repo".into(), true),
+            ("[2001:db8::1]:5000/repo:tag".into(), true),
+            (format!("[2001:db8::1]:5000/repo@sha256:{f64}"), true),
+            (format!("[2001:db8::1]:5000/repo:tag@sha256:{f64}"), true),
+            ("[2001:db8::]:5000/repo".into(), true),
+            ("[::1]:5000/repo".into(), true),
+            ("[fe80::1%eth0]:5000/repo".into(), false),
+            ("[fe80::1%@invalidzone]:5000/repo".into(), false),
+            // Beyond the grammar's own table: forms users write.
+            ("localhost:5000/a/b:c".into(), true),
+            ("localhost/app".into(), true),
+            ("Registry.Example.com/app:v1".into(), true),
+            ("a__b/c---d:e".into(), true),
+            ("a___b".into(), false),
+            ("a._b".into(), false),
+            ("nginx:".into(), false),
+            ("nginx:-x".into(), false),
+            (format!("nginx:{}", "t".repeat(128)), true),
+            (format!("nginx:{}", "t".repeat(129)), false),
+            ("host:port/x".into(), false),
+            ("a//b".into(), false),
+            ("a:b:c".into(), false),
+            (f64.clone(), false),
+            (format!("{f64}:tag"), true),
+        ];
+        let pattern = regex::Regex::new(&image_pattern()).expect("pattern compiles");
+        let name = regex::Regex::new(NAME_PREFIX).expect("name pattern compiles");
+        let id = regex::Regex::new("^[a-f0-9]{64}$").expect("id pattern compiles");
+        for (input, valid) in &cases {
+            let parsed = ImageRef::parse(input);
+            assert_eq!(parsed.is_ok(), *valid, "parser on {input:?}: {parsed:?}");
+            let schema_ok = input.len() <= 512
+                && !input.is_empty()
+                && pattern.is_match(input)
+                && name.find(input).is_some_and(|m| m.as_str().len() <= NAME_MAX)
+                && !id.is_match(input);
+            assert_eq!(schema_ok, *valid, "schema rules on {input:?}");
         }
-        assert!(IMAGE_PATTERN.starts_with('^') && IMAGE_PATTERN.ends_with('$'));
     }
 }

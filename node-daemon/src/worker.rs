@@ -169,12 +169,14 @@ pub(crate) fn now() -> Time {
 
 /// When a task's pull must end: `activeDeadlineSeconds` after the entry
 /// was written.
+/// A deadline too far away for the clock to hold is no deadline (None),
+/// never a panic.
 pub(crate) fn deadline_of(task: &PullTask, target: &Target) -> Option<Instant> {
-    target.active_deadline.map(|d| {
+    target.active_deadline.and_then(|d| {
         let created = task.created_at.unwrap_or_else(Timestamp::now);
         let elapsed =
             Duration::try_from(Timestamp::now().duration_since(created)).unwrap_or(Duration::ZERO);
-        Instant::now() + d.saturating_sub(elapsed)
+        Instant::now().checked_add(d.saturating_sub(elapsed))
     })
 }
 
@@ -395,7 +397,7 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
     while attempt <= attempts {
         let wait = backoff::delay_before(attempt);
         if let Some(d) = deadline
-            && Instant::now() + wait >= d
+            && Instant::now().checked_add(wait).is_none_or(|t| t >= d)
         {
             return Outcome::failed(
                 "deadline",

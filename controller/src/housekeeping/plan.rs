@@ -17,7 +17,7 @@
 //! - an image left without tags is removed, status entries of tags no longer
 //!   in spec are dropped, and the counts are recomputed.
 
-use crate::clock::{api_time, go_duration, instant};
+use crate::clock::{after, api_time, go_duration, instant, seconds};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::kruise::{
@@ -314,11 +314,11 @@ fn plan_tag<O: OwnerLookup>(
         .find(|s| s.tag == tag.tag && s.version.unwrap_or(0) == version);
     let ttl = policy
         .ttl_seconds_after_finished
-        .map(|s| TimeDelta::seconds(i64::from(s.max(0))));
+        .map(|s| seconds(i64::from(s.max(0))));
 
     if let Some(report) = report.filter(|r| r.phase.is_finished()) {
         let expiry = match (&report.completion_time, ttl) {
-            (Some(done), Some(ttl)) => instant(done) + ttl,
+            (Some(done), Some(ttl)) => after(instant(done), ttl),
             _ => {
                 return TagOutcome {
                     spec: Some(spec),
@@ -343,7 +343,7 @@ fn plan_tag<O: OwnerLookup>(
     let mut deadlines: Vec<(DateTime<Utc>, String, bool)> = Vec::new();
     if report.is_none() {
         deadlines.push((
-            created + inputs.response_timeout,
+            after(created, inputs.response_timeout),
             format!(
                 "node did not respond within {} (no status for version {version})",
                 go_duration(inputs.response_timeout)
@@ -353,7 +353,7 @@ fn plan_tag<O: OwnerLookup>(
     }
     if let Some(ads) = policy.active_deadline_seconds {
         deadlines.push((
-            created + TimeDelta::seconds(ads.max(0)) + DEADLINE_GRACE,
+            after(after(created, seconds(ads.max(0))), DEADLINE_GRACE),
             format!("pull did not finish within activeDeadlineSeconds ({ads}s) of createdAt"),
             false,
         ));
@@ -361,7 +361,7 @@ fn plan_tag<O: OwnerLookup>(
     deadlines.sort_by_key(|(at, _, _)| *at);
     match deadlines.iter().find(|(at, _, _)| now >= *at) {
         Some((_, message, no_response)) => TagOutcome {
-            due: ttl.map(|ttl| now + ttl),
+            due: ttl.map(|ttl| after(now, ttl)),
             failure: Some(Failure {
                 image: image.to_string(),
                 tag: tag.tag.clone(),

@@ -3,7 +3,7 @@
 //! children. Pure.
 
 use crate::clock::{api_time, instant};
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use nodeimage_api::kruise::{
@@ -97,7 +97,7 @@ pub fn plan(job: &ImageListPullJob, children: &[Arc<ImagePullJob>], now: DateTim
     if let Some(done) = old.completion_time.as_ref().map(instant) {
         let (delete_self, requeue_after) = match cp.ttl_seconds_after_finished {
             Some(ttl) => {
-                let due = done + TimeDelta::seconds(i64::from(ttl));
+                let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
                 (now >= due, (due - now).to_std().ok())
             }
             None => (false, None),

@@ -4,7 +4,7 @@
 use crate::clock::{api_time, instant};
 use crate::entries::EntryRequest;
 use crate::rollout::{self, Entry, NodeState, Selector, Tally};
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -177,12 +177,12 @@ pub fn entry_pull_policy(job: &ImagePullJob) -> ImageTagPullPolicy {
                 .ttl_seconds_after_finished
                 .map(i64::from)
                 .or(cp.active_deadline_seconds)
-                .unwrap_or(i64::from(timeout) * i64::from(backoff + 1));
+                .unwrap_or(i64::from(timeout).saturating_mul(i64::from(backoff).saturating_add(1)));
             ImageTagPullPolicy {
                 timeout_seconds: Some(timeout),
                 backoff_limit: Some(backoff),
                 ttl_seconds_after_finished: Some(
-                    i32::try_from(base + ENTRY_TTL_GRACE_SECONDS).unwrap_or(i32::MAX),
+                    i32::try_from(base.saturating_add(ENTRY_TTL_GRACE_SECONDS)).unwrap_or(i32::MAX),
                 ),
                 active_deadline_seconds: cp.active_deadline_seconds,
             }
@@ -226,7 +226,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     if let Some(done) = old.completion_time.as_ref().map(instant) {
         let (delete, requeue_after) = match cp.ttl_seconds_after_finished {
             Some(ttl) => {
-                let due = done + TimeDelta::seconds(i64::from(ttl));
+                let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
                 (now >= due, (due - now).to_std().ok())
             }
             None => (false, None),
@@ -302,7 +302,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     let deadline = cp
         .active_deadline_seconds
         .filter(|_| always)
-        .map(|s| start_time + TimeDelta::seconds(s));
+        .map(|s| crate::clock::after(start_time, crate::clock::seconds(s)));
     let past_deadline = deadline.is_some_and(|d| now >= d);
     // Every node holding the job's entry keeps it in step with the job's spec
     // (an edited pull policy or TTL reaches finished nodes too).

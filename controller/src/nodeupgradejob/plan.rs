@@ -198,7 +198,7 @@ pub fn entry_pull_policy(job: &NodeUpgradeJob) -> ImageTagPullPolicy {
         timeout_seconds: Some(i32::try_from(timeout).unwrap_or(i32::MAX)),
         backoff_limit: Some(PULL_RETRIES),
         ttl_seconds_after_finished: Some(
-            i32::try_from(timeout + ENTRY_TTL_GRACE_SECONDS).unwrap_or(i32::MAX),
+            i32::try_from(timeout.saturating_add(ENTRY_TTL_GRACE_SECONDS)).unwrap_or(i32::MAX),
         ),
         active_deadline_seconds: None,
     }
@@ -283,7 +283,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         Ok(v) => v,
         Err(e) => return fail_at_init(old, events, e, now),
     };
-    let timeout = TimeDelta::seconds(node_timeout(job));
+    let timeout = crate::clock::seconds(node_timeout(job));
     let concurrency = usize::try_from(spec.concurrency.unwrap_or(1).max(1)).unwrap_or(1);
 
     // The node set: as recorded, else selected now.

@@ -60,6 +60,7 @@ pub struct ImagePullJobTemplate {
     /// Names of Secrets in the job's namespace with registry credentials.
     /// Cannot change after creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::job_pull_secrets")]
     pub pull_secrets: Option<Vec<String>>,
     /// Which nodes pull: by name or by node labels (not both). Unset: every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +68,7 @@ pub struct ImagePullJobTemplate {
     /// Pull on the nodes running active, scheduled pods that match these
     /// labels in the job's namespace. Mutually exclusive with selector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::job_pod_selector")]
     pub pod_selector: Option<LabelSelector>,
     /// How many nodes pull at once. An integer (0 pauses the job); no percentages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +86,10 @@ pub struct ImagePullJobTemplate {
             {
                 "rule": "type(self) == string || self >= 0",
                 "message": "spec.parallelism must be non-negative"
+            },
+            {
+                "rule": "type(self) == string ? (!self.matches('^[0-9]+$') || (size(self) <= 10 && int(self) <= 2147483647)) : self <= 2147483647",
+                "message": "spec.parallelism must be at most 2147483647"
             }
         ]
     ))]
@@ -115,13 +121,15 @@ pub struct ImagePullJobTemplate {
 pub struct ImagePullJobNodeSelector {
     /// Node names; duplicates are rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(schema_with = "crate::validation::job_node_names")]
     pub names: Option<Vec<String>>,
     /// Node labels that must all match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::job_match_labels")]
     pub match_labels: Option<BTreeMap<String, String>>,
     /// Label requirements that must all hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::job_match_expressions")]
     pub match_expressions: Option<Vec<LabelSelectorRequirement>>,
 }
 
@@ -131,11 +139,11 @@ pub struct ImagePullJobNodeSelector {
 pub struct PullPolicy {
     /// Limit of one pull attempt on a node, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1), extend("default" = 600))]
+    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 600))]
     pub timeout_seconds: Option<i32>,
     /// Retries after a failed attempt on a node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = 3))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 3))]
     pub backoff_limit: Option<i32>,
 }
 
@@ -163,11 +171,11 @@ pub struct CompletionPolicy {
     pub type_: Option<CompletionPolicyType>,
     /// Limit of the whole job, in seconds; nodes unfinished then count as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = crate::limits::SECONDS_MAX))]
     pub active_deadline_seconds: Option<i64>,
     /// Seconds after completion before the job is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub ttl_seconds_after_finished: Option<i32>,
 }
 
@@ -183,15 +191,19 @@ pub struct ImagePullJobStatus {
     pub completion_time: Option<Time>,
     /// Nodes selected.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub desired: i32,
     /// Nodes pulling now.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub active: i32,
     /// Nodes that pulled the image.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub succeeded: i32,
     /// Nodes that failed.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub failed: i32,
     /// How far along the job is, or why it is stuck.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,15 +261,19 @@ pub struct ImageListPullJobStatus {
     pub completion_time: Option<Time>,
     /// Images in the list.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub desired: i32,
     /// Child jobs with nodes pulling.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub active: i32,
     /// Child jobs that have finished.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub completed: i32,
     /// Child jobs that succeeded on every node.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub succeeded: i32,
     /// The children with failed nodes, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -53,12 +53,16 @@ pub struct ImageSpec {
     /// Secrets (of type kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg)
     /// holding registry credentials for this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::limits::PULL_SECRETS_MAX))]
     pub pull_secrets: Option<Vec<ReferenceObject>>,
     /// Tags of this image to pull. A tag may also be a digest such as `sha256:…`.
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["tag"]
-    ))]
+    #[schemars(
+        length(max = crate::limits::TAGS_MAX),
+        extend(
+            "x-kubernetes-list-type" = "map",
+            "x-kubernetes-list-map-keys" = ["tag"]
+        )
+    )]
     pub tags: Vec<ImageTagSpec>,
     /// Pod-like metadata passed to the container runtime with each pull.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,9 +75,11 @@ pub struct ImageSpec {
 pub struct ReferenceObject {
     /// Namespace of the Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::secret_namespace")]
     pub namespace: Option<String>,
     /// Name of the Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::secret_name")]
     pub name: Option<String>,
     /// How the Secret is shared (OpenKruise v1beta1 writes `batch` for shared copies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,7 +108,7 @@ pub struct ImageTagSpec {
     /// Bumped to make the node pull this tag again; status reports which
     /// version it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::limits::VERSION_MAX))]
     pub version: Option<i64>,
     /// `IfNotPresent` (default: a present image succeeds at once) or `Always`.
     /// Other values fail the tag on the node with a message.
@@ -146,20 +152,20 @@ pub struct TagUpgrade {
 pub struct ImageTagPullPolicy {
     /// Limit of one pull attempt, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1), extend("default" = 600))]
+    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 600))]
     pub timeout_seconds: Option<i32>,
     /// Retries after a failed attempt (so at most backoffLimit + 1 attempts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = 3))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 3))]
     pub backoff_limit: Option<i32>,
     /// Seconds after the pull finished (succeeded or failed) before the
     /// entry is removed from spec and status. Unset: the entry stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub ttl_seconds_after_finished: Option<i32>,
     /// Limit of the whole pull, all attempts included, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = crate::limits::SECONDS_MAX))]
     pub active_deadline_seconds: Option<i64>,
 }
 
@@ -169,18 +175,23 @@ pub struct ImageTagPullPolicy {
 pub struct NodeImageStatus {
     /// Number of tags in spec.
     #[serde(default)]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub desired: i32,
     /// Tags pulled successfully.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub succeeded: Option<i32>,
     /// Tags whose pull failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub failed: Option<i32>,
     /// Tags being pulled now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub pulling: Option<i32>,
     /// Tags waiting for a pull slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
     pub waiting: Option<i32>,
     /// Per image name, the status of each tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,6 +250,7 @@ pub struct ImageTagStatus {
     pub completion_time: Option<Time>,
     /// The spec version this entry answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::limits::VERSION_MAX))]
     pub version: Option<i64>,
     /// Repository digest of what was pulled (`name@sha256:…`).
     #[serde(rename = "imageID", default, skip_serializing_if = "Option::is_none")]

@@ -40,10 +40,11 @@ pub struct ImagePrePullTemplate {
     pub images: Vec<String>,
     /// Names of the nodes to pull on. Set this or labelSelector, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(schema_with = "crate::validation::prepull_node_names")]
     pub node_names: Option<Vec<String>>,
     /// Labels selecting the nodes to pull on. Set this or nodeNames, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::prepull_label_selector")]
     pub label_selector: Option<LabelSelector>,
     /// Checks each node passes before pulling: `disk`, `cpu`, `mem` (default `["disk"]`).
     /// A check fails when usage is above the daemon's threshold (80% by default).
@@ -67,24 +68,21 @@ pub struct ImagePrePullTemplate {
     pub failure_tolerate: Option<String>,
     /// Most nodes working on this job at once (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1), extend("default" = 1))]
+    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 1))]
     pub concurrency: Option<i32>,
     /// Limit for each node (checks and all its images), in seconds.
     /// Unset or 0 means 300; the controller applies that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = 300))]
+    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = 300))]
     pub timeout_seconds: Option<i64>,
     /// Secret with registry credentials, as `namespace/name`. It must be of type
     /// kubernetes.io/dockerconfigjson.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$')",
-        "message": "spec.imagePrePullTemplate.imageSecrets must be of the form namespace/name"
-    }]))]
+    #[schemars(schema_with = "crate::validation::namespaced_secret")]
     pub image_secrets: Option<String>,
     /// Retries of a failed pull on a node (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = 0))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 0))]
     pub retry_times: Option<i32>,
 }
 

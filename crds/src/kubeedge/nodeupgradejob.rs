@@ -40,14 +40,15 @@ pub struct NodeUpgradeJobSpec {
     pub version: Option<String>,
     /// Limit for each node, in seconds. Unset or 0 means 300; the controller applies that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = 300))]
+    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = 300))]
     pub timeout_seconds: Option<i64>,
     /// Names of the nodes to upgrade. Set this or labelSelector, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(schema_with = "crate::validation::upgrade_node_names")]
     pub node_names: Option<Vec<String>>,
     /// Labels selecting the nodes to upgrade. Set this or nodeNames, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::upgrade_label_selector")]
     pub label_selector: Option<LabelSelector>,
     /// Image that ships the upgrade tool (keadm); any tag or digest is replaced by version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,7 +56,7 @@ pub struct NodeUpgradeJobSpec {
     pub image: Option<String>,
     /// Most nodes upgrading at once (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1), extend("default" = 1))]
+    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 1))]
     pub concurrency: Option<i32>,
     /// Checks each node passes first: `disk`, `cpu`, `mem` (none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,334 @@
+//! Admission rules for names, label selectors and secret references: the
+//! schema fragments (with CEL rules whose messages name the field) that the
+//! CRDs use, so that a malformed selector or name is refused by the API server
+//! instead of leaving a job open for ever or failing on every node.
+
+use crate::limits;
+use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::{Value, json};
+
+/// A DNS-1123 label (namespaces): at most 63 lower-case letters, digits and '-'.
+pub const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+
+/// A DNS-1123 subdomain (node and secret names); the length (≤ 253) is a
+/// separate `maxLength`.
+pub const DNS_SUBDOMAIN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// A label key: an optional DNS subdomain prefix and '/', then a name of at
+/// most 63 characters. The prefix length (≤ 253) is checked beside it.
+pub const LABEL_KEY: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// A label value: empty, or at most 63 letters, digits, '-', '_' and '.',
+/// starting and ending with a letter or digit.
+pub const LABEL_VALUE: &str = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
+
+/// `namespace/name` of a Secret (KubeEdge's `imageSecrets`).
+pub const NAMESPACED_NAME: &str =
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// Longest DNS subdomain.
+const SUBDOMAIN_MAX: u32 = 253;
+/// Longest label key: a 253-character prefix, '/', a 63-character name.
+const LABEL_KEY_MAX: u32 = 317;
+/// Longest label value.
+const LABEL_VALUE_MAX: u32 = 63;
+
+/// The pattern as a CEL string literal body (backslashes doubled).
+pub fn cel(pattern: &str) -> String {
+    pattern.replace('\\', "\\\\")
+}
+
+fn rule(rule: String, message: String) -> Value {
+    json!({ "rule": rule, "message": message })
+}
+
+fn subdomain_item(field: &str, what: &str) -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": SUBDOMAIN_MAX,
+        "x-kubernetes-validations": [rule(
+            format!("self.matches('{}')", cel(DNS_SUBDOMAIN)),
+            format!("{field}: each entry must be a {what}: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"),
+        )],
+    })
+}
+
+fn node_names(field: &str, description: &str) -> Schema {
+    json_schema!({
+        "description": description,
+        "type": "array",
+        "maxItems": limits::NODE_NAMES_MAX,
+        "x-kubernetes-list-type": "set",
+        "items": subdomain_item(field, "node name"),
+    })
+}
+
+/// `spec.selector.names` of ImagePullJob and ImageListPullJob.
+pub fn job_node_names(_: &mut SchemaGenerator) -> Schema {
+    node_names(
+        "spec.selector.names",
+        "Node names; duplicates are rejected.",
+    )
+}
+
+/// `spec.imagePrePullTemplate.nodeNames` of ImagePrePullJob.
+pub fn prepull_node_names(_: &mut SchemaGenerator) -> Schema {
+    node_names(
+        "spec.imagePrePullTemplate.nodeNames",
+        "Names of the nodes to pull on. Set this or labelSelector, not both.",
+    )
+}
+
+/// `spec.nodeNames` of NodeUpgradeJob.
+pub fn upgrade_node_names(_: &mut SchemaGenerator) -> Schema {
+    node_names(
+        "spec.nodeNames",
+        "Names of the nodes to upgrade. Set this or labelSelector, not both.",
+    )
+}
+
+/// `spec.pullSecrets` of ImagePullJob and ImageListPullJob: Secret names.
+pub fn job_pull_secrets(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Names of Secrets in the job's namespace with registry credentials. Cannot change after creation.",
+        "type": "array",
+        "maxItems": limits::PULL_SECRETS_MAX,
+        "items": subdomain_item("spec.pullSecrets", "Secret name"),
+    })
+}
+
+/// `namespace/name` of KubeEdge's `imageSecrets`.
+pub fn namespaced_secret(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Secret with registry credentials, as `namespace/name`. It must be of type kubernetes.io/dockerconfigjson.",
+        "type": "string",
+        "maxLength": 63 + 1 + SUBDOMAIN_MAX,
+        "x-kubernetes-validations": [rule(
+            format!("self.matches('{}') && self.indexOf('/') <= 63 && size(self) - self.indexOf('/') - 1 <= {SUBDOMAIN_MAX}", cel(NAMESPACED_NAME)),
+            "spec.imagePrePullTemplate.imageSecrets must be of the form namespace/name (a namespace name, '/', a Secret name)".to_string(),
+        )],
+    })
+}
+
+/// `matchLabels`: label keys to values.
+fn match_labels(field: &str) -> Value {
+    json!({
+        "description": "Labels that must all match (key: value).",
+        "type": "object",
+        "maxProperties": limits::SELECTOR_TERMS_MAX,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": LABEL_VALUE_MAX,
+            "x-kubernetes-validations": [rule(
+                format!("self.matches('{}')", cel(LABEL_VALUE)),
+                format!("{field}.matchLabels: values must be empty or up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"),
+            )],
+        },
+        "x-kubernetes-validations": [rule(
+            format!("self.all(k, size(k) <= {LABEL_KEY_MAX} && k.indexOf('/') <= {SUBDOMAIN_MAX} && k.matches('{}'))", cel(LABEL_KEY)),
+            format!("{field}.matchLabels: keys must be label keys: an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"),
+        )],
+    })
+}
+
+/// `matchExpressions`: key, operator, values.
+fn match_expressions(field: &str) -> Value {
+    json!({
+        "description": "Label requirements that must all hold.",
+        "type": "array",
+        "maxItems": limits::SELECTOR_TERMS_MAX,
+        "x-kubernetes-list-type": "atomic",
+        "items": {
+            "type": "object",
+            "required": ["key", "operator"],
+            "properties": {
+                "key": {
+                    "description": "The label key.",
+                    "type": "string",
+                    "maxLength": LABEL_KEY_MAX,
+                    "x-kubernetes-validations": [rule(
+                        format!("self.indexOf('/') <= {SUBDOMAIN_MAX} && self.matches('{}')", cel(LABEL_KEY)),
+                        format!("{field}.matchExpressions: key must be a label key: an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"),
+                    )],
+                },
+                "operator": {
+                    "description": "In, NotIn, Exists or DoesNotExist.",
+                    "type": "string",
+                    "enum": ["In", "NotIn", "Exists", "DoesNotExist"],
+                },
+                "values": {
+                    "description": "Values for In and NotIn (at least one); empty for Exists and DoesNotExist.",
+                    "type": "array",
+                    "maxItems": limits::SELECTOR_VALUES_MAX,
+                    "x-kubernetes-list-type": "atomic",
+                    "items": {
+                        "type": "string",
+                        "maxLength": LABEL_VALUE_MAX,
+                        "x-kubernetes-validations": [rule(
+                            format!("self.matches('{}')", cel(LABEL_VALUE)),
+                            format!("{field}.matchExpressions: values must be empty or up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit"),
+                        )],
+                    },
+                },
+            },
+            "x-kubernetes-validations": [rule(
+                "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)".to_string(),
+                format!("{field}.matchExpressions: operators In and NotIn need at least one value; Exists and DoesNotExist take none"),
+            )],
+        },
+    })
+}
+
+fn label_selector(field: &str, description: &str) -> Schema {
+    json_schema!({
+        "description": description,
+        "type": "object",
+        "x-kubernetes-map-type": "atomic",
+        "properties": {
+            "matchLabels": match_labels(field),
+            "matchExpressions": match_expressions(field),
+        },
+    })
+}
+
+/// `spec.selector.matchLabels` of the OpenKruise job kinds (inline in the selector).
+pub fn job_match_labels(_: &mut SchemaGenerator) -> Schema {
+    match_labels("spec.selector")
+        .try_into()
+        .unwrap_or_default()
+}
+
+/// `spec.selector.matchExpressions` of the OpenKruise job kinds.
+pub fn job_match_expressions(_: &mut SchemaGenerator) -> Schema {
+    match_expressions("spec.selector")
+        .try_into()
+        .unwrap_or_default()
+}
+
+/// `spec.podSelector` of the OpenKruise job kinds.
+pub fn job_pod_selector(_: &mut SchemaGenerator) -> Schema {
+    label_selector(
+        "spec.podSelector",
+        "Pull on the nodes running active, scheduled pods that match these labels in the job's namespace. Mutually exclusive with selector.",
+    )
+}
+
+/// `spec.imagePrePullTemplate.labelSelector` of ImagePrePullJob.
+pub fn prepull_label_selector(_: &mut SchemaGenerator) -> Schema {
+    label_selector(
+        "spec.imagePrePullTemplate.labelSelector",
+        "Labels selecting the nodes to pull on. Set this or nodeNames, not both.",
+    )
+}
+
+/// `spec.labelSelector` of NodeUpgradeJob.
+pub fn upgrade_label_selector(_: &mut SchemaGenerator) -> Schema {
+    label_selector(
+        "spec.labelSelector",
+        "Labels selecting the nodes to upgrade. Set this or nodeNames, not both.",
+    )
+}
+
+/// `spec.images.*.pullSecrets[].namespace` of NodeImage.
+pub fn secret_namespace(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Namespace of the Secret.",
+        "type": "string",
+        "maxLength": 63,
+        "x-kubernetes-validations": [rule(
+            format!("self.matches('{}')", cel(DNS_LABEL)),
+            "spec.images[*].pullSecrets[*].namespace must be a namespace name: up to 63 lower-case letters, digits and '-'".to_string(),
+        )],
+    })
+}
+
+/// `spec.images.*.pullSecrets[].name` of NodeImage.
+pub fn secret_name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Name of the Secret.",
+        "type": "string",
+        "maxLength": SUBDOMAIN_MAX,
+        "x-kubernetes-validations": [rule(
+            format!("self.matches('{}')", cel(DNS_SUBDOMAIN)),
+            "spec.images[*].pullSecrets[*].name must be a Secret name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit".to_string(),
+        )],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex::Regex;
+
+    fn re(p: &str) -> Regex {
+        Regex::new(p).expect("pattern compiles")
+    }
+
+    #[test]
+    fn names_and_labels() {
+        let label = re(DNS_LABEL);
+        let sub = re(DNS_SUBDOMAIN);
+        let key = re(LABEL_KEY);
+        let value = re(LABEL_VALUE);
+        let long63 = "a".repeat(63);
+        let long64 = "a".repeat(64);
+        // (pattern name, regex, input, accepted)
+        let cases: Vec<(&str, &Regex, &str, bool)> = vec![
+            ("label", &label, "kube-system", true),
+            ("label", &label, &long63, true),
+            ("label", &label, &long64, false),
+            ("label", &label, "a.b", false),
+            ("label", &label, "-a", false),
+            ("label", &label, "", false),
+            ("subdomain", &sub, "node-1", true),
+            ("subdomain", &sub, "ip-10-0-0-1.ec2.internal", true),
+            ("subdomain", &sub, "Node-1", false),
+            ("subdomain", &sub, "node_1", false),
+            ("subdomain", &sub, "node-", false),
+            ("subdomain", &sub, "a..b", false),
+            ("subdomain", &sub, "", false),
+            ("key", &key, "app", true),
+            ("key", &key, "kubernetes.io/hostname", true),
+            ("key", &key, "node-role.kubernetes.io/edge", true),
+            ("key", &key, "App_Name.v1", true),
+            ("key", &key, &long63, true),
+            ("key", &key, &long64, false),
+            ("key", &key, "bad key", false),
+            ("key", &key, "/name", false),
+            ("key", &key, "Example.com/name", false),
+            ("key", &key, "a/b/c", false),
+            ("key", &key, "", false),
+            ("value", &value, "", true),
+            ("value", &value, "v1.2_3-x", true),
+            ("value", &value, &long63, true),
+            ("value", &value, &long64, false),
+            ("value", &value, "-x", false),
+            ("value", &value, "a b", false),
+        ];
+        for (what, r, input, want) in cases {
+            assert_eq!(r.is_match(input), want, "{what} {input:?}");
+        }
+    }
+
+    #[test]
+    fn namespaced_names() {
+        let r = re(NAMESPACED_NAME);
+        for (input, want) in [
+            ("default/regcred", true),
+            ("kube-system/my.secret", true),
+            ("default", false),
+            ("default/", false),
+            ("/regcred", false),
+            ("Default/regcred", false),
+            ("a/b/c", false),
+        ] {
+            assert_eq!(r.is_match(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn cel_literals_double_backslashes() {
+        assert_eq!(cel(r"a\.b"), r"a\\.b");
+    }
+}
