@@ -84,7 +84,11 @@ mod tests {
             ("negative", -600, Some(1_699_999_400)),
             ("i64::MAX seconds", i64::MAX, None),
             ("i64::MIN seconds", i64::MIN, None),
-            ("largest int64 API bound", i64::from(i32::MAX), Some(1_700_000_000 + i64::from(i32::MAX))),
+            (
+                "largest int64 API bound",
+                i64::from(i32::MAX),
+                Some(1_700_000_000 + i64::from(i32::MAX)),
+            ),
         ];
         for (name, secs, want) in cases {
             let at = after(now, seconds(secs));

@@ -70,7 +70,11 @@ pub fn upsert(
             created_at: Some(api_time(now)),
             pull_policy: Some(req.pull_policy.clone()),
             owner_references: Some(vec![req.owner.clone()]),
-            version: Some(reported_version.map(|v| v.saturating_add(1).min(nodeimage_api::limits::VERSION_MAX)).unwrap_or(0)),
+            version: Some(
+                reported_version
+                    .map(|v| v.saturating_add(1).min(nodeimage_api::limits::VERSION_MAX))
+                    .unwrap_or(0),
+            ),
             image_pull_policy: req.image_pull_policy.clone(),
             check_items: req.check_items.clone(),
             ..Default::default()
@@ -80,7 +84,12 @@ pub fn upsert(
             if !owners.iter().any(|o| o.uid.as_deref() == uid) {
                 owners.push(req.owner.clone());
                 if tag.upgrade.is_none() {
-                    tag.version = Some(tag.version.unwrap_or(0).saturating_add(1).min(nodeimage_api::limits::VERSION_MAX));
+                    tag.version = Some(
+                        tag.version
+                            .unwrap_or(0)
+                            .saturating_add(1)
+                            .min(nodeimage_api::limits::VERSION_MAX),
+                    );
                     tag.created_at = Some(api_time(now));
                 }
             }
@@ -133,7 +142,12 @@ pub fn upsert_upgrade(
     };
     if tag.upgrade.as_ref() != Some(upgrade) {
         if prior.is_some_and(|v| v == tag.version) {
-            tag.version = Some(tag.version.unwrap_or(0).saturating_add(1).min(nodeimage_api::limits::VERSION_MAX));
+            tag.version = Some(
+                tag.version
+                    .unwrap_or(0)
+                    .saturating_add(1)
+                    .min(nodeimage_api::limits::VERSION_MAX),
+            );
             tag.created_at = Some(api_time(now));
         }
         tag.upgrade = Some(upgrade.clone());

@@ -18,6 +18,7 @@ mod nodeupgradejob;
 mod patch;
 mod pullsecrets;
 mod rollout;
+mod skipped;
 mod tagwrites;
 mod wakeups;
 mod watch;
@@ -128,7 +129,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
     );
     let work = async {
         tokio::join!(
-            nodeimages.run(ctx.client.clone(), readiness.clone(), stop_rx.clone()),
+            nodeimages.run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             housekeeping::run(
                 ctx.clone(),

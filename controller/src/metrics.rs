@@ -69,6 +69,7 @@ pub struct Metrics {
     duration: Family<KindLabels, Histogram, fn() -> Histogram>,
     /// Tags failed because their node did not respond in time.
     pub response_timeouts: Counter,
+    invalid: Family<KindLabels, Gauge>,
     /// Caches read at scrape time.
     pub caches: Arc<Caches>,
 }
@@ -86,6 +87,7 @@ impl Default for Metrics {
             errors: Family::default(),
             duration: Family::new_with_constructor(reconcile_histogram),
             response_timeouts: Counter::default(),
+            invalid: Family::default(),
             caches: Arc::new(Caches::default()),
         }
     }
@@ -135,6 +137,11 @@ impl Metrics {
             "Tags marked Failed because the node did not respond in time",
             self.response_timeouts.clone(),
         );
+        c.register(
+            "invalid_objects",
+            "Objects skipped because they cannot be decoded, by kind",
+            self.invalid.clone(),
+        );
         r.register_collector(Box::new(CacheCollector(self.caches.clone())));
     }
 
@@ -145,6 +152,13 @@ impl Metrics {
             kind,
             start: Instant::now(),
         }
+    }
+
+    /// Sets how many objects of `kind` are skipped as undecodable.
+    pub fn invalid_objects(&self, kind: &'static str, count: usize) {
+        self.invalid
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts a failed reconcile of `kind`.

@@ -9,7 +9,6 @@ use crate::lifecycle;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use kube::api::Api;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use nodeimage_api::NodeImage;
 use nodeimage_ops::health::Readiness;
@@ -66,7 +65,7 @@ impl NodeImages {
     /// Watches NodeImages into the store until `stop` turns true.
     pub async fn run(
         self,
-        client: kube::Client,
+        ctx: crate::context::Context,
         readiness: Readiness,
         stop: signal::Receiver<bool>,
     ) {
@@ -77,7 +76,8 @@ impl NodeImages {
         };
         watch::reflect_shared(
             "nodeimages",
-            Api::<NodeImage>::all(client),
+            ctx.client.clone(),
+            crate::skipped::Skipped::new(&ctx, "NodeImage", None),
             self.writer,
             watch::without_managed_fields,
             signals,

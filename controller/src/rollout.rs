@@ -331,10 +331,12 @@ pub fn node_state(entries: &[(Entry, EntryState)]) -> NodeState {
 /// per-node timeoutSeconds), so a silent node frees its slot.
 pub fn apply_node_timeout(state: NodeState, timeout: TimeDelta, now: DateTime<Utc>) -> NodeState {
     match state {
-        NodeState::Active(Some(since)) if now >= crate::clock::after(since, timeout) => NodeState::Failed(format!(
-            "timed out: the node did not finish within {}s",
-            timeout.num_seconds()
-        )),
+        NodeState::Active(Some(since)) if now >= crate::clock::after(since, timeout) => {
+            NodeState::Failed(format!(
+                "timed out: the node did not finish within {}s",
+                timeout.num_seconds()
+            ))
+        }
         other => other,
     }
 }

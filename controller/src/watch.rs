@@ -8,12 +8,14 @@
 //! everything a re-list may have changed silently (objects deleted while the
 //! watch was down produce no delete event).
 
+use crate::skipped::Skipped;
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
+use nodeimage_api::lenient::Lenient;
 use nodeimage_ops::health::Check;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -77,11 +79,47 @@ where
         .filter_map(signalled(what, signals))
 }
 
+/// A watch of every object of kind `K` that never fails because one object
+/// does not decode: such objects are skipped and reported by `skipped`, and
+/// the stream carries the others (with watch errors, for a backoff).
+pub fn decoded<K>(
+    client: kube::Client,
+    skipped: Skipped,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(Api::<Lenient<K>>::all(client), watcher::Config::default()).filter_map(move |event| {
+        std::future::ready(match event {
+            Ok(e) => skipped.filter(e).map(Ok),
+            Err(e) => Some(Err(e)),
+        })
+    })
+}
+
+/// The objects of kind `K` that decode, into `writer`, as a trigger stream
+/// for `Controller::for_stream` (what `Controller::new` does, but through
+/// [`decoded`]).
+pub fn controller_trigger<K>(
+    client: kube::Client,
+    writer: Writer<K>,
+    skipped: Skipped,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    decoded(client, skipped)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+}
+
 /// [`reflect`] into a shared store, whose subscribers are woken by every
 /// applied object (and by every object after each (re)list).
 pub fn reflect_shared<K, F>(
     what: &'static str,
-    api: Api<K>,
+    client: kube::Client,
+    skipped: Skipped,
     writer: Writer<K>,
     trim: F,
     signals: SyncSignals,
@@ -90,7 +128,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     F: FnMut(&mut K) + Send + 'static,
 {
-    watcher(api, watcher::Config::default())
+    decoded(client, skipped)
         .default_backoff()
         .modify(trim)
         .reflect_shared(writer)

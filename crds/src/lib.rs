@@ -10,6 +10,7 @@
 pub mod crdgen;
 pub mod kruise;
 pub mod kubeedge;
+pub mod lenient;
 pub mod limits;
 pub mod reference;
 pub mod validation;

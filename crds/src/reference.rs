@@ -504,9 +504,15 @@ mod tests {
             ("aa/asdf$$^/aa".into(), false),
             ("sub-dom1.foo.com/bar/baz/quux".into(), true),
             ("sub-dom1.foo.com/bar/baz/quux:some-long-tag".into(), true),
-            ("b.gcr.io/test.example.com/my-app:test.example.com".into(), true),
+            (
+                "b.gcr.io/test.example.com/my-app:test.example.com".into(),
+                true,
+            ),
             ("xn--n3h.com/myimage:xn--n3h.com".into(), true),
-            (format!("xn--7o8h.com/myimage:xn--7o8h.com@sha512:{f128}"), true),
+            (
+                format!("xn--7o8h.com/myimage:xn--7o8h.com@sha512:{f128}"),
+                true,
+            ),
             ("foo_bar.com:8080".into(), true),
             ("foo/foo_bar.com:8080".into(), true),
             ("192.168.1.1".into(), true),
@@ -553,7 +559,9 @@ mod tests {
             let schema_ok = input.len() <= 512
                 && !input.is_empty()
                 && pattern.is_match(input)
-                && name.find(input).is_some_and(|m| m.as_str().len() <= NAME_MAX)
+                && name
+                    .find(input)
+                    .is_some_and(|m| m.as_str().len() <= NAME_MAX)
                 && !id.is_match(input);
             assert_eq!(schema_ok, *valid, "schema rules on {input:?}");
         }

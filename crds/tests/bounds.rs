@@ -67,12 +67,16 @@ fn every_integer_field_is_bounded() {
                     Some("int32") => INT32_MAX,
                     Some("int64") => SECONDS_MAX.max(VERSION_MAX),
                     other => {
-                        problems.push(format!("{what}: integer without int32/int64 format ({other:?})"));
+                        problems.push(format!(
+                            "{what}: integer without int32/int64 format ({other:?})"
+                        ));
                         continue;
                     }
                 };
                 if min < 0.0 || max > limit as f64 || min > max {
-                    problems.push(format!("{what}: bounds [{min}, {max}] outside [0, {limit}]"));
+                    problems.push(format!(
+                        "{what}: bounds [{min}, {max}] outside [0, {limit}]"
+                    ));
                 }
                 // Seconds typed int64 must fit the deadline arithmetic bound.
                 if path.ends_with("Seconds") && max > SECONDS_MAX as f64 {
@@ -81,7 +85,14 @@ fn every_integer_field_is_bounded() {
             }
         }
     }
-    assert!(problems.is_empty(), "unbounded integers:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "unbounded integers:\n{}",
+        problems.join("\n")
+    );
     // 5 kinds, OpenKruise ones in two versions: make sure the walk saw them.
-    assert!(checked >= 60, "only {checked} integer fields seen; is the walk broken?");
+    assert!(
+        checked >= 60,
+        "only {checked} integer fields seen; is the walk broken?"
+    );
 }

@@ -525,3 +525,98 @@ fn kubectl_explain_describes_nodeimage_images() {
     let out = c.kubectl_ok(&["explain", "nodeimage.spec.images.tags.pullPolicy"], None);
     assert!(out.contains("ttlSecondsAfterFinished"), "{out}");
 }
+
+/// What the bounds and the reference grammar must still accept: every
+/// largest value, every reference form of the distribution grammar, and
+/// every selector operator used right.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn values_at_the_bounds_and_every_reference_form_are_accepted() {
+    let c = cluster();
+    let digest = format!("sha256:{}", "f".repeat(64));
+    let images = [
+        "nginx".to_string(),
+        "test.com:5000".to_string(),
+        "localhost:5000/a/b:c".to_string(),
+        "[::1]:5000/app:v1".to_string(),
+        format!("[2001:db8::1]:5000/repo:tag@{digest}"),
+        "192.168.1.1:5000/repo".to_string(),
+        "Registry.Example.com/app:Upper_Tag".to_string(),
+        format!("xn--7o8h.com/myimage@sha512:{}", "f".repeat(128)),
+        format!("{}a:tag", "a/".repeat(127)),
+    ];
+    let mut failures = Vec::new();
+    for (i, image) in images.iter().enumerate() {
+        let doc = format!(
+            r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata: {{name: edge-{i}}}
+spec:
+  image: "{image}"
+  parallelism: "2147483647"
+  pullSecrets: [a.b-c]
+  selector:
+    matchLabels: {{"example.com/key_1.x": "", "k": "V-1.2_3"}}
+    matchExpressions:
+    - {{key: kubernetes.io/hostname, operator: In, values: [node-1]}}
+    - {{key: a, operator: NotIn, values: [b]}}
+    - {{key: x, operator: Exists}}
+    - {{key: zone, operator: DoesNotExist, values: []}}
+  pullPolicy: {{timeoutSeconds: 2147483647, backoffLimit: 2147483647}}
+  completionPolicy: {{activeDeadlineSeconds: 2147483647, ttlSecondsAfterFinished: 2147483647}}
+"#
+        );
+        let r = c.kubectl(
+            &["create", "--dry-run=server", "-n", NS, "-f", "-"],
+            Some(&doc),
+        );
+        if !r.success {
+            failures.push(format!("{image}: {}", r.stderr.trim()));
+        }
+    }
+    let others = [
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: NodeImage
+metadata: {name: edge-ni}
+spec:
+  images:
+    "[::1]:5000/app":
+      pullSecrets: [{namespace: kube-system, name: reg.cred}]
+      tags:
+      - tag: v1
+        version: 9007199254740991
+        pullPolicy: {timeoutSeconds: 2147483647, backoffLimit: 2147483647, ttlSecondsAfterFinished: 2147483647, activeDeadlineSeconds: 2147483647}
+"#,
+        r#"apiVersion: operations.kubeedge.io/v1alpha1
+kind: ImagePrePullJob
+metadata: {name: edge-ippj}
+spec:
+  imagePrePullTemplate:
+    images: ["[::1]:5000/app:v1"]
+    labelSelector: {matchExpressions: [{key: node-role.kubernetes.io/edge, operator: Exists}]}
+    concurrency: 2147483647
+    retryTimes: 2147483647
+    timeoutSeconds: 2147483647
+    imageSecrets: kube-system/reg.cred
+"#,
+        r#"apiVersion: operations.kubeedge.io/v1alpha1
+kind: NodeUpgradeJob
+metadata: {name: edge-nuj}
+spec:
+  version: v1.17.0
+  nodeNames: [ip-10-0-0-1.ec2.internal]
+  concurrency: 2147483647
+  timeoutSeconds: 2147483647
+"#,
+    ];
+    for doc in others {
+        let r = c.kubectl(
+            &["create", "--dry-run=server", "-n", NS, "-f", "-"],
+            Some(doc),
+        );
+        if !r.success {
+            failures.push(r.stderr.trim().to_string());
+        }
+    }
+    assert!(failures.is_empty(), "rejected:\n{}", failures.join("\n"));
+}

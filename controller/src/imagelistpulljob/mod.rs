@@ -7,10 +7,10 @@ use crate::context::Context;
 use crate::lifecycle;
 use chrono::Utc;
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::{ImageListPullJob, ImagePullJob};
 use nodeimage_ops::health::Readiness;
@@ -36,11 +36,21 @@ fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
     let client = ctx.client.clone();
     let ready = readiness.check("imagelistpulljobs-synced").await;
-    let controller = Controller::new(
-        Api::<ImageListPullJob>::all(client.clone()),
+    let (lists, list_writer) = reflector::store::<ImageListPullJob>();
+    let skipped = crate::skipped::Skipped::new(&ctx, "ImageListPullJob", None);
+    // Children are matched by their owner references alone (metadata), so
+    // a child that does not decode still wakes its list.
+    let children = watcher::watcher(
+        Api::<PartialObjectMeta<ImagePullJob>>::all(client.clone()),
         watcher::Config::default(),
     )
-    .owns(Api::<ImagePullJob>::all(client), watcher::Config::default());
+    .default_backoff()
+    .touched_objects();
+    let controller = Controller::for_stream(
+        crate::watch::controller_trigger(client, list_writer, skipped),
+        lists,
+    )
+    .owns_stream(children);
     ready.set(true);
     tracing::info!("imagelistpulljob controller starting");
     controller

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher;
+
 use nodeimage_api::{ImagePrePullJob, NodeImage};
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
@@ -57,11 +57,12 @@ pub async fn run(
     )
     .filter_map(watch::changes_only(node_key::of));
 
-    let controller = Controller::new(
-        Api::<ImagePrePullJob>::all(client.clone()),
-        watcher::Config::default(),
+    let (jobs, job_writer) = reflector::store::<ImagePrePullJob>();
+    let skipped = crate::skipped::Skipped::new(&ctx, plan::KIND, Some("reason"));
+    let controller = Controller::for_stream(
+        watch::controller_trigger(client.clone(), job_writer, skipped),
+        jobs.clone(),
     );
-    let jobs = controller.store();
     let state = Arc::new(reconcile::State {
         ctx,
         nodeimages: nodeimages.store,

@@ -71,11 +71,12 @@ pub async fn run(
         std::future::ready(r.ok().map(Ok))
     });
 
-    let controller = Controller::new(
-        Api::<ImagePullJob>::all(client.clone()),
-        watcher::Config::default(),
+    let (jobs, job_writer) = reflector::store::<ImagePullJob>();
+    let skipped = crate::skipped::Skipped::new(&ctx, KIND, Some("message"));
+    let controller = Controller::for_stream(
+        watch::controller_trigger(client.clone(), job_writer, skipped),
+        jobs.clone(),
     );
-    let jobs = controller.store();
     let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
     let jobs_for_pods = jobs.clone();
     let jobs_for_secrets = jobs.clone();

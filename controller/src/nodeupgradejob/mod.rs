@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher;
+
 use nodeimage_api::{NodeImage, NodeUpgradeJob};
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
@@ -64,11 +64,12 @@ pub async fn run(
     )
     .filter_map(watch::changes_only(node_key));
 
-    let controller = Controller::new(
-        Api::<NodeUpgradeJob>::all(client.clone()),
-        watcher::Config::default(),
+    let (jobs, job_writer) = reflector::store::<NodeUpgradeJob>();
+    let skipped = crate::skipped::Skipped::new(&ctx, plan::KIND, Some("reason"));
+    let controller = Controller::for_stream(
+        watch::controller_trigger(client.clone(), job_writer, skipped),
+        jobs.clone(),
     );
-    let jobs = controller.store();
     let _ = ctx.metrics.caches.node_upgrade_jobs.set(jobs.clone());
     let state = Arc::new(reconcile::State {
         ctx,
