@@ -5,6 +5,7 @@ mod backoff;
 mod checks;
 mod credentials;
 mod cri;
+mod decode;
 mod desired;
 mod flags;
 mod metrics;
@@ -92,7 +93,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
         stop_rx.clone(),
     ));
 
-    let api: kube::Api<NodeImage> = kube::Api::all(client.clone());
+    let api: kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> = kube::Api::all(client.clone());
     let status = writer::StatusHandle::default();
     let deps = Arc::new(worker::Deps {
         runtime,

@@ -1,12 +1,14 @@
 //! The daemon's loop: watch this node's NodeImage, plan which pulls to start
 //! or cancel, and keep the status writer informed.
 
+use crate::decode::{self, Decoded};
 use crate::desired::{self, TagKey};
 use crate::worker::{self, Deps};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use nodeimage_api::kruise::NodeImage;
+use nodeimage_api::lenient::Lenient;
 use nodeimage_ops::health::Check;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,17 +22,20 @@ struct Running {
 
 /// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec asks.
 pub async fn run(
-    api: kube::Api<NodeImage>,
+    api: kube::Api<Lenient<NodeImage>>,
     node: String,
     deps: Arc<Deps>,
     synced: Check,
     mut stop: watch::Receiver<bool>,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    // Decoded entry by entry: a field that does not fit fails its tag, never
+    // the watch (and with it every other tag of the node).
     let stream = watcher::watcher(api, config).default_backoff();
     tokio::pin!(stream);
     let mut running: BTreeMap<TagKey, Running> = BTreeMap::new();
-    let mut init: Option<NodeImage> = None;
+    let mut init: Option<Decoded> = None;
+    let mut logged: BTreeMap<TagKey, String> = BTreeMap::new();
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
@@ -40,7 +45,7 @@ pub async fn run(
         match event {
             Ok(Event::Apply(ni)) => {
                 synced.set(true);
-                apply(&deps, ni, &mut running);
+                apply(&deps, decode::nodeimage(ni), &mut running, &mut logged);
             }
             Ok(Event::Delete(_)) => {
                 tracing::warn!(node = %node, "NodeImage deleted; stopping every pull");
@@ -50,11 +55,11 @@ pub async fn run(
                 deps.status.forget();
             }
             Ok(Event::Init) => init = None,
-            Ok(Event::InitApply(ni)) => init = Some(ni),
+            Ok(Event::InitApply(ni)) => init = Some(decode::nodeimage(ni)),
             Ok(Event::InitDone) => {
                 synced.set(true);
                 match init.take() {
-                    Some(ni) => apply(&deps, ni, &mut running),
+                    Some(ni) => apply(&deps, ni, &mut running, &mut logged),
                     None => {
                         tracing::warn!(node = %node, "no NodeImage for this node yet; waiting for the controller to create it")
                     }
@@ -62,7 +67,7 @@ pub async fn run(
             }
             Err(e) => {
                 synced.set(false);
-                tracing::warn!(error = %e, "NodeImage watch failed; retrying");
+                tracing::warn!(error = %e, "NodeImage watch failed; retrying with backoff");
             }
         }
     }
@@ -71,8 +76,24 @@ pub async fn run(
     }
 }
 
-fn apply(deps: &Arc<Deps>, ni: NodeImage, running: &mut BTreeMap<TagKey, Running>) {
-    let tasks = desired::tasks(&ni);
+fn apply(
+    deps: &Arc<Deps>,
+    decoded: Decoded,
+    running: &mut BTreeMap<TagKey, Running>,
+    logged: &mut BTreeMap<TagKey, String>,
+) {
+    let Decoded {
+        nodeimage: ni,
+        invalid,
+    } = decoded;
+    for (tag, reason) in &invalid {
+        if logged.get(tag) != Some(reason) {
+            tracing::warn!(%tag, %reason, "NodeImage entry cannot be decoded; failing it alone");
+        }
+    }
+    logged.clone_from(&invalid);
+    let mut tasks = desired::tasks(&ni);
+    decode::mark_invalid(&mut tasks, &invalid);
     let reported = desired::reported(&ni);
     deps.status.observe(ni);
     // Finished workers stay listed with their version so they are not re-run;

@@ -172,7 +172,9 @@ pub trait StatusSink: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Result<NodeImage, kube::Error>> + Send;
 }
 
-impl StatusSink for kube::Api<NodeImage> {
+/// The answer is decoded entry by entry (see `decode`), so a NodeImage with
+/// an entry that does not decode still takes status writes.
+impl StatusSink for kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> {
     async fn patch(&self, name: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
         self.patch_status(
             name,
@@ -180,6 +182,7 @@ impl StatusSink for kube::Api<NodeImage> {
             &kube::api::Patch::Merge(&patch),
         )
         .await
+        .map(|l| crate::decode::nodeimage(l).nodeimage)
     }
 }
 
