@@ -47,13 +47,13 @@ step "end-to-end tests"
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}"
 
 step "no panic in any log of nodeimage, the test daemons or the cluster"
-panicked=$(grep -rls --include='*.log' "panicked" "$STATE" 2>/dev/null || true)
+panicked=$(grep -rls --include='*.log' "panicked at" "$STATE" 2>/dev/null || true)
 if [[ -n $panicked ]]; then
-  echo "FAILED: 'panicked' found in:"
-  for f in $panicked; do echo "== $f"; grep -n -m5 "panicked" "$f"; done
+  echo "FAILED: a Rust panic ('panicked at') in:"
+  for f in $panicked; do echo "== $f"; grep -n -m5 "panicked at" "$f"; done
   exit 1
 fi
-echo "no 'panicked' in $(find "$STATE" -name '*.log' | wc -l) log files"
+echo "no Rust panic ('panicked at') in $(find "$STATE" -name '*.log' | wc -l) log files"
 
 step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens (installs helm on first run)"
 tests/chart.sh
