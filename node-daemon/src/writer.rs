@@ -210,7 +210,13 @@ pub async fn run(
         if urgent {
             tokio::time::sleep(COALESCE).await;
         } else {
-            tokio::time::sleep_until(last_write + PROGRESS_INTERVAL).await;
+            // A phase change while progress waits out its interval must not
+            // wait with it: wake on every report and look again.
+            tokio::select! {
+                _ = tokio::time::sleep_until(last_write + PROGRESS_INTERVAL) => {},
+                _ = handle.notify.notified() => continue,
+                _ = stop.changed() => {},
+            }
         }
         write_once(&handle, &sink, &name, &errors, &mut last_write).await;
         if *stop.borrow() {
@@ -378,6 +384,69 @@ mod tests {
             90
         );
         assert_eq!(last["metadata"]["resourceVersion"], "2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_phase_change_does_not_wait_for_the_progress_interval() {
+        let h = StatusHandle::default();
+        let sink = Recorder::default();
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(run(
+            h.clone(),
+            sink.clone(),
+            "n".into(),
+            Default::default(),
+            rx,
+        ));
+        h.observe(node_image("1"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let key = TagKey {
+            image: "a".into(),
+            tag: "1".into(),
+        };
+        let pulling = |progress| ImageTagStatus {
+            tag: "1".into(),
+            phase: ImagePullPhase::Pulling,
+            version: Some(0),
+            progress: Some(progress),
+            ..Default::default()
+        };
+        h.report(&key, pulling(0));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = sink.writes.load(Ordering::SeqCst);
+        // Progress now waits for the interval ...
+        h.report(&key, pulling(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // ... and success arrives while it waits: written after the
+        // coalescing pause, not at the end of the progress interval.
+        h.report(
+            &key,
+            ImageTagStatus {
+                tag: "1".into(),
+                phase: ImagePullPhase::Succeeded,
+                version: Some(0),
+                progress: Some(100),
+                ..Default::default()
+            },
+        );
+        tokio::time::sleep(COALESCE + Duration::from_millis(50)).await;
+        assert_eq!(
+            sink.writes.load(Ordering::SeqCst),
+            before + 1,
+            "Succeeded written within the coalescing pause"
+        );
+        let last = sink
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            last["status"]["imageStatuses"]["a"]["tags"][0]["phase"],
+            "Succeeded"
+        );
+        let _ = tx.send(true);
+        let _ = task.await;
     }
 
     #[tokio::test(start_paused = true)]
