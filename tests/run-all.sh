@@ -33,6 +33,14 @@ trap cleanup EXIT
 step "starting the local cluster (installs Debian packages and builds the control plane on first run)"
 tests/cluster/up.sh
 
+if ! command -v promtool >/dev/null; then
+  step "installing promtool (Debian package prometheus; its server is not started)"
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus >/dev/null ||
+    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus >/dev/null; }
+  rm -f /usr/sbin/policy-rc.d
+fi
+
 step "format and lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings

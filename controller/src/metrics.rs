@@ -61,6 +61,16 @@ pub struct Caches {
     pub node_upgrade_jobs: OnceLock<Store<NodeUpgradeJob>>,
 }
 
+/// The kinds whose reconciles are counted (the `kind` label values).
+pub const RECONCILED_KINDS: &[&str] = &[
+    "Node",
+    "NodeImage",
+    "ImagePullJob",
+    "ImageListPullJob",
+    "ImagePrePullJob",
+    "NodeUpgradeJob",
+];
+
 /// Reconcile metrics, shared by every controller of the binary.
 #[derive(Clone)]
 pub struct Metrics {
@@ -114,8 +124,17 @@ impl Drop for ReconcileTimer {
 }
 
 impl Metrics {
-    /// Registers everything under `nodeimage_controller` / `nodeimage`.
+    /// Registers everything under `nodeimage_controller` / `nodeimage`,
+    /// with the per-kind counters of every reconciled kind present at 0.
     pub fn register(&self, r: &mut Registry) {
+        for kind in RECONCILED_KINDS {
+            let l = KindLabels {
+                kind: (*kind).into(),
+            };
+            let _ = self.reconciles.get_or_create(&l);
+            let _ = self.errors.get_or_create(&l);
+            let _ = self.duration.get_or_create(&l);
+        }
         let c = r.sub_registry_with_prefix("nodeimage_controller");
         c.register(
             "reconciles",

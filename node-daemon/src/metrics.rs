@@ -65,9 +65,55 @@ fn duration_histogram() -> Histogram {
     ])
 }
 
+/// Every (result, reason) a finished pull is counted under, so that each
+/// series exists at 0 before its first pull (rates and alerts see it).
+pub const PULL_OUTCOMES: &[(&str, &str)] = &[
+    ("succeeded", "pulled"),
+    ("succeeded", "present"),
+    ("failed", "not_found"),
+    ("failed", "unauthorized"),
+    ("failed", "timeout"),
+    ("failed", "deadline"),
+    ("failed", "check"),
+    ("failed", "invalid"),
+    ("failed", "secret"),
+    ("failed", "unavailable"),
+    ("failed", "error"),
+];
+/// Node check items.
+pub const CHECK_ITEMS: &[&str] = &["disk", "cpu", "mem"];
+/// CRI calls the daemon makes.
+pub const CRI_CALLS: &[&str] = &["Version", "ImageStatus", "PullImage"];
+
 impl Metrics {
-    /// Fresh metrics.
+    /// Fresh metrics, every known labelled series present at 0.
     pub fn new() -> Self {
+        let m = Self::empty();
+        for (result, reason) in PULL_OUTCOMES {
+            let _ = m.pulls.get_or_create(&PullLabels {
+                result: (*result).into(),
+                reason: (*reason).into(),
+            });
+        }
+        for result in ["succeeded", "failed"] {
+            let _ = m.pull_duration.get_or_create(&ResultLabels {
+                result: result.into(),
+            });
+        }
+        for item in CHECK_ITEMS {
+            let _ = m.check_failures.get_or_create(&ItemLabels {
+                item: (*item).into(),
+            });
+        }
+        for call in CRI_CALLS {
+            let _ = m.cri_errors.get_or_create(&CallLabels {
+                call: (*call).into(),
+            });
+        }
+        m
+    }
+
+    fn empty() -> Self {
         Metrics {
             pulls: Family::default(),
             pull_duration: Family::new_with_constructor(duration_histogram),

@@ -80,16 +80,26 @@ pub async fn serve(
     if let Some(m) = metrics {
         app = app.route(
             "/metrics",
-            get(move || {
+            get(move |headers: axum::http::HeaderMap| {
                 let m = m.clone();
                 async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m(),
-                    )
+                    let accept = headers
+                        .get(axum::http::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok());
+                    if crate::metrics::wants_openmetrics(accept) {
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                crate::metrics::OPENMETRICS,
+                            )],
+                            m(),
+                        )
+                    } else {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, crate::metrics::TEXT_004)],
+                            crate::metrics::to_text_004(&m()),
+                        )
+                    }
                 }
             }),
         );

@@ -34,6 +34,84 @@ pub fn render(registry: &Registry) -> String {
     out
 }
 
+/// Content type of the OpenMetrics exposition.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the classic Prometheus text exposition.
+pub const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a scraper's `Accept` header asks for OpenMetrics: it must name
+/// `application/openmetrics-text` with a quality above that of any plain
+/// text or wildcard it also accepts. Anything else (no header, `*/*`,
+/// `text/plain`) gets the classic text format, which every Prometheus and
+/// `promtool check metrics` read.
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    let Some(accept) = accept else {
+        return false;
+    };
+    let (mut om, mut text) = (0.0f32, 0.0f32);
+    for part in accept.split(',') {
+        let mut fields = part.split(';').map(str::trim);
+        let media = fields.next().unwrap_or_default().to_ascii_lowercase();
+        let q = fields
+            .find_map(|f| f.strip_prefix("q="))
+            .and_then(|q| q.parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => om = om.max(q),
+            "text/plain" | "*/*" | "text/*" => text = text.max(q),
+            _ => {}
+        }
+    }
+    om > 0.0 && om > text
+}
+
+/// The classic text format (0.0.4) of an OpenMetrics exposition: counter
+/// families named with their `_total` samples, `info` as a gauge named
+/// `<name>_info`, and no `# UNIT`, `# EOF` or exemplars.
+pub fn to_text_004(openmetrics: &str) -> String {
+    // Family name → (name in text format, type in text format).
+    let mut families: std::collections::HashMap<&str, (String, &str)> = Default::default();
+    for rest in openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+    {
+        let (name, kind) = rest.split_once(' ').unwrap_or((rest, "unknown"));
+        let renamed = match kind {
+            "counter" if !name.ends_with("_total") => (format!("{name}_total"), "counter"),
+            "info" => (format!("{name}_info"), "gauge"),
+            "gaugehistogram" => (name.to_string(), "histogram"),
+            "stateset" => (name.to_string(), "gauge"),
+            "counter" | "gauge" | "histogram" | "summary" => (name.to_string(), kind),
+            _ => (name.to_string(), "untyped"),
+        };
+        families.insert(name, renamed);
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let meta = line
+            .strip_prefix("# TYPE ")
+            .map(|r| ("TYPE", r))
+            .or_else(|| line.strip_prefix("# HELP ").map(|r| ("HELP", r)));
+        match meta {
+            Some((what, rest)) => {
+                let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+                match (what, families.get(name)) {
+                    ("TYPE", Some((n, kind))) => out.push_str(&format!("# TYPE {n} {kind}")),
+                    (_, Some((n, _))) => out.push_str(&format!("# HELP {n} {text}")),
+                    _ => out.push_str(line),
+                }
+            }
+            // A sample (an exemplar after ` # ` is dropped) or a comment.
+            None => out.push_str(line.split(" # ").next().unwrap_or(line)),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Metric names (`nodeimage_*`, `process_*`) that a dashboard or alert
 /// file queries, so tests can check the binaries export them.
 pub fn queried_names(text: &str) -> BTreeSet<String> {
@@ -160,6 +238,42 @@ impl Collector for ProcessCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn negotiates_the_format_from_accept() {
+        let cases = [
+            (None, false),
+            (Some("*/*"), false),
+            (Some("text/plain;version=0.0.4"), false),
+            (Some("application/openmetrics-text; version=1.0.0"), true),
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                true,
+            ),
+            (
+                Some("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.5"),
+                false,
+            ),
+            (Some("application/openmetrics-text;q=0"), false),
+            (Some("application/json"), false),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(wants_openmetrics(accept), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn text_004_renames_counters_and_info_and_drops_openmetrics_lines() {
+        let om = "# HELP nodeimage_build Build.\n# TYPE nodeimage_build info\nnodeimage_build_info{v=\"1\"} 1\n\
+# HELP pulls Finished pulls.\n# TYPE pulls counter\n# UNIT pulls pulls\npulls_total{result=\"ok\"} 3 # {trace=\"x\"} 1.0\n\
+# HELP up Up.\n# TYPE up gauge\nup 1\n# EOF\n";
+        let want = "# HELP nodeimage_build_info Build.\n# TYPE nodeimage_build_info gauge\nnodeimage_build_info{v=\"1\"} 1\n\
+# HELP pulls_total Finished pulls.\n# TYPE pulls_total counter\npulls_total{result=\"ok\"} 3\n\
+# HELP up Up.\n# TYPE up gauge\nup 1\n";
+        assert_eq!(to_text_004(om), want);
+    }
 
     #[test]
     fn parses_proc_stat_even_with_spaces_in_the_name() {

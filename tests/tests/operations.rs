@@ -287,3 +287,113 @@ fn tempdir(what: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
 }
+
+/// Runs `promtool check metrics` on an exposition; Err with its output.
+fn promtool_check(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("promtool (Debian package prometheus) must be installed: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(text.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Prometheus' plain-text format by default (what `promtool check metrics`
+/// and every Prometheus read), OpenMetrics when the scraper prefers it; every
+/// labelled counter exists before its first increment.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn metrics_speak_both_formats_and_pass_promtool() {
+    let c = Cluster::load();
+    let base: u16 = c
+        .nodeimage_vars()
+        .get("NODEIMAGE_DAEMON_HEALTH_BASE")
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(18100);
+    let urls = [
+        controller_metrics_url(&c),
+        format!("http://127.0.0.1:{}/metrics", base + 1),
+    ];
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    for url in &urls {
+        for accept in [None, Some("text/plain;version=0.0.4"), Some("*/*")] {
+            let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", *a)).collect();
+            let r = http::request("GET", url, &headers, &[]).expect("scrape");
+            let ct = r.header("content-type").unwrap_or_default().to_string();
+            assert!(
+                ct.starts_with("text/plain; version=0.0.4"),
+                "{url} {accept:?}: {ct}"
+            );
+            let text = r.text();
+            if let Err(e) = promtool_check(&text) {
+                panic!("promtool check metrics on {url} (Accept {accept:?}):\n{e}\n---\n{text}");
+            }
+        }
+        let r = http::request("GET", url, &[("Accept", prometheus_accept)], &[]).expect("scrape");
+        let ct = r.header("content-type").unwrap_or_default().to_string();
+        assert!(
+            ct.starts_with("application/openmetrics-text"),
+            "{url}: {ct}"
+        );
+        let text = r.text();
+        assert!(
+            text.trim_end().ends_with("# EOF"),
+            "{url}: OpenMetrics ends with # EOF"
+        );
+        // Every sample belongs to a family declared with # TYPE.
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        for sample in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let name = sample.split(['{', ' ']).next().unwrap_or_default();
+            assert!(
+                families.iter().any(|f| name.starts_with(f)),
+                "{url}: sample {name} has no # TYPE"
+            );
+        }
+    }
+    // Counters exist at 0 before their first increment.
+    let controller = metrics(&urls[0]);
+    assert!(
+        value(
+            &controller,
+            "nodeimage_controller_reconcile_errors_total{kind=\"NodeUpgradeJob\"}"
+        )
+        .is_some(),
+        "{controller}"
+    );
+    let daemon = metrics(&urls[1]);
+    for series in [
+        "nodeimage_daemon_pulls_total{result=\"failed\",reason=\"unauthorized\"}",
+        "nodeimage_daemon_check_failures_total{item=\"mem\"}",
+        "nodeimage_daemon_cri_errors_total{call=\"PullImage\"}",
+    ] {
+        assert!(
+            value(&daemon, series).is_some(),
+            "{series} missing:\n{daemon}"
+        );
+    }
+}
