@@ -41,5 +41,8 @@ pub async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Clien
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    // Every request is counted and timed (`nodeimage_api_*`).
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&crate::apimetrics::MetricsLayer)
+        .build())
 }

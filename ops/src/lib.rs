@@ -2,6 +2,7 @@
 //! a kube client from kubeconfig or in-cluster config, `/healthz` and
 //! `/readyz`, and a shutdown signal.
 
+pub mod apimetrics;
 pub mod client;
 pub mod health;
 pub mod metrics;

@@ -22,6 +22,7 @@ pub fn registry(component: &'static str) -> Registry {
         ]),
     );
     r.register_collector(Box::new(ProcessCollector));
+    crate::apimetrics::global().register(&mut r);
     r
 }
 
