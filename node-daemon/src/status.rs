@@ -80,28 +80,20 @@ pub fn recount(s: &mut NodeImageStatus) {
     s.failed = Some(failed);
 }
 
-/// The JSON merge patch that turns the observed status into `new`, guarded by
-/// the observed resourceVersion. Image keys that disappear are set to null.
-pub fn merge_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
-    let mut status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
-    if let Some(old) = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref()) {
-        let map = status
-            .as_object_mut()
-            .map(|o| {
-                o.entry("imageStatuses")
-                    .or_insert_with(|| serde_json::json!({}))
-            })
-            .and_then(|v| v.as_object_mut());
-        if let Some(map) = map {
-            for k in old.keys() {
-                map.entry(k.clone()).or_insert(serde_json::Value::Null);
-            }
-        }
-    }
-    serde_json::json!({
-        "metadata": {"resourceVersion": ni.metadata.resource_version},
-        "status": status,
-    })
+/// The JSON Patch that writes `new` as the whole status, guarded by the
+/// spec's `metadata.generation` as observed: the status is built from that
+/// spec, so a write must fail if the spec moved on, but it need not fail
+/// because of writes that leave the spec alone (label changes, the
+/// controller's status marks, our own last write), as a resourceVersion
+/// guard would. Without a generation (never seen on a live object) the
+/// resourceVersion guards instead.
+pub fn guarded_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
+    let status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
+    let guard = match (ni.metadata.generation, &ni.metadata.resource_version) {
+        (Some(g), _) => serde_json::json!({"op": "test", "path": "/metadata/generation", "value": g}),
+        (None, rv) => serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
+    };
+    serde_json::json!([guard, {"op": "add", "path": "/status", "value": status}])
 }
 
 #[cfg(test)]
@@ -212,9 +204,11 @@ mod tests {
             (s.desired, s.waiting, s.pulling, s.succeeded, s.failed),
             (4, Some(2), Some(1), Some(1), Some(0))
         );
-        let patch = merge_patch(&obj, &s);
-        assert!(patch["status"]["imageStatuses"]["gone"].is_null());
-        assert!(patch["status"]["imageStatuses"]["a"].is_object());
+        let patch = guarded_patch(&obj, &s);
+        assert_eq!(patch[0]["op"], "test");
+        assert_eq!(patch[1]["path"], "/status");
+        assert!(patch[1]["value"]["imageStatuses"].get("gone").is_none());
+        assert!(patch[1]["value"]["imageStatuses"]["a"].is_object());
     }
 
     #[test]

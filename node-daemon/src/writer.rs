@@ -1,7 +1,8 @@
 //! Publishes the NodeImage status: coalesces reports from the pull workers,
 //! writes phase changes within a fraction of a second, progress at most about
-//! once a second, and nothing when nothing changed. Writes are merge patches
-//! of the status subresource guarded by resourceVersion.
+//! once a second, and nothing when nothing changed. Writes are JSON Patches
+//! of the status subresource guarded by the spec's generation (see
+//! `status::guarded_patch`).
 
 use crate::desired::TagKey;
 use crate::status;
@@ -153,7 +154,7 @@ impl StatusHandle {
         if ni.status.as_ref() == Some(&new) {
             return None;
         }
-        Some((ni.clone(), status::merge_patch(&ni, &new)))
+        Some((ni.clone(), status::guarded_patch(&ni, &new)))
     }
 
     fn state(&self) -> (bool, bool) {
@@ -164,7 +165,7 @@ impl StatusHandle {
 
 /// Where status writes go.
 pub trait StatusSink: Send + Sync + 'static {
-    /// Applies a status merge patch; returns the updated object.
+    /// Applies a status JSON Patch; returns the updated object.
     fn patch(
         &self,
         name: &str,
@@ -176,10 +177,12 @@ pub trait StatusSink: Send + Sync + 'static {
 /// an entry that does not decode still takes status writes.
 impl StatusSink for kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> {
     async fn patch(&self, name: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
+        let ops: json_patch::Patch =
+            serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
         self.patch_status(
             name,
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
+            &kube::api::Patch::Json::<()>(ops),
         )
         .await
         .map(|l| crate::decode::nodeimage(l).nodeimage)
@@ -251,10 +254,10 @@ async fn write_once(
             tracing::debug!(?counts, "status written");
             handle.observe_written(updated);
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            // Someone else wrote first; the watch brings their version and we
-            // rebuild on top of it.
-            tracing::debug!(rv = ?ni.metadata.resource_version, "status write conflicted; retrying on the newer object");
+        Err(kube::Error::Api(e)) if e.code == 409 || failed_test(&e) => {
+            // The spec moved on since we built this status; the watch brings
+            // the new spec and we rebuild on top of it.
+            tracing::debug!(generation = ?ni.metadata.generation, "status write refused: the spec changed; retrying on the newer object");
             retry_later(handle, Duration::from_millis(300)).await;
         }
         Err(e) => {
@@ -263,6 +266,15 @@ async fn write_once(
             retry_later(handle, Duration::from_secs(1)).await;
         }
     }
+}
+
+/// Whether the API server refused our JSON Patch because its `test` failed:
+/// 422 with no details (a schema rejection names the object and causes).
+fn failed_test(e: &kube::core::Status) -> bool {
+    e.code == 422
+        && e.details
+            .as_ref()
+            .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
 }
 
 async fn retry_later(handle: &StatusHandle, after: Duration) {
@@ -288,7 +300,7 @@ mod tests {
         async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
             self.writes.fetch_add(1, Ordering::SeqCst);
             let mut ni = node_image("2");
-            let status = serde_json::from_value(patch["status"].clone()).unwrap_or_default();
+            let status = serde_json::from_value(patch[1]["value"].clone()).unwrap_or_default();
             ni.status = Some(status);
             *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(patch);
             Ok(ni)
@@ -380,10 +392,10 @@ mod tests {
             .clone()
             .unwrap_or_default();
         assert_eq!(
-            last["status"]["imageStatuses"]["a"]["tags"][0]["progress"],
+            last[1]["value"]["imageStatuses"]["a"]["tags"][0]["progress"],
             90
         );
-        assert_eq!(last["metadata"]["resourceVersion"], "2");
+        assert_eq!(last[0]["op"], "test", "guarded");
     }
 
     #[tokio::test(start_paused = true)]
@@ -442,7 +454,7 @@ mod tests {
             .clone()
             .unwrap_or_default();
         assert_eq!(
-            last["status"]["imageStatuses"]["a"]["tags"][0]["phase"],
+            last[1]["value"]["imageStatuses"]["a"]["tags"][0]["phase"],
             "Succeeded"
         );
         let _ = tx.send(true);
