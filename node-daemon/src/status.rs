@@ -90,8 +90,12 @@ pub fn recount(s: &mut NodeImageStatus) {
 pub fn guarded_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
     let status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
     let guard = match (ni.metadata.generation, &ni.metadata.resource_version) {
-        (Some(g), _) => serde_json::json!({"op": "test", "path": "/metadata/generation", "value": g}),
-        (None, rv) => serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
+        (Some(g), _) => {
+            serde_json::json!({"op": "test", "path": "/metadata/generation", "value": g})
+        }
+        (None, rv) => {
+            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
+        }
     };
     serde_json::json!([guard, {"op": "add", "path": "/status", "value": status}])
 }

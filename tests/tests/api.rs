@@ -620,3 +620,45 @@ spec:
     }
     assert!(failures.is_empty(), "rejected:\n{}", failures.join("\n"));
 }
+
+/// A NodeUpgradeJob's spec cannot change after creation, as KubeEdge's
+/// admission refuses it; metadata stays editable.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn node_upgrade_job_spec_is_immutable() {
+    let c = cluster();
+    let name = "immutable-upgrade";
+    let _ = c.kubectl(
+        &["delete", "nodeupgradejob", name, "--ignore-not-found"],
+        None,
+    );
+    // A node that does not exist: the job fails at once and upgrades nothing.
+    let doc = format!(
+        "apiVersion: operations.kubeedge.io/v1alpha1\nkind: NodeUpgradeJob\nmetadata:\n  name: {name}\nspec:\n  version: v1.17.0\n  nodeNames: [no-such-node-immutable]\n"
+    );
+    c.kubectl_ok(&["create", "-f", "-"], Some(&doc));
+    for patch in [
+        r#"{"spec":{"version":"v1.18.0"}}"#,
+        r#"{"spec":{"nodeNames":["other"]}}"#,
+        r#"{"spec":{"concurrency":5}}"#,
+    ] {
+        let r = c.kubectl(
+            &["patch", "nodeupgradejob", name, "--type=merge", "-p", patch],
+            None,
+        );
+        assert!(!r.success, "patch {patch} was accepted");
+        assert!(r.stderr.contains("spec is immutable"), "{}", r.stderr);
+    }
+    c.kubectl_ok(
+        &[
+            "patch",
+            "nodeupgradejob",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"team":"edge"}}}"#,
+        ],
+        None,
+    );
+    c.kubectl_ok(&["delete", "nodeupgradejob", name, "--wait=false"], None);
+}

@@ -26,10 +26,16 @@ pub const DEFAULT_UPGRADE_IMAGE: &str = "kubeedge/installation-package";
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "(has(self.nodeNames) && size(self.nodeNames) > 0) != has(self.labelSelector)",
-    "message": "exactly one of spec.nodeNames and spec.labelSelector must be set"
-}]))]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.nodeNames) && size(self.nodeNames) > 0) != has(self.labelSelector)",
+        "message": "exactly one of spec.nodeNames and spec.labelSelector must be set"
+    },
+    {
+        "rule": "self == oldSelf",
+        "message": "spec is immutable: a NodeUpgradeJob cannot change after creation (as in KubeEdge); create a new job"
+    }
+]))]
 pub struct NodeUpgradeJobSpec {
     /// Target version, `vX.Y.Z` (an optional pre-release suffix such as `-rc.1` is allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
