@@ -107,8 +107,10 @@ async fn run(flags: Flags) -> Result<(), Error> {
             }
         }
         tracing::info!(identity = %election.identity, "leading: starting the controllers");
+        ctx.metrics.leader.set(1);
         Some(rx)
     } else {
+        ctx.metrics.leader.set(1);
         None
     };
     let lost = async {
@@ -149,6 +151,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
         _ = &mut work => tracing::warn!("controllers ended without a stop signal"),
         _ = lost => {
             tracing::error!("lost the leader-election lease: stopping work now");
+            ctx.metrics.leader.set(0);
             lost_lease = true;
             let _ = stop_tx.send(true);
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await;

@@ -80,6 +80,8 @@ pub struct Metrics {
     /// Tags failed because their node did not respond in time.
     pub response_timeouts: Counter,
     invalid: Family<KindLabels, Gauge>,
+    /// 1 while this replica leads (or runs without leader election), else 0.
+    pub leader: Gauge,
     /// Caches read at scrape time.
     pub caches: Arc<Caches>,
 }
@@ -98,6 +100,7 @@ impl Default for Metrics {
             duration: Family::new_with_constructor(reconcile_histogram),
             response_timeouts: Counter::default(),
             invalid: Family::default(),
+            leader: Gauge::default(),
             caches: Arc::new(Caches::default()),
         }
     }
@@ -155,6 +158,11 @@ impl Metrics {
             "response_timeouts",
             "Tags marked Failed because the node did not respond in time",
             self.response_timeouts.clone(),
+        );
+        c.register(
+            "leader",
+            "1 while this replica leads and reconciles (always 1 without leader election), 0 while it waits as a standby",
+            self.leader.clone(),
         );
         c.register(
             "invalid_objects",

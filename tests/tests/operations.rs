@@ -208,6 +208,11 @@ impl Controller {
             .sum()
     }
 
+    fn leader_gauge(&self) -> Option<f64> {
+        let text = metrics(&format!("http://127.0.0.1:{}/metrics", self.port));
+        value(&text, "nodeimage_controller_leader")
+    }
+
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -264,6 +269,8 @@ fn only_the_leader_reconciles_and_a_standby_takes_over() {
         standby.log_text()
     );
     assert!(standby.log_text().contains("waiting to lead"));
+    assert_eq!(leader.leader_gauge(), Some(1.0), "the leader says so");
+    assert_eq!(standby.leader_gauge(), Some(0.0), "the standby says so");
 
     // Kill the leader: the standby takes the lease and starts working.
     leader.kill();
@@ -279,6 +286,7 @@ fn only_the_leader_reconciles_and_a_standby_takes_over() {
             .log_text()
             .contains("leading: starting the controllers")
     );
+    assert_eq!(standby.leader_gauge(), Some(1.0), "the new leader says so");
     let _ = c.kubectl(&["delete", "lease", &lease, "-n", "default"], None);
 }
 
