@@ -66,4 +66,7 @@ echo "no Rust panic ('panicked at') in $(find "$STATE" -name '*.log' | wc -l) lo
 step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens (installs helm on first run)"
 tests/chart.sh
 
+step "alerts: promtool check rules and the alerts' unit tests"
+tests/alerts/test.sh
+
 step "all tests passed"

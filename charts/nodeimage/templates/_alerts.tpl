@@ -8,29 +8,75 @@ The {{`...`}} quoting keeps Prometheus' own {{ $labels.x }} templates out of
 Helm's reach.
 */}}
 {{- define "nodeimage.alerts" -}}
+{{- $ns := .Release.Namespace }}
+{{- $controller := include "nodeimage.controller.fullname" . }}
+{{- $daemon := include "nodeimage.daemon.fullname" . }}
 NodeImageJobFailing:
-  # A pull job (ImagePullJob, ImageListPullJob, ImagePrePullJob,
-  # NodeUpgradeJob) has nodes whose pulls failed.
+  # More than a tenth of a job's nodes failed (a single failure on a large
+  # job does not page anyone; a job that fails broadly does).
   enabled: true
-  expr: 'nodeimage_job_nodes{state="failed"} > 0'
+  expr: 'nodeimage_job_nodes{state="failed"} / on (kind, namespace, name) nodeimage_job_nodes{state="desired"} > 0.1'
   for: 5m
   severity: warning
-  summary: A nodeimage pull job has failed nodes
-  description: {{`'{{ $labels.kind }} {{ with $labels.namespace }}{{ . }}/{{ end }}{{ $labels.name }} has {{ $value }} nodes whose pulls failed.'`}}
+  runbook: nodeimagejobfailing
+  summary: A nodeimage pull job failed on more than 10% of its nodes
+  description: {{`'{{ $labels.kind }} {{ with $labels.namespace }}{{ . }}/{{ end }}{{ $labels.name }}: {{ $value | humanizePercentage }} of its nodes failed.'`}}
 NodeImagePullsFailing:
-  # A node's daemon failed pulls in the last 15 minutes.
+  # Most pulls on a node fail, for a sustained time (at least 3 failures and
+  # more than half of the pulls over 15 minutes).
   enabled: true
-  expr: 'increase(nodeimage_daemon_pulls_total{result="failed"}[15m]) > 0'
-  for: 0m
+  expr: '(sum by (node) (rate(nodeimage_daemon_pulls_total{result="failed"}[15m])) / sum by (node) (rate(nodeimage_daemon_pulls_total[15m])) > 0.5) and (sum by (node) (increase(nodeimage_daemon_pulls_total{result="failed"}[15m])) >= 3)'
+  for: 15m
   severity: warning
-  summary: Image pulls are failing on a node
-  description: {{`'{{ $value | humanize }} pulls failed on node {{ $labels.node }} in the last 15 minutes (reason {{ $labels.reason }}).'`}}
+  runbook: nodeimagepullsfailing
+  summary: Most image pulls fail on a node
+  description: {{`'{{ $value | humanizePercentage }} of the pulls on node {{ $labels.node }} failed over the last 15 minutes.'`}}
 NodeImageDaemonDown:
   # A daemon cannot be scraped (down or not running).
   enabled: true
   expr: 'up{job=~".*nodeimage-daemon.*"} == 0'
   for: 10m
   severity: warning
+  runbook: nodeimagedaemondown
   summary: A nodeimage daemon is down
   description: {{`'The nodeimage daemon {{ $labels.pod }} ({{ $labels.instance }}) has not answered scrapes for 10 minutes; its node pulls nothing.'`}}
+NodeImageControllerUnavailable:
+  # No controller replica is available (not scheduled, crashing or not
+  # Ready): no job makes progress. Needs kube-state-metrics.
+  enabled: true
+  expr: 'kube_deployment_status_replicas_available{namespace="{{ $ns }}", deployment="{{ $controller }}"} < 1'
+  for: 5m
+  severity: critical
+  runbook: nodeimagecontrollerunavailable
+  summary: No nodeimage controller replica is available
+  description: {{`'Deployment {{ $labels.namespace }}/{{ $labels.deployment }} has had no available replica for 5 minutes: jobs and NodeImages are not reconciled.'`}}
+NodeImageControllerNoLeader:
+  # Controller replicas run but none holds the lease.
+  enabled: true
+  expr: 'sum(nodeimage_controller_leader) < 1'
+  for: 5m
+  severity: critical
+  runbook: nodeimagecontrollernoleader
+  summary: No nodeimage controller replica leads
+  description: 'Controller replicas are scraped but none has held the leader-election lease for 5 minutes: nothing is reconciled.'
+NodeImageDaemonsUnavailable:
+  # Daemon pods exist but are not available (not Ready, crashing).
+  # Needs kube-state-metrics.
+  enabled: true
+  expr: 'kube_daemonset_status_number_unavailable{namespace="{{ $ns }}", daemonset="{{ $daemon }}"} > 0'
+  for: 15m
+  severity: warning
+  runbook: nodeimagedaemonsunavailable
+  summary: nodeimage daemons are not available on some nodes
+  description: {{`'{{ $value }} nodes of DaemonSet {{ $labels.namespace }}/{{ $labels.daemonset }} have had no available daemon for 15 minutes.'`}}
+NodeImageDaemonsNotScheduled:
+  # Nodes that should run a daemon have none scheduled (taints, resources,
+  # Pod Security). Needs kube-state-metrics.
+  enabled: true
+  expr: 'kube_daemonset_status_desired_number_scheduled{namespace="{{ $ns }}", daemonset="{{ $daemon }}"} - kube_daemonset_status_current_number_scheduled{namespace="{{ $ns }}", daemonset="{{ $daemon }}"} > 0'
+  for: 15m
+  severity: warning
+  runbook: nodeimagedaemonsnotscheduled
+  summary: nodeimage daemons are not scheduled on some nodes
+  description: {{`'{{ $value }} nodes that should run a daemon of {{ $labels.namespace }}/{{ $labels.daemonset }} have none scheduled.'`}}
 {{- end }}
