@@ -240,6 +240,24 @@ impl Collector for ProcessCollector {
 mod tests {
     use super::*;
 
+    /// The dashboard serves several clusters from one Prometheus: every
+    /// panel query filters on the `cluster` variable.
+    #[test]
+    fn every_dashboard_query_filters_on_the_cluster() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../charts/nodeimage/dashboards/nodeimage.json");
+        let text = std::fs::read_to_string(&path).expect("read the dashboard");
+        let queries: Vec<&str> = text.lines().filter(|l| l.contains("\"expr\":")).collect();
+        assert!(queries.len() >= 10, "only {} queries found", queries.len());
+        for q in queries {
+            assert!(
+                q.contains(r#"cluster=~\"$cluster\""#),
+                "no cluster filter: {q}"
+            );
+        }
+        assert!(text.contains(r#""name": "cluster""#), "no cluster variable");
+    }
+
     #[test]
     fn negotiates_the_format_from_accept() {
         let cases = [
