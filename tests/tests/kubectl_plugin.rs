@@ -516,3 +516,67 @@ fn status_of_an_image_list_pull_job() {
     }
     drop(cleanup);
 }
+
+/// A KubeEdge ImagePrePullJob (cluster-scoped, its state in the header):
+/// `status ippj/NAME --watch` into a pipe ends once the job is Successful,
+/// every node's row done with both images.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn status_of_an_image_pre_pull_job() {
+    let c = Cluster::load();
+    let nodes = c.nodes();
+    let reg = kruise::registry(&c);
+    let images = [
+        kruise::push_unique(&reg, "plugin-ppj-a", 4096).reference(),
+        kruise::push_unique(&reg, "plugin-ppj-b", 4096).reference(),
+    ];
+    let mut cleanup = Cleanup::default();
+    for i in &images {
+        let (c2, r2) = (c.clone(), i.clone());
+        cleanup.defer("remove the image from the nodes", move || {
+            kruise::remove_from_nodes(&c2, &r2)
+        });
+    }
+    let name = nodeimage_tests::unique("plugin-ppj");
+    let manifest = json!({
+        "apiVersion": "operations.kubeedge.io/v1alpha1",
+        "kind": "ImagePrePullJob",
+        "metadata": {"name": name},
+        "spec": {"imagePrePullTemplate": {
+            "images": images,
+            "nodeNames": nodes,
+            "concurrency": nodes.len(),
+            "checkItems": [],
+        }},
+    });
+    let job = nodeimage_tests::prepull::Job::apply(&c, &name, &manifest.to_string());
+    let out = run(&c, &["status", &format!("ippj/{name}"), "--watch"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let last = stdout.rsplit("\n\n").next().unwrap_or_default();
+    assert!(
+        stdout.contains(&format!("ImagePrePullJob {name}: ")),
+        "cluster-scoped: no namespace in the title:\n{stdout}"
+    );
+    let header = stdout
+        .rsplit("ImagePrePullJob ")
+        .next()
+        .and_then(|s| s.lines().nth(1))
+        .unwrap_or_default();
+    assert!(
+        header.starts_with("Successful  event Pull  action Success"),
+        "the job's state heads the last snapshot: {header:?}\n{stdout}"
+    );
+    for node in &nodes {
+        let row = last
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(node.as_str()))
+            .unwrap_or_else(|| panic!("no row for {node}:\n{stdout}"));
+        assert!(
+            row.contains("Succeeded") && row.contains("100%") && row.contains("2/2 images"),
+            "{row}"
+        );
+    }
+    drop(job);
+    drop(cleanup);
+}
