@@ -52,6 +52,7 @@ step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
 step "end-to-end tests"
+cargo build --quiet -p nodeimage-kubectl  # the kubectl plugin tests/tests/kubectl_plugin.rs runs
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}"
 
 step "no panic in any log of nodeimage, the test daemons or the cluster"
