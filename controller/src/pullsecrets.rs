@@ -14,7 +14,8 @@ pub const COPY_LABEL: &str = "nodeimage.dev/pull-secret-copy";
 /// Annotation naming the source secret (`namespace/name`).
 pub const SOURCE_ANNOTATION: &str = "nodeimage.dev/source";
 /// Annotation listing the jobs using the copy (`kind/namespace/name`, comma-separated).
-pub const REFERENCES_ANNOTATION: &str = "nodeimage.dev/references";
+pub const REFERENCES_ANNOTATION: &str =
+    nodeimage_api::kruise::nodeimage::SECRET_REFERENCES_ANNOTATION;
 
 /// Why secrets could not be synced.
 #[derive(Debug, thiserror::Error)]

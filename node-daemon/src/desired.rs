@@ -3,6 +3,7 @@
 //! is running and what status already reports. Pure: no I/O here.
 
 use k8s_openapi::jiff::Timestamp;
+use nodeimage_api::kruise::nodeimage::requester_key;
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, SandboxConfig, TagUpgrade, UpgradeState};
 use nodeimage_api::kubeedge::is_version;
 use nodeimage_api::reference::ImageRef;
@@ -88,6 +89,9 @@ pub struct Target {
     pub active_deadline: Option<Duration>,
     /// Secrets to read credentials from, in order.
     pub secrets: Vec<SecretRef>,
+    /// The jobs that asked for this tag (`Kind/namespace/name`); empty for a
+    /// hand-written entry. Decides which secrets it may use.
+    pub requesters: Vec<String>,
     /// Labels and annotations for the CRI pull.
     pub sandbox: SandboxConfig,
     /// Node checks before pulling.
@@ -191,6 +195,18 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
                     backoff_limit,
                     active_deadline,
                     secrets: secrets.clone()?,
+                    requesters: t
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .map(|o| {
+                            requester_key(
+                                o.kind.as_deref().unwrap_or_default(),
+                                o.namespace.as_deref().unwrap_or_default(),
+                                o.name.as_deref().unwrap_or_default(),
+                            )
+                        })
+                        .collect(),
                     sandbox: image.sandbox_config.clone().unwrap_or_default(),
                     check_items: t.check_items.clone().unwrap_or_default(),
                     upgrade: t.upgrade.clone(),

@@ -380,9 +380,14 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
         }
     }
 
-    let creds = match load_credentials(&deps.client, &t.secrets).await {
-        Ok(c) => c,
-        Err(m) => return Outcome::failed("secret", m),
+    let selection =
+        credentials::select(&t.requesters, load_secrets(&deps.client, &t.secrets).await);
+    let creds = selection.creds;
+    // Secrets that applied but could not be used, named in a failure.
+    let unusable = if selection.notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", selection.notes.join("; "))
     };
     let candidates: Vec<Option<&Credential>> = credentials::matching(&creds, &name)
         .into_iter()
@@ -439,6 +444,9 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
                 tracing::debug!(tag = %rep.key, reason = e.reason(), "runtime refused the pull");
                 last_reason = e.reason();
                 last_error = e.to_string();
+                if matches!(e, CriError::Unauthorized(_)) {
+                    last_error.push_str(&unusable);
+                }
             }
             Err(_) => {
                 last_reason = "timeout";
@@ -528,35 +536,43 @@ async fn pull_with_progress(
     Err(last)
 }
 
-/// Reads every listed secret; a missing or unusable one fails the tag with its name.
-async fn load_credentials(
-    client: &kube::Client,
-    secrets: &[SecretRef],
-) -> Result<Vec<Credential>, String> {
+/// Reads every listed secret, each on its own: a missing or unreadable one
+/// is reported as such, never stops the others (see `credentials::select`).
+async fn load_secrets(client: &kube::Client, secrets: &[SecretRef]) -> Vec<credentials::Loaded> {
     let mut out = Vec::new();
     for s in secrets {
         let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &s.namespace);
-        let secret = match api.get_opt(&s.name).await {
-            Ok(Some(secret)) => secret,
-            Ok(None) => return Err(format!("pull secret {s} not found")),
-            Err(e) => {
-                return Err(format!(
-                    "reading pull secret {s}: {}",
-                    describe_api_error(&e)
-                ));
+        let loaded = match api.get_opt(&s.name).await {
+            Ok(Some(secret)) => {
+                let references = kube::ResourceExt::annotations(&secret)
+                    .get(nodeimage_api::kruise::nodeimage::SECRET_REFERENCES_ANNOTATION)
+                    .map(|a| credentials::references(a));
+                let data = secret
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                credentials::Loaded::Found {
+                    references,
+                    creds: credentials::parse_secret(
+                        &s.to_string(),
+                        secret.type_.as_deref(),
+                        &data,
+                    ),
+                }
             }
+            Ok(None) => credentials::Loaded::Missing {
+                secret: s.to_string(),
+            },
+            Err(e) => credentials::Loaded::Unreadable {
+                secret: s.to_string(),
+                reason: describe_api_error(&e),
+            },
         };
-        let data = secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        let creds = credentials::parse_secret(&s.to_string(), secret.type_.as_deref(), &data)
-            .map_err(|e| e.to_string())?;
-        out.extend(creds);
+        out.push(loaded);
     }
-    Ok(out)
+    out
 }
 
 fn describe_api_error(e: &kube::Error) -> String {

@@ -14,6 +14,17 @@ use std::collections::BTreeMap;
 /// Label that protects a NodeImage without a Node from the node mirror.
 pub const FAKE_NODEIMAGE_LABEL: &str = "apps.kruise.io/fake-nodeimage";
 
+/// Annotation on the controller's copy of a job's pull secret listing the
+/// jobs that supplied it (`Kind/namespace/name`, comma-separated): the daemon
+/// lends a copy only to tags requested by one of them.
+pub const SECRET_REFERENCES_ANNOTATION: &str = "nodeimage.dev/references";
+
+/// How a job is named in [`SECRET_REFERENCES_ANNOTATION`] and matched to a
+/// tag's owner reference (`namespace` empty for cluster-scoped jobs).
+pub fn requester_key(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
 /// The images a node should hold.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -1,0 +1,234 @@
+//! Whose credentials a pull uses, and pulls that outlast a registry outage:
+//! a tenant's tag is pulled only with secrets its own job supplied, a missing
+//! secret next to a valid one does not stop the pull, and the default retry
+//! schedule rides out a 30 s registry outage.
+
+use nodeimage_tests::kruise::{self, TestNs};
+use nodeimage_tests::nodeimage::{self as ni, Tag};
+use nodeimage_tests::process::TestRegistry;
+use nodeimage_tests::registry::Registry;
+use nodeimage_tests::{Cluster, unique};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(240);
+const IPJ: &str = "imagepulljobs.apps.kruise.io";
+const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
+
+fn ipj(ns: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+           "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+/// A dockerconfigjson Secret with the auth registry's credentials.
+fn registry_secret(c: &Cluster, ns: &str, name: &str) {
+    let host = c.var("NODEIMAGE_AUTH_REGISTRY");
+    let payload = kruise::docker_config_json(
+        &[host.as_str()],
+        &c.var("NODEIMAGE_AUTH_USER"),
+        &c.var("NODEIMAGE_AUTH_PASSWORD"),
+    );
+    kruise::put_secret(
+        c,
+        ns,
+        name,
+        DOCKER_CONFIG_JSON,
+        ".dockerconfigjson",
+        &payload,
+        false,
+    );
+}
+
+fn wait_done(c: &Cluster, ns: &str, name: &str) -> Value {
+    kruise::wait_job(c, IPJ, ns, name, "completed", LONG, kruise::completed)
+}
+
+#[test]
+#[ignore = "needs the local cluster and nodeimage (make test)"]
+fn a_tenant_pulls_only_with_its_own_credentials() {
+    let c = Cluster::load();
+    let node = c.nodes()[0].clone();
+    let owner = TestNs::create(&c, "e2e-creds-owner");
+    let other = TestNs::create(&c, "e2e-creds-other");
+    // A private image with two tags, in the registry that needs basic auth.
+    let reg = kruise::auth_registry(&c);
+    let v1 = kruise::push_unique(&reg, "tenant", 64 << 10);
+    reg.push_image(&v1.repository, Some("v2"), 64 << 10)
+        .expect("push the second tag");
+    registry_secret(&c, &owner.name, "regcred");
+
+    // The owner lists its secret: its tag is pulled with it.
+    kruise::create(
+        &c,
+        &ipj(
+            &owner.name,
+            "mine",
+            json!({"image": format!("{}:v1", v1.name), "pullSecrets": ["regcred"],
+                   "selector": {"names": [node]}, "completionPolicy": {"type": "Always"}}),
+        ),
+    );
+    let done = wait_done(&c, &owner.name, "mine");
+    assert_eq!(
+        kruise::count(&done, "succeeded"),
+        1,
+        "{}",
+        kruise::describe(&done)
+    );
+
+    // Another tenant asks for another tag of the same private image with no
+    // secret, while the owner's copy hangs on that image: it must not be
+    // lent, so the pull is refused by the registry.
+    kruise::create(
+        &c,
+        &ipj(
+            &other.name,
+            "theirs",
+            json!({"image": format!("{}:v2", v1.name), "selector": {"names": [node]},
+                   "pullPolicy": {"backoffLimit": 0}, "completionPolicy": {"type": "Always"}}),
+        ),
+    );
+    let done = wait_done(&c, &other.name, "theirs");
+    assert_eq!(
+        kruise::count(&done, "failed"),
+        1,
+        "{}",
+        kruise::describe(&done)
+    );
+    let obj = ni::get(&c, &node).expect("NodeImage");
+    let spec = ni::spec_tag(&obj, &v1.name, "v2").expect("entry for v2");
+    assert!(
+        !spec["ownerReferences"].to_string().contains(&owner.name),
+        "v2 is requested only by the other tenant: {spec}"
+    );
+    let pull_secrets = &obj["spec"]["images"][v1.name.as_str()]["pullSecrets"];
+    assert!(
+        pull_secrets.as_array().is_some_and(|a| !a.is_empty()),
+        "the owner's copy is listed on the image: {pull_secrets}"
+    );
+    let status = ni::tag_status(&obj, &v1.name, "v2").expect("status of v2");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert_eq!(status["phase"], "Failed", "{status}");
+    assert!(
+        message.contains("401") || message.to_lowercase().contains("unauthorized"),
+        "the failure says the registry refused: {status}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local cluster and nodeimage (make test)"]
+fn a_missing_secret_next_to_a_valid_one_does_not_stop_the_pull() {
+    let c = Cluster::load();
+    let nodes = c.nodes();
+    let ns = TestNs::create(&c, "e2e-creds-missing");
+    let reg = kruise::auth_registry(&c);
+    let image = kruise::push_unique(&reg, "missing", 64 << 10);
+    registry_secret(&c, &ns.name, "valid");
+
+    // A job listing an absent secret before a valid one.
+    kruise::create(
+        &c,
+        &ipj(
+            &ns.name,
+            "both",
+            json!({"image": image.reference(), "pullSecrets": ["absent", "valid"],
+                   "selector": {"names": [nodes[1]]}, "completionPolicy": {"type": "Always"}}),
+        ),
+    );
+    let done = wait_done(&c, &ns.name, "both");
+    assert_eq!(
+        kruise::count(&done, "succeeded"),
+        1,
+        "{}",
+        kruise::describe(&done)
+    );
+    let message = done["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("absent"),
+        "the job names the missing secret: {message}"
+    );
+
+    // A hand-written entry listing a missing and a valid secret by hand.
+    let tag = image.tag.clone().unwrap_or_else(|| "v1".into());
+    ni::set_image(
+        &c,
+        &nodes[2],
+        &image.name,
+        json!({"pullSecrets": [
+                  {"namespace": ns.name, "name": "not-there"},
+                  {"namespace": ns.name, "name": "valid"}],
+               "tags": [{"tag": tag, "pullPolicy": {"backoffLimit": 0}}]}),
+    );
+    ni::wait_phase(
+        &c,
+        Tag {
+            ni: &nodes[2],
+            image: &image.name,
+            tag: &tag,
+        },
+        0,
+        "Succeeded",
+        LONG,
+    );
+    ni::remove_images(&c, &nodes[2], std::slice::from_ref(&image.name));
+}
+
+#[test]
+#[ignore = "needs the local cluster and nodeimage (make test)"]
+fn a_thirty_second_registry_outage_does_not_fail_a_job() {
+    let c = Cluster::load();
+    let ns = TestNs::create(&c, "e2e-outage");
+    let dir = std::env::temp_dir().join(unique("nodeimage-outage"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut registry = TestRegistry::start(&dir);
+    let image = kruise::push_unique(&Registry::new(&registry.host()), "outage", 64 << 10);
+    let nodes = c.nodes();
+
+    // The registry goes down, then a job with the default pull policy
+    // (3 retries, 600 s per attempt) starts on every node.
+    registry.stop();
+    let down = Instant::now();
+    kruise::create(
+        &c,
+        &ipj(
+            &ns.name,
+            "through-outage",
+            json!({"image": image.reference(), "selector": {"names": nodes},
+                   "parallelism": nodes.len(), "completionPolicy": {"type": "Always"}}),
+        ),
+    );
+    // The outage is felt: a node reports a failed attempt and a retry.
+    kruise::eventually("a failed attempt during the outage", LONG, || {
+        let retrying = nodes.iter().any(|n| {
+            ni::get(&c, n)
+                .and_then(|o| {
+                    let tag = image.tag.clone().unwrap_or_else(|| "v1".into());
+                    ni::tag_status(&o, &image.name, &tag).map(|t| {
+                        t["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .contains("retrying")
+                    })
+                })
+                .unwrap_or(false)
+        });
+        retrying
+            .then_some(())
+            .ok_or_else(|| "no retry yet".to_string())
+    });
+    let left = Duration::from_secs(30).saturating_sub(down.elapsed());
+    std::thread::sleep(left);
+    registry.start_again();
+    eprintln!("registry was down for {:?}", down.elapsed());
+
+    let done = wait_done(&c, &ns.name, "through-outage");
+    assert_eq!(
+        (
+            kruise::count(&done, "succeeded"),
+            kruise::count(&done, "failed")
+        ),
+        (nodes.len() as i64, 0),
+        "{}",
+        kruise::describe(&done)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
