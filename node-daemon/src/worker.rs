@@ -407,7 +407,7 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
             return Outcome::failed(
                 "deadline",
                 format!(
-                    "{}; last error: {last_error}",
+                    "{}; last error: {last_error}{unusable}",
                     deadline_message(t, "retrying")
                 ),
             );
@@ -444,9 +444,6 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
                 tracing::debug!(tag = %rep.key, reason = e.reason(), "runtime refused the pull");
                 last_reason = e.reason();
                 last_error = e.to_string();
-                if matches!(e, CriError::Unauthorized(_)) {
-                    last_error.push_str(&unusable);
-                }
             }
             Err(_) => {
                 last_reason = "timeout";
@@ -470,14 +467,14 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
         return Outcome::failed(
             "deadline",
             format!(
-                "{}; last error: {last_error}",
+                "{}; last error: {last_error}{unusable}",
                 deadline_message(t, "pulling")
             ),
         );
     }
     Outcome::failed(
         last_reason,
-        format!("pull failed after {attempts} attempts: {last_error}"),
+        format!("pull failed after {attempts} attempts: {last_error}{unusable}"),
     )
 }
 
