@@ -48,7 +48,7 @@ pub async fn run(
         "imageprepulljob-nodes",
         Api::all(client.clone()),
         node_writer,
-        reconcile::trim_node,
+        crate::nodes::trim_node,
         SyncSignals {
             synced: nodes_synced.clone(),
             check: readiness.check("imageprepulljob-nodes-synced").await,
@@ -64,13 +64,15 @@ pub async fn run(
         jobs.clone(),
     );
     let state = Arc::new(reconcile::State {
-        ctx,
-        nodeimages: nodeimages.store,
-        nodeimages_synced: nodeimages.synced,
+        shared: crate::jobshell::Shared {
+            ctx,
+            nodeimages: nodeimages.store,
+            nodeimages_synced: nodeimages.synced,
+        },
         nodes,
         nodes_synced,
     });
-    let changes = TagChanges::new(plan::KIND, "operations.kubeedge.io");
+    let changes = TagChanges::new(plan::KIND, crate::nodetasks::GROUP);
     tracing::info!("imageprepulljob controller starting");
     controller
         .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
@@ -88,7 +90,11 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .run(
+            crate::jobshell::reconcile,
+            crate::jobshell::error_policy,
+            state,
+        )
         .for_each(|result| {
             lifecycle::log_outcome("imageprepulljob", result);
             std::future::ready(())
@@ -99,7 +105,7 @@ pub async fn run(
 
 /// What of a Node matters to a job, to pass on only its changes.
 mod node_key {
-    use super::reconcile::node_info;
+    use crate::nodes::node_info;
     use k8s_openapi::api::core::v1::Node;
     use std::collections::BTreeMap;
 

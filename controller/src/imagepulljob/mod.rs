@@ -81,9 +81,11 @@ pub async fn run(
     let jobs_for_pods = jobs.clone();
     let jobs_for_secrets = jobs.clone();
     let state = Arc::new(reconcile::State {
-        ctx,
-        nodeimages: nodeimages.store,
-        nodeimages_synced: nodeimages.synced,
+        shared: crate::jobshell::Shared {
+            ctx,
+            nodeimages: nodeimages.store,
+            nodeimages_synced: nodeimages.synced,
+        },
         pods,
         pods_synced,
         jobs: jobs.clone(),
@@ -125,7 +127,11 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .run(
+            crate::jobshell::reconcile,
+            crate::jobshell::error_policy,
+            state,
+        )
         .for_each(|result| {
             lifecycle::log_outcome("imagepulljob", result);
             std::future::ready(())

@@ -18,7 +18,7 @@ mod reconcile;
 use crate::context::Context;
 use crate::lifecycle;
 use crate::nodeimages::Subscription;
-use crate::rollout;
+use crate::nodes;
 use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
@@ -34,10 +34,10 @@ use tokio::sync::watch as signal;
 
 /// What of a Node matters to a job, to pass on only its changes: labels,
 /// readiness, whether it gets a NodeImage, and its KubeEdge version.
-type NodeKey = (rollout::NodeInfo, Option<String>);
+type NodeKey = (nodes::NodeInfo, Option<String>);
 
 fn node_key(n: &Node) -> NodeKey {
-    (rollout::node_info(n), reconcile::node_version(n))
+    (nodes::node_info(n), reconcile::node_version(n))
 }
 
 /// Runs the NodeUpgradeJob controller until `stop` turns true.
@@ -55,7 +55,7 @@ pub async fn run(
         "nodeupgradejob-nodes",
         Api::all(client.clone()),
         node_writer,
-        rollout::trim_node,
+        nodes::trim_node,
         SyncSignals {
             synced: nodes_synced.clone(),
             check: readiness.check("nodeupgradejob-nodes-synced").await,
@@ -72,13 +72,15 @@ pub async fn run(
     );
     let _ = ctx.metrics.caches.node_upgrade_jobs.set(jobs.clone());
     let state = Arc::new(reconcile::State {
-        ctx,
-        nodeimages: nodeimages.store,
-        nodeimages_synced: nodeimages.synced,
+        shared: crate::jobshell::Shared {
+            ctx,
+            nodeimages: nodeimages.store,
+            nodeimages_synced: nodeimages.synced,
+        },
         nodes,
         nodes_synced,
     });
-    let changes = TagChanges::new(plan::KIND, plan::GROUP);
+    let changes = TagChanges::new(plan::KIND, crate::nodetasks::GROUP);
     tracing::info!("nodeupgradejob controller starting");
     controller
         .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
@@ -96,7 +98,11 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .run(
+            crate::jobshell::reconcile,
+            crate::jobshell::error_policy,
+            state,
+        )
         .for_each(|result| {
             lifecycle::log_outcome("nodeupgradejob", result);
             std::future::ready(())

@@ -57,7 +57,7 @@ fn nodeimage(name: &str, created: i64, tags: &[Tag<'_>]) -> Arc<NodeImage> {
         let Some((phase, message)) = entry else {
             continue;
         };
-        let e = crate::imagepulljob::plan::entry_for(image).unwrap_or_else(|e| panic!("{e}"));
+        let e = crate::rollout::entry_for(image).unwrap_or_else(|e| panic!("{e}"));
         images
             .entry(e.image.clone())
             .or_default()
