@@ -6,7 +6,10 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage};
+use nodeimage_api::kruise::{
+    CompletionPolicy, CompletionPolicyType, ImagePullJobTemplate, ImagePullPhase, ImageTagStatus,
+    NodeImage,
+};
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -338,10 +341,34 @@ pub fn apply_deadline(nodes: Vec<(String, NodeState)>, reason: &str) -> Vec<(Str
         .collect()
 }
 
+/// An OpenKruise job's completion policy, and whether it completes at all
+/// (type `Always`, the default).
+pub fn completion(t: &ImagePullJobTemplate) -> (CompletionPolicy, bool) {
+    let cp = t.completion_policy.clone().unwrap_or_default();
+    let always = cp.type_.unwrap_or_default() == CompletionPolicyType::Always;
+    (cp, always)
+}
+
+/// A completed job's `ttlSecondsAfterFinished`: whether the job is due for
+/// deletion, and how long until it is.
+pub fn ttl_due(
+    done: DateTime<Utc>,
+    ttl: Option<i32>,
+    now: DateTime<Utc>,
+) -> (bool, Option<std::time::Duration>) {
+    match ttl {
+        Some(ttl) => {
+            let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
+            (now >= due, (due - now).to_std().ok())
+        }
+        None => (false, None),
+    }
+}
+
 /// KubeEdge's failure tolerance: parses `"0.1"`-style text (unset means 0.1).
 pub fn parse_tolerance(s: Option<&str>) -> Result<f64, String> {
     match s.map(str::trim) {
-        None | Some("") => Ok(0.1),
+        None | Some("") => Ok(nodeimage_api::defaults::FAILURE_TOLERATE),
         Some(t) => match t.parse::<f64>() {
             Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
             _ => Err(format!(

@@ -15,7 +15,7 @@
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
 pub use crate::nodes::NodeInfo;
-use crate::nodetasks::{self, Announce, Job, NodeTask, Precheck, Step, Working, action};
+use crate::nodetasks::{self, Announce, Job, NodeTask, Precheck, Working, action};
 use crate::rollout::{self, Entry, EntryState, NodeState};
 pub use crate::rollout::{cap, rfc3339};
 use chrono::{DateTime, Utc};
@@ -31,7 +31,6 @@ use std::time::Duration;
 
 #[cfg(test)]
 use nodetasks::{API_VERSION, NODEIMAGE_WAIT};
-use nodetasks::{STATUS_BUDGET_BYTES, rows_size};
 
 /// Kind name in tag owner references.
 pub const KIND: &str = "ImagePrePullJob";
@@ -85,7 +84,7 @@ pub struct Inputs<'a> {
 }
 
 /// What to do.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// The job's new status.
     pub status: ImagePrePullJobStatus,
@@ -234,27 +233,11 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         inp.nodeimages,
         inp.now,
     );
-    let p = match step {
-        Step::Finished => {
-            return Plan {
-                status: old,
-                finished: true,
-                ..Plan::default()
-            };
-        }
-        Step::FailedAtInit { phase, events } => {
-            return Plan {
-                status: with_phase(old, phase),
-                events,
-                finished: true,
-                ..Plan::default()
-            };
-        }
-        Step::Planned(p) => p,
-    };
-    let mut status = with_phase(old, p.phase);
-    status.status = Some(p.rows);
-    let requests = if p.write_to.is_empty() {
+    let mut status = with_phase(old, step.phase);
+    if let Some(rows) = step.rows {
+        status.status = Some(rows);
+    }
+    let requests = if step.write_to.is_empty() {
         vec![]
     } else {
         kind.requests()
@@ -262,11 +245,11 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     Plan {
         status,
         requests,
-        write_to: p.write_to,
-        events: p.events,
-        requeue_after: p.requeue_after,
-        finished: p.finished,
-        summarised: p.summarised,
+        write_to: step.write_to,
+        events: step.events,
+        requeue_after: step.requeue_after,
+        finished: step.finished,
+        summarised: step.summarised,
     }
 }
 
@@ -428,13 +411,9 @@ impl NodeTask for PrePull<'_> {
                 Some(action::SUCCESS),
                 None,
             ),
-            NodeState::Failed(timeout_reason) if timed_out => status(
-                name,
-                state::FAILED,
-                Some(event::TIMEOUT),
-                Some(action::FAILURE),
-                Some(timeout_reason.clone()),
-            ),
+            NodeState::Failed(reason) if timed_out => {
+                nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
+            }
             NodeState::Failed(_) | NodeState::NotStarted => {
                 let failures: Vec<&str> = states
                     .iter()
@@ -502,32 +481,28 @@ fn distinct<'a>(messages: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// Cuts per-node detail, step by step, until the rows fit
-/// [`STATUS_BUDGET_BYTES`]; returns how far it went.
+/// [`nodetasks::STATUS_BUDGET_BYTES`]; returns how far it went.
 pub fn summarise(rows: &mut [ImagePrePullStatus]) -> Summary {
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return Summary::Full;
+    let steps: [fn(&mut ImagePrePullStatus); 3] = [
+        |r| {
+            if r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::SUCCESSFUL) {
+                r.image_status = None;
+            }
+        },
+        |r| r.image_status = None,
+        |r| {
+            if let Some(s) = r.node_status.as_mut() {
+                s.reason = None;
+                s.time = None;
+            }
+        },
+    ];
+    match nodetasks::fit(rows, &steps) {
+        0 => Summary::Full,
+        1 => Summary::NoSuccessfulImages,
+        2 => Summary::NoImages,
+        _ => Summary::Minimal,
     }
-    for r in rows.iter_mut() {
-        if r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::SUCCESSFUL) {
-            r.image_status = None;
-        }
-    }
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return Summary::NoSuccessfulImages;
-    }
-    for r in rows.iter_mut() {
-        r.image_status = None;
-    }
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return Summary::NoImages;
-    }
-    for r in rows.iter_mut() {
-        if let Some(s) = r.node_status.as_mut() {
-            s.reason = None;
-            s.time = None;
-        }
-    }
-    Summary::Minimal
 }
 
 #[cfg(test)]

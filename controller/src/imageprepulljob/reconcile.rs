@@ -3,19 +3,13 @@
 //! The skeleton (finalizer, errors, retries) is `jobshell`'s.
 
 use super::plan::{self, Inputs, Secrets};
-use crate::jobshell::{self, Error, JobKind, JobReconciler, Shared};
-use crate::nodes::{NodeInfo, node_info};
+use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs};
 use crate::pullsecrets;
 use crate::tagwrites;
-use crate::watch::Synced;
 use chrono::Utc;
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
-use nodeimage_api::{ImagePrePullJob, NodeImage};
-use std::collections::BTreeMap;
+use nodeimage_api::ImagePrePullJob;
 use std::sync::Arc;
 
 /// Finalizer that lets a deleted job take its entries and secret copy back.
@@ -23,22 +17,9 @@ pub const FINALIZER: &str = "nodeimage.dev/imageprepulljob-cleanup";
 
 impl JobKind for ImagePrePullJob {
     const KIND: &'static str = plan::KIND;
+    const NAME: &'static str = "imageprepulljob";
     const FINALIZER: &'static str = FINALIZER;
     const EVENT_ACTION: &'static str = "PrePull";
-
-    fn api(client: kube::Client, _: &Self) -> Api<Self> {
-        Api::all(client)
-    }
-}
-
-/// What the reconciler reads from.
-pub struct State {
-    /// Context and NodeImages.
-    pub shared: Shared,
-    /// Every Node, trimmed to labels and the Ready condition.
-    pub nodes: Store<Node>,
-    /// Whether `nodes` has been listed.
-    pub nodes_synced: Synced,
 }
 
 /// `ImagePrePullJob//name`: the job in the secret copies' references.
@@ -46,16 +27,8 @@ fn job_key(job: &ImagePrePullJob) -> String {
     format!("{}//{}", plan::KIND, job.name_any())
 }
 
-impl JobReconciler for State {
+impl JobReconciler for NodeJobs<ImagePrePullJob> {
     type Job = ImagePrePullJob;
-
-    fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
-    fn synced(&self) -> bool {
-        self.nodes_synced.get() && self.shared.nodeimages_synced.get()
-    }
 
     /// Takes the job's entries out of every NodeImage and releases its secret copy.
     async fn cleanup(&self, job: &ImagePrePullJob) -> Result<(), Error> {
@@ -75,19 +48,7 @@ impl JobReconciler for State {
         } else {
             secrets(&job, ctx).await?
         };
-        let nodes: BTreeMap<String, NodeInfo> = self
-            .nodes
-            .state()
-            .iter()
-            .map(|n| (n.name_any(), node_info(n)))
-            .collect();
-        let nodeimages: BTreeMap<String, Arc<NodeImage>> = self
-            .shared
-            .nodeimages
-            .state()
-            .into_iter()
-            .map(|ni| (ni.name_any(), ni))
-            .collect();
+        let (nodes, nodeimages) = self.snapshot();
         let now = Utc::now();
         let p = plan::plan(Inputs {
             job: &job,

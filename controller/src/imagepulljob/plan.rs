@@ -187,24 +187,12 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     let job = inp.job;
     let old = job.status.clone().unwrap_or_default();
     let now = inp.now;
-    let cp = job
-        .spec
-        .template
-        .completion_policy
-        .clone()
-        .unwrap_or_default();
-    let always = cp.type_.unwrap_or_default() == CompletionPolicyType::Always;
+    let (cp, always) = crate::rollout::completion(&job.spec.template);
     let mut events = Vec::new();
 
     // A completed job only waits for its TTL.
     if let Some(done) = old.completion_time.as_ref().map(instant) {
-        let (delete, requeue_after) = match cp.ttl_seconds_after_finished {
-            Some(ttl) => {
-                let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
-                (now >= due, (due - now).to_std().ok())
-            }
-            None => (false, None),
-        };
+        let (delete, requeue_after) = rollout::ttl_due(done, cp.ttl_seconds_after_finished, now);
         return Plan {
             status: old,
             request: None,

@@ -3,7 +3,7 @@
 //! (finalizer, errors, retries) is `jobshell`'s.
 
 use super::plan::{self, Inputs, PodInfo};
-use crate::jobshell::{self, Error, JobKind, JobReconciler, Shared, api_err};
+use crate::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
 use crate::pullsecrets;
 use crate::tagwrites;
 use crate::watch::Synced;
@@ -24,6 +24,7 @@ const RUNNING_RESYNC: Duration = Duration::from_secs(60);
 
 impl JobKind for ImagePullJob {
     const KIND: &'static str = super::KIND;
+    const NAME: &'static str = "imagepulljob";
     const FINALIZER: &'static str = FINALIZER;
     const EVENT_ACTION: &'static str = "Reconcile";
 
@@ -80,9 +81,7 @@ fn job_key(job: &ImagePullJob) -> String {
     )
 }
 
-impl JobReconciler for State {
-    type Job = ImagePullJob;
-
+impl Caches for State {
     fn shared(&self) -> &Shared {
         &self.shared
     }
@@ -90,6 +89,10 @@ impl JobReconciler for State {
     fn synced(&self) -> bool {
         self.shared.nodeimages_synced.get() && self.pods_synced.get()
     }
+}
+
+impl JobReconciler for State {
+    type Job = ImagePullJob;
 
     /// Takes the job's entries out of every NodeImage and releases its
     /// secrets. The entries of every other ImagePullJob being deleted go in

@@ -19,9 +19,11 @@
 //! - Once every node has finished, the job fails when
 //!   `failed / total > failureTolerate`, and succeeds otherwise.
 
+#[cfg(test)]
+pub mod fixtures;
 mod step;
 
-pub use step::{Node, Planned, Step, step, task};
+pub use step::{Node, Planned, step, task, timed_out};
 
 use crate::jobevents::JobEvent;
 use crate::rollout::{Entry, EntryState, NodeState};
@@ -245,4 +247,16 @@ pub fn rows_size<R: Serialize>(rows: &[R]) -> usize {
     serde_json::to_vec(rows)
         .map(|v| v.len())
         .unwrap_or(usize::MAX)
+}
+
+/// Applies `steps` to every row, one step at a time, until the rows fit
+/// [`STATUS_BUDGET_BYTES`]; returns how many steps it took.
+pub fn fit<R: Serialize>(rows: &mut [R], steps: &[fn(&mut R)]) -> usize {
+    for (taken, step) in steps.iter().enumerate() {
+        if rows_size(rows) <= STATUS_BUDGET_BYTES {
+            return taken;
+        }
+        rows.iter_mut().for_each(step);
+    }
+    steps.len()
 }

@@ -56,26 +56,14 @@ impl<K: NodeTask> Node<K> {
 }
 
 /// What the engine decided.
-pub enum Step<K: NodeTask> {
-    /// The job had finished before: nothing changes.
-    Finished,
-    /// The job fails before any node starts; the rows stay as they were.
-    FailedAtInit {
-        /// The job's new phase.
-        phase: Phase,
-        /// Events to publish.
-        events: Vec<JobEvent>,
-    },
-    /// The job runs, or finishes in this step.
-    Planned(Planned<K>),
-}
-
-/// A step of a running job.
 pub struct Planned<K: NodeTask> {
+    /// The job had finished before: nothing changes.
+    pub was_finished: bool,
     /// The job's new phase.
     pub phase: Phase,
-    /// The per-node rows, summarised to fit.
-    pub rows: Vec<K::Row>,
+    /// The per-node rows, summarised to fit; None: as they were (the job
+    /// finished before, or fails before any node starts).
+    pub rows: Option<Vec<K::Row>>,
     /// Each node's situation, in row order.
     pub nodes: Vec<(String, Node<K>)>,
     /// Nodes to write the entries to: newly started ones, and working ones
@@ -85,10 +73,27 @@ pub struct Planned<K: NodeTask> {
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
     pub requeue_after: Option<Duration>,
-    /// Every node has finished.
+    /// Every node has finished (now or before).
     pub finished: bool,
     /// How far the rows were summarised.
     pub summarised: K::Summary,
+}
+
+impl<K: NodeTask> Planned<K> {
+    /// A final step: the phase, no rows to change, nothing to write.
+    fn done(was_finished: bool, phase: Phase, events: Vec<JobEvent>) -> Self {
+        Planned {
+            was_finished,
+            phase,
+            rows: None,
+            nodes: vec![],
+            write_to: vec![],
+            events,
+            requeue_after: None,
+            finished: true,
+            summarised: K::Summary::default(),
+        }
+    }
 }
 
 /// Decides the job's next step.
@@ -98,10 +103,10 @@ pub fn step<K: NodeTask>(
     nodes: &BTreeMap<String, NodeInfo>,
     nodeimages: &BTreeMap<String, Arc<NodeImage>>,
     now: DateTime<Utc>,
-) -> Step<K> {
+) -> Planned<K> {
     let old = &job.old;
     if is_final(old.state.as_deref()) {
-        return Step::Finished;
+        return Planned::done(true, old.clone(), vec![]);
     }
     let mut events = Vec::new();
     let first_look = old.state.as_deref().unwrap_or_default().is_empty();
@@ -315,16 +320,17 @@ pub fn step<K: NodeTask>(
         }
         wait
     });
-    Step::Planned(Planned {
+    Planned {
+        was_finished: false,
         phase,
-        rows: node_rows,
+        rows: Some(node_rows),
         nodes: rows,
         write_to,
         events,
         requeue_after,
         finished,
         summarised,
-    })
+    }
 }
 
 /// What tracking a node reads.
@@ -389,6 +395,19 @@ pub fn task(
         reason: reason.map(|r| cap(&r, max_reason)),
         time: None,
     }
+}
+
+/// The row of a node that ran out of time (event TimeOut).
+pub fn timed_out(name: &str, reason: &str, max_reason: usize) -> TaskStatus {
+    let (ev, act) = (Some(event::TIMEOUT), Some(action::FAILURE));
+    task(
+        name,
+        state::FAILED,
+        ev,
+        act,
+        Some(reason.into()),
+        max_reason,
+    )
 }
 
 /// The status row of one node.
@@ -470,19 +489,17 @@ fn fail_at_init<K: NodeTask>(
     mut events: Vec<JobEvent>,
     reason: String,
     now: DateTime<Utc>,
-) -> Step<K> {
+) -> Planned<K> {
     events.push(JobEvent::warning(
         "Finished",
         format!("Finished {}: {reason}", state::FAILED),
     ));
-    Step::FailedAtInit {
-        phase: Phase {
-            state: Some(state::FAILED.into()),
-            event: Some(event::INIT.into()),
-            action: Some(action::FAILURE.into()),
-            reason: Some(reason),
-            time: Some(rfc3339(now)),
-        },
-        events,
-    }
+    let phase = Phase {
+        state: Some(state::FAILED.into()),
+        event: Some(event::INIT.into()),
+        action: Some(action::FAILURE.into()),
+        reason: Some(reason),
+        time: Some(rfc3339(now)),
+    };
+    Planned::done(false, phase, events)
 }

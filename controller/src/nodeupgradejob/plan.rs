@@ -23,7 +23,7 @@
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
 use crate::nodes::NodeInfo;
-use crate::nodetasks::{self, Announce, Job, Node, NodeTask, Precheck, Step, Working, action};
+use crate::nodetasks::{self, Announce, Job, Node, NodeTask, Precheck, Working, action};
 use crate::rollout::{self, Entry, EntryState, NodeState, cap};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(test)]
 use nodetasks::{STATUS_BUDGET_BYTES, rows_size};
 #[cfg(test)]
 use rollout::rfc3339;
@@ -94,7 +95,7 @@ pub struct Inputs<'a> {
 }
 
 /// What to do.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// The job's new status.
     pub status: NodeUpgradeJobStatus,
@@ -187,7 +188,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         version,
     };
     let old_rows = old.node_status.clone().unwrap_or_default();
-    let step = nodetasks::step(
+    let p = nodetasks::step(
         &kind,
         Job {
             uid: uid.clone(),
@@ -210,28 +211,13 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         inp.nodeimages,
         inp.now,
     );
-    let p = match step {
-        Step::Finished => {
-            return Plan {
-                status: old,
-                release_from: owning_nodes(inp.nodeimages, &uid),
-                finished: true,
-                ..Plan::default()
-            };
-        }
-        Step::FailedAtInit { phase, events } => {
-            return Plan {
-                status: with_phase(old, phase),
-                events,
-                finished: true,
-                ..Plan::default()
-            };
-        }
-        Step::Planned(p) => p,
+    let (current_version, historic_version) = match &p.rows {
+        Some(_) => kind.versions(&old, &p),
+        None => (old.current_version.clone(), old.historic_version.clone()),
     };
-    let (current_version, historic_version) = kind.versions(&old, &p);
     let request = (!p.write_to.is_empty()).then(|| kind.request());
-    // Only results already recorded (in the status we read) release entries.
+    // Only results already recorded (in the status we read) release entries;
+    // a job that had finished releases every entry.
     let recorded: BTreeSet<&str> = old_rows
         .iter()
         .filter(|t| nodetasks::is_final(t.state.as_deref()))
@@ -239,12 +225,12 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         .collect();
     let release_from: Vec<String> = owning_nodes(inp.nodeimages, &uid)
         .into_iter()
-        .filter(|n| recorded.contains(n.as_str()))
+        .filter(|n| p.was_finished || (p.rows.is_some() && recorded.contains(n.as_str())))
         .collect();
     let status = NodeUpgradeJobStatus {
         current_version,
         historic_version,
-        node_status: Some(p.rows),
+        node_status: p.rows.or(old.node_status.clone()),
         ..with_phase(old, p.phase)
     };
     Plan {
@@ -349,6 +335,7 @@ impl Upgrade<'_> {
         let any_successful = p
             .rows
             .iter()
+            .flatten()
             .any(|t| t.state.as_deref() == Some(state::SUCCESSFUL));
         let current = if any_successful {
             Some(version.clone())
@@ -475,13 +462,9 @@ impl NodeTask for Upgrade<'_> {
                     reason,
                 )
             }
-            NodeState::Failed(reason) if timed_out => task(
-                name,
-                state::FAILED,
-                Some(event::TIMEOUT),
-                Some(action::FAILURE),
-                Some(reason.clone()),
-            ),
+            NodeState::Failed(reason) if timed_out => {
+                nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
+            }
             NodeState::Failed(reason) => {
                 let (ev, act) = failed_step(upgrade, reason);
                 task(
@@ -606,31 +589,23 @@ fn failed_step(upgrade: Option<UpgradeState>, reason: &str) -> (&'static str, &'
     }
 }
 
-/// Shortens reasons until the rows fit [`STATUS_BUDGET_BYTES`]: successful
+/// Shortens reasons until the rows fit [`nodetasks::STATUS_BUDGET_BYTES`]: successful
 /// nodes lose theirs, then failure reasons are cut to 64 characters, then
 /// every reason and time goes.
 pub fn summarise(rows: &mut [TaskStatus]) {
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return;
-    }
-    for r in rows.iter_mut() {
-        if r.state.as_deref() == Some(state::SUCCESSFUL) {
+    let steps: [fn(&mut TaskStatus); 3] = [
+        |r| {
+            if r.state.as_deref() == Some(state::SUCCESSFUL) {
+                r.reason = None;
+            }
+        },
+        |r| r.reason = r.reason.as_deref().map(|s| cap(s, 64)),
+        |r| {
             r.reason = None;
-        }
-    }
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return;
-    }
-    for r in rows.iter_mut() {
-        r.reason = r.reason.as_deref().map(|s| cap(s, 64));
-    }
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return;
-    }
-    for r in rows.iter_mut() {
-        r.reason = None;
-        r.time = None;
-    }
+            r.time = None;
+        },
+    ];
+    nodetasks::fit(rows, &steps);
 }
 
 #[cfg(test)]

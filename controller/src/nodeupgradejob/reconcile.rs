@@ -4,18 +4,14 @@
 //! retries) is `jobshell`'s.
 
 use super::plan::{self, Inputs};
-use crate::jobshell::{self, Error, JobKind, JobReconciler, Shared};
-use crate::nodes::{NodeInfo, node_info};
+use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs};
 use crate::tagwrites;
-use crate::watch::Synced;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
+use nodeimage_api::NodeUpgradeJob;
 use nodeimage_api::kubeedge::kubeedge_version_of_kubelet;
-use nodeimage_api::{NodeImage, NodeUpgradeJob};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -24,22 +20,9 @@ pub const FINALIZER: &str = "nodeimage.dev/nodeupgradejob-cleanup";
 
 impl JobKind for NodeUpgradeJob {
     const KIND: &'static str = plan::KIND;
+    const NAME: &'static str = "nodeupgradejob";
     const FINALIZER: &'static str = FINALIZER;
     const EVENT_ACTION: &'static str = "Upgrade";
-
-    fn api(client: kube::Client, _: &Self) -> Api<Self> {
-        Api::all(client)
-    }
-}
-
-/// What the reconciler reads from.
-pub struct State {
-    /// Context and NodeImages.
-    pub shared: Shared,
-    /// Every Node, trimmed to labels, Ready and the kubelet version.
-    pub nodes: Store<Node>,
-    /// Whether `nodes` has been listed.
-    pub nodes_synced: Synced,
 }
 
 /// The KubeEdge version a Node reports (`kubeletVersion` ending in `-kubeedge-vX.Y.Z`).
@@ -48,16 +31,8 @@ pub fn node_version(n: &Node) -> Option<String> {
     kubeedge_version_of_kubelet(v)
 }
 
-impl JobReconciler for State {
+impl JobReconciler for NodeJobs<NodeUpgradeJob> {
     type Job = NodeUpgradeJob;
-
-    fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
-    fn synced(&self) -> bool {
-        self.nodes_synced.get() && self.shared.nodeimages_synced.get()
-    }
 
     async fn cleanup(&self, job: &NodeUpgradeJob) -> Result<(), Error> {
         if let Some(uid) = job.uid() {
@@ -69,21 +44,12 @@ impl JobReconciler for State {
 
     async fn apply(&self, job: Arc<NodeUpgradeJob>) -> Result<Action, Error> {
         let ctx = &self.shared.ctx;
-        let nodes_list = self.nodes.state();
-        let nodes: BTreeMap<String, NodeInfo> = nodes_list
-            .iter()
-            .map(|n| (n.name_any(), node_info(n)))
-            .collect();
-        let versions: BTreeMap<String, String> = nodes_list
+        let (nodes, nodeimages) = self.snapshot();
+        let versions: BTreeMap<String, String> = self
+            .nodes
+            .state()
             .iter()
             .filter_map(|n| Some((n.name_any(), node_version(n)?)))
-            .collect();
-        let nodeimages: BTreeMap<String, Arc<NodeImage>> = self
-            .shared
-            .nodeimages
-            .state()
-            .into_iter()
-            .map(|ni| (ni.name_any(), ni))
             .collect();
         let now = Utc::now();
         let p = plan::plan(Inputs {
