@@ -16,6 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::clock::instant;
 use crate::nodes::NodeInfo;
 
+/// Added to a finished tag entry's lifetime, so the job reads the result
+/// before the entry goes.
+pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
 /// Reason of a named node that does not exist.
 pub const NOT_FOUND: &str = "not found";
 /// Reason of a node whose Ready condition is not True.

@@ -18,7 +18,6 @@ pub const FINALIZER: &str = "nodeimage.dev/imageprepulljob-cleanup";
 impl JobKind for ImagePrePullJob {
     const KIND: &'static str = plan::KIND;
     const NAME: &'static str = "imageprepulljob";
-    const FINALIZER: &'static str = FINALIZER;
     const EVENT_ACTION: &'static str = "PrePull";
 }
 
@@ -29,6 +28,7 @@ fn job_key(job: &ImagePrePullJob) -> String {
 
 impl JobReconciler for NodeJobs<ImagePrePullJob> {
     type Job = ImagePrePullJob;
+    const FINALIZER: &'static str = FINALIZER;
 
     /// Takes the job's entries out of every NodeImage and releases its secret copy.
     async fn cleanup(&self, job: &ImagePrePullJob) -> Result<(), Error> {

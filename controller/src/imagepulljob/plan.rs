@@ -19,8 +19,6 @@ use nodeimage_api::kruise::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Added to a finished entry's lifetime so the job reads the result first.
-pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
 /// How long a Never job's entry lives before it is re-added (re-pulled): a day.
 pub const NEVER_ENTRY_TTL_SECONDS: i32 = 86_400;
 /// Smallest per-entry deadline of a Never job.
@@ -156,7 +154,8 @@ pub fn entry_pull_policy(job: &ImagePullJob) -> ImageTagPullPolicy {
                 timeout_seconds: Some(timeout),
                 backoff_limit: Some(backoff),
                 ttl_seconds_after_finished: Some(
-                    i32::try_from(base.saturating_add(ENTRY_TTL_GRACE_SECONDS)).unwrap_or(i32::MAX),
+                    i32::try_from(base.saturating_add(rollout::ENTRY_TTL_GRACE_SECONDS))
+                        .unwrap_or(i32::MAX),
                 ),
                 active_deadline_seconds: cp.active_deadline_seconds,
             }

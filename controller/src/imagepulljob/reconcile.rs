@@ -25,7 +25,6 @@ const RUNNING_RESYNC: Duration = Duration::from_secs(60);
 impl JobKind for ImagePullJob {
     const KIND: &'static str = super::KIND;
     const NAME: &'static str = "imagepulljob";
-    const FINALIZER: &'static str = FINALIZER;
     const EVENT_ACTION: &'static str = "Reconcile";
 
     fn api(client: kube::Client, job: &Self) -> Api<Self> {
@@ -93,6 +92,7 @@ impl Caches for State {
 
 impl JobReconciler for State {
     type Job = ImagePullJob;
+    const FINALIZER: &'static str = FINALIZER;
 
     /// Takes the job's entries out of every NodeImage and releases its
     /// secrets. The entries of every other ImagePullJob being deleted go in

@@ -8,7 +8,7 @@ mod reconcile;
 mod run;
 mod writes;
 
-pub use reconcile::{error_policy, reconcile};
+pub use reconcile::{error_policy, reconcile, retry};
 pub use run::{
     NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks, wake_owners,
 };
@@ -75,8 +75,6 @@ pub trait JobKind:
     const KIND: &'static str;
     /// Controller name, in logs.
     const NAME: &'static str;
-    /// Finalizer that lets a deleted job take its entries back.
-    const FINALIZER: &'static str;
     /// `action` of the events published on the job.
     const EVENT_ACTION: &'static str;
 
@@ -98,6 +96,8 @@ pub trait Caches {
 pub trait JobReconciler: Caches + Send + Sync + 'static {
     /// The job kind.
     type Job: JobKind;
+    /// Finalizer that lets a deleted job take its entries back.
+    const FINALIZER: &'static str;
     /// Takes a deleted job's entries (and secrets) back.
     fn cleanup(&self, job: &Self::Job) -> impl Future<Output = Result<(), Error>> + Send;
     /// Plans a live job and writes what the plan says.

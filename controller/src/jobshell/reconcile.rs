@@ -27,7 +27,7 @@ pub async fn reconcile<R: JobReconciler>(job: Arc<R::Job>, r: Arc<R>) -> Result<
     let shared = r.shared();
     let _timer = shared.ctx.metrics.reconcile(R::Job::KIND);
     let api = R::Job::api(shared.ctx.client.clone(), &job);
-    let has_finalizer = job.finalizers().iter().any(|f| f == R::Job::FINALIZER);
+    let has_finalizer = job.finalizers().iter().any(|f| f == R::FINALIZER);
     if job.meta().deletion_timestamp.is_some() {
         if !has_finalizer {
             return Ok(Action::await_change());
@@ -38,12 +38,12 @@ pub async fn reconcile<R: JobReconciler>(job: Arc<R::Job>, r: Arc<R>) -> Result<
             return Ok(Action::requeue(NOT_SYNCED_RETRY));
         }
         r.cleanup(&job).await?;
-        tagwrites::set_finalizer(&api, job.as_ref(), R::Job::FINALIZER, false).await?;
+        tagwrites::set_finalizer(&api, job.as_ref(), R::FINALIZER, false).await?;
         tracing::info!(kind = R::Job::KIND, job = %ObjectRef::from_obj(job.as_ref()), "job deleted: its entries are released");
         return Ok(Action::await_change());
     }
     if !has_finalizer {
-        tagwrites::set_finalizer(&api, job.as_ref(), R::Job::FINALIZER, true).await?;
+        tagwrites::set_finalizer(&api, job.as_ref(), R::FINALIZER, true).await?;
         // The patch wakes us again with the new object.
         return Ok(Action::await_change());
     }
@@ -57,12 +57,18 @@ pub async fn reconcile<R: JobReconciler>(job: Arc<R::Job>, r: Arc<R>) -> Result<
 
 /// Logs the failure and retries: a conflict soon (re-plan), else after a while.
 pub fn error_policy<R: JobReconciler>(job: Arc<R::Job>, error: &Error, r: Arc<R>) -> Action {
-    let job = ObjectRef::from_obj(job.as_ref());
+    retry(job.as_ref(), error, &r.shared().ctx)
+}
+
+/// The error policy of every job kind: a conflict is retried soon
+/// (re-plan), any other failure is counted, logged and retried later.
+pub fn retry<K: JobKind>(job: &K, error: &Error, ctx: &crate::context::Context) -> Action {
+    let job = ObjectRef::from_obj(job);
     if error.is_conflict() {
-        tracing::debug!(kind = R::Job::KIND, %job, %error, "write conflict; re-planning");
+        tracing::debug!(kind = K::KIND, %job, %error, "write conflict; re-planning");
         return Action::requeue(CONFLICT_RETRY);
     }
-    r.shared().ctx.metrics.error(R::Job::KIND);
-    tracing::warn!(kind = R::Job::KIND, %job, %error, "reconcile failed; retrying in 5s");
+    ctx.metrics.error(K::KIND);
+    tracing::warn!(kind = K::KIND, %job, %error, "reconcile failed; retrying in 5s");
     Action::requeue(ERROR_RETRY)
 }

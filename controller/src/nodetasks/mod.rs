@@ -39,9 +39,6 @@ use std::time::Duration;
 pub const API_VERSION: &str = "operations.kubeedge.io/v1alpha1";
 /// API group of the KubeEdge kinds.
 pub const GROUP: &str = "operations.kubeedge.io";
-/// Added to the node timeout to give a finished tag entry's lifetime, so
-/// the job reads the result before the entry goes.
-pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
 /// Serialised per-node status above which details are summarised, leaving
 /// room in the 1 MiB object for the spec (5,000 node names), kubectl's
 /// last-applied annotation (the spec again) and the managed fields.
@@ -234,7 +231,8 @@ pub fn owner_ref(kind: &str, name: String, uid: Option<String>) -> ObjectReferen
 
 /// A finished entry's lifetime: the node timeout plus a grace period.
 pub fn entry_ttl(timeout: i64) -> i32 {
-    i32::try_from(timeout.saturating_add(ENTRY_TTL_GRACE_SECONDS)).unwrap_or(i32::MAX)
+    i32::try_from(timeout.saturating_add(crate::rollout::ENTRY_TTL_GRACE_SECONDS))
+        .unwrap_or(i32::MAX)
 }
 
 /// Whether a job or node state is final.

@@ -21,7 +21,6 @@ pub const FINALIZER: &str = "nodeimage.dev/nodeupgradejob-cleanup";
 impl JobKind for NodeUpgradeJob {
     const KIND: &'static str = plan::KIND;
     const NAME: &'static str = "nodeupgradejob";
-    const FINALIZER: &'static str = FINALIZER;
     const EVENT_ACTION: &'static str = "Upgrade";
 }
 
@@ -33,6 +32,7 @@ pub fn node_version(n: &Node) -> Option<String> {
 
 impl JobReconciler for NodeJobs<NodeUpgradeJob> {
     type Job = NodeUpgradeJob;
+    const FINALIZER: &'static str = FINALIZER;
 
     async fn cleanup(&self, job: &NodeUpgradeJob) -> Result<(), Error> {
         if let Some(uid) = job.uid() {
