@@ -310,16 +310,6 @@ impl PrePull<'_> {
     }
 }
 
-fn status(
-    name: &str,
-    state: &str,
-    ev: Option<&str>,
-    act: Option<&str>,
-    reason: Option<String>,
-) -> TaskStatus {
-    nodetasks::task(name, state, ev, act, reason, MAX_REASON_CHARS)
-}
-
 impl NodeTask for PrePull<'_> {
     type Row = ImagePrePullStatus;
     type Detail = Vec<EntryState>;
@@ -400,17 +390,11 @@ impl NodeTask for PrePull<'_> {
             .collect();
         let node_status = match node_state {
             NodeState::Active(since) => {
-                let mut s = status(name, state::PULLING, Some(event::PULL), None, None);
+                let mut s = nodetasks::task(name, state::PULLING, Some(event::PULL), None, None, 0);
                 s.time = since.map(rfc3339);
                 s
             }
-            NodeState::Succeeded => status(
-                name,
-                state::SUCCESSFUL,
-                Some(event::PULL),
-                Some(action::SUCCESS),
-                None,
-            ),
+            NodeState::Succeeded => nodetasks::succeeded(name, event::PULL, None, 0),
             NodeState::Failed(reason) if timed_out => {
                 nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
             }
@@ -427,13 +411,9 @@ impl NodeTask for PrePull<'_> {
                     .map(|m| failure_event(m))
                     .find(|e| *e != event::PULL)
                     .unwrap_or(event::PULL);
-                status(
-                    name,
-                    state::FAILED,
-                    Some(ev),
-                    Some(action::FAILURE),
-                    Some(distinct(&failures).join("; ")),
-                )
+                let reason = Some(distinct(&failures).join("; "));
+                let (st, act) = (state::FAILED, Some(action::FAILURE));
+                nodetasks::task(name, st, Some(ev), act, reason, MAX_REASON_CHARS)
             }
         };
         ImagePrePullStatus {

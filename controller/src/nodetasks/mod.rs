@@ -23,7 +23,7 @@
 pub mod fixtures;
 mod step;
 
-pub use step::{Node, Planned, step, task, timed_out};
+pub use step::{Node, Planned, step, succeeded, task, timed_out};
 
 use crate::jobevents::JobEvent;
 use crate::rollout::{Entry, EntryState, NodeState};

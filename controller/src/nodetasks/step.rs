@@ -397,6 +397,19 @@ pub fn task(
     }
 }
 
+/// The row of a node that succeeded, after step `event`.
+pub fn succeeded(name: &str, event: &str, reason: Option<String>, max_reason: usize) -> TaskStatus {
+    let act = Some(action::SUCCESS);
+    task(
+        name,
+        state::SUCCESSFUL,
+        Some(event),
+        act,
+        reason,
+        max_reason,
+    )
+}
+
 /// The row of a node that ran out of time (event TimeOut).
 pub fn timed_out(name: &str, reason: &str, max_reason: usize) -> TaskStatus {
     let (ev, act) = (Some(event::TIMEOUT), Some(action::FAILURE));

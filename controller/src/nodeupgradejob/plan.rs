@@ -454,13 +454,8 @@ impl NodeTask for Upgrade<'_> {
                         _ => Some(format!("upgraded to {}", self.version)),
                     }
                 });
-                task(
-                    name,
-                    state::SUCCESSFUL,
-                    Some(event::UPGRADE),
-                    Some(action::SUCCESS),
-                    reason,
-                )
+                let reason = reason.filter(|r| !r.is_empty());
+                nodetasks::succeeded(name, event::UPGRADE, reason, MAX_REASON_CHARS)
             }
             NodeState::Failed(reason) if timed_out => {
                 nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
