@@ -9,11 +9,15 @@ mod housekeeping;
 mod imagelistpulljob;
 mod imageprepulljob;
 mod imagepulljob;
+mod jobevents;
+mod jobshell;
 mod leader;
 mod lifecycle;
 mod metrics;
 mod nodeimages;
 mod nodemirror;
+mod nodes;
+mod nodetasks;
 mod nodeupgradejob;
 mod patch;
 mod pullsecrets;
@@ -140,9 +144,21 @@ async fn run(flags: Flags) -> Result<(), Error> {
                 for_housekeeping
             ),
             imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_pull),
-            imageprepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_prepull),
+            jobshell::run_node_tasks(
+                imageprepulljob::WIRING,
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                for_prepull
+            ),
             imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            nodeupgradejob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_upgrade),
+            jobshell::run_node_tasks(
+                nodeupgradejob::WIRING,
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                for_upgrade
+            ),
         )
     };
     let mut work = std::pin::pin!(work);

@@ -4,89 +4,31 @@
 //! Pure: decisions over snapshots and an explicit `now`.
 
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
-use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use kube::ResourceExt;
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
+use nodeimage_api::kruise::{
+    CompletionPolicy, CompletionPolicyType, ImagePullJobTemplate, ImagePullPhase, ImageTagStatus,
+    NodeImage,
+};
+use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::clock::instant;
-use crate::nodemirror::decide;
+use crate::nodes::NodeInfo;
 
+/// Added to a finished tag entry's lifetime, so the job reads the result
+/// before the entry goes.
+pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
 /// Reason of a named node that does not exist.
 pub const NOT_FOUND: &str = "not found";
 /// Reason of a node whose Ready condition is not True.
 pub const NOT_READY: &str = "not ready";
 
-/// A Node, as far as a job's plan cares.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeInfo {
-    /// Node labels.
-    pub labels: BTreeMap<String, String>,
-    /// The Ready condition is True.
-    pub ready: bool,
-    /// The node gets a NodeImage (not virtual, not being deleted).
-    pub wants_nodeimage: bool,
-}
-
-/// What a plan needs of a Node.
-pub fn node_info(n: &Node) -> NodeInfo {
-    let ready = n
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    NodeInfo {
-        labels: n.labels().clone(),
-        ready,
-        wants_nodeimage: decide::wants_nodeimage(&n.metadata),
-    }
-}
-
-/// Keeps only what the plans read of a Node: labels, deletion, the Ready
-/// condition's status and `nodeInfo.kubeletVersion` (where KubeEdge nodes
-/// report their version).
-pub fn trim_node(n: &mut Node) {
-    n.metadata.managed_fields = None;
-    n.metadata.annotations = None;
-    n.metadata.owner_references = None;
-    n.spec = None;
-    if let Some(st) = n.status.as_mut() {
-        let ready: Vec<_> = st
-            .conditions
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| c.type_ == "Ready")
-            .map(|mut c| {
-                c.last_heartbeat_time = None;
-                c.last_transition_time = None;
-                c.message = None;
-                c
-            })
-            .collect();
-        let kubelet_version = st
-            .node_info
-            .take()
-            .map(|i| i.kubelet_version)
-            .filter(|v| !v.is_empty());
-        *st = NodeStatus {
-            conditions: Some(ready),
-            node_info: kubelet_version.map(|kubelet_version| NodeSystemInfo {
-                kubelet_version,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-    }
-}
-
 /// The nodes a job names or selects: `names` in their order (duplicates
 /// dropped), else the nodes whose labels match `selector`, sorted by name.
 pub fn select_nodes(
     names: Option<&[String]>,
-    selector: Option<&LabelSelector>,
+    label_selector: Option<&LabelSelector>,
     nodes: &BTreeMap<String, NodeInfo>,
 ) -> Result<Vec<String>, String> {
     if let Some(names) = names.filter(|n| !n.is_empty()) {
@@ -97,22 +39,15 @@ pub fn select_nodes(
             .cloned()
             .collect());
     }
-    let Some(ls) = selector else {
+    let Some(ls) = label_selector else {
         return Err("set one of nodeNames and labelSelector".into());
     };
-    let sel = Selector {
-        match_labels: ls.match_labels.as_ref(),
-        match_expressions: ls.match_expressions.as_deref(),
-    };
-    let mut out = Vec::new();
-    for (name, node) in nodes {
-        if selector_matches(&sel, &node.labels)
-            .map_err(|e| format!("invalid labelSelector: {e}"))?
-        {
-            out.push(name.clone());
-        }
-    }
-    Ok(out)
+    let sel = selector(ls.clone()).map_err(|e| format!("invalid labelSelector: {e}"))?;
+    Ok(nodes
+        .iter()
+        .filter(|(_, node)| sel.matches(&node.labels))
+        .map(|(name, _)| name.clone())
+        .collect())
 }
 
 /// Why a node cannot start a job's work, if it cannot: its Node does not
@@ -143,40 +78,9 @@ pub fn cap(s: &str, max: usize) -> String {
     out
 }
 
-/// A label selector in its parts (the job kinds spell it differently).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Selector<'a> {
-    /// Labels that must all be equal.
-    pub match_labels: Option<&'a BTreeMap<String, String>>,
-    /// Requirements that must all hold.
-    pub match_expressions: Option<&'a [LabelSelectorRequirement]>,
-}
-
-/// Whether `labels` satisfy the selector; an empty selector matches all.
-pub fn selector_matches(
-    sel: &Selector<'_>,
-    labels: &BTreeMap<String, String>,
-) -> Result<bool, String> {
-    for (k, v) in sel.match_labels.into_iter().flatten() {
-        if labels.get(k) != Some(v) {
-            return Ok(false);
-        }
-    }
-    for req in sel.match_expressions.into_iter().flatten() {
-        let values = req.values.as_deref().unwrap_or_default();
-        let have = labels.get(&req.key);
-        let ok = match req.operator.as_str() {
-            "In" => have.is_some_and(|h| values.contains(h)),
-            "NotIn" => have.is_none_or(|h| !values.contains(h)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            other => return Err(format!("unknown label selector operator {other:?}")),
-        };
-        if !ok {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+/// A label selector as kube's `Selector` (an empty one matches every label set).
+pub fn selector(ls: LabelSelector) -> Result<Selector, String> {
+    Selector::try_from(ls).map_err(|e| e.to_string())
 }
 
 /// A tag entry a job writes: the NodeImage image key and tag.
@@ -186,6 +90,20 @@ pub struct Entry {
     pub image: String,
     /// The tag (or digest).
     pub tag: String,
+}
+
+/// The NodeImage entry (image key, tag) for a job's image, or why it has none.
+pub fn entry_for(image: &str) -> Result<Entry, String> {
+    let r = ImageRef::parse(image).map_err(|e| e.to_string())?;
+    let tag = r
+        .digest
+        .clone()
+        .or_else(|| r.tag.clone())
+        .unwrap_or_else(|| "latest".into());
+    Ok(Entry {
+        image: r.familiar_name(),
+        tag,
+    })
 }
 
 /// Where one entry of a job stands on one node.
@@ -426,10 +344,34 @@ pub fn apply_deadline(nodes: Vec<(String, NodeState)>, reason: &str) -> Vec<(Str
         .collect()
 }
 
+/// An OpenKruise job's completion policy, and whether it completes at all
+/// (type `Always`, the default).
+pub fn completion(t: &ImagePullJobTemplate) -> (CompletionPolicy, bool) {
+    let cp = t.completion_policy.clone().unwrap_or_default();
+    let always = cp.type_.unwrap_or_default() == CompletionPolicyType::Always;
+    (cp, always)
+}
+
+/// A completed job's `ttlSecondsAfterFinished`: whether the job is due for
+/// deletion, and how long until it is.
+pub fn ttl_due(
+    done: DateTime<Utc>,
+    ttl: Option<i32>,
+    now: DateTime<Utc>,
+) -> (bool, Option<std::time::Duration>) {
+    match ttl {
+        Some(ttl) => {
+            let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
+            (now >= due, (due - now).to_std().ok())
+        }
+        None => (false, None),
+    }
+}
+
 /// KubeEdge's failure tolerance: parses `"0.1"`-style text (unset means 0.1).
 pub fn parse_tolerance(s: Option<&str>) -> Result<f64, String> {
     match s.map(str::trim) {
-        None | Some("") => Ok(0.1),
+        None | Some("") => Ok(nodeimage_api::defaults::FAILURE_TOLERATE),
         Some(t) => match t.parse::<f64>() {
             Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
             _ => Err(format!(
@@ -449,6 +391,7 @@ pub fn exceeds_tolerance(failed: usize, total: usize, tolerance: f64) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
     use nodeimage_api::kruise::{
         ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
     };
@@ -471,51 +414,30 @@ mod tests {
     #[test]
     fn selector_table() {
         let node = labels(&[("zone", "a"), ("type", "gpu")]);
-        let ml = labels(&[("zone", "a")]);
-        let ml_no = labels(&[("zone", "b")]);
-        let cases: Vec<(Selector, bool)> = vec![
-            (Selector::default(), true),
-            (
-                Selector {
-                    match_labels: Some(&ml),
-                    match_expressions: None,
-                },
-                true,
-            ),
-            (
-                Selector {
-                    match_labels: Some(&ml_no),
-                    match_expressions: None,
-                },
-                false,
-            ),
-        ];
-        for (sel, want) in cases {
-            assert_eq!(selector_matches(&sel, &node), Ok(want), "{sel:?}");
-        }
-        let exprs: Vec<(LabelSelectorRequirement, bool)> = vec![
-            (req("zone", "In", &["a", "b"]), true),
-            (req("zone", "In", &["c"]), false),
-            (req("zone", "NotIn", &["c"]), true),
-            (req("missing", "NotIn", &["c"]), true),
-            (req("type", "Exists", &[]), true),
-            (req("type", "DoesNotExist", &[]), false),
-            (req("missing", "DoesNotExist", &[]), true),
-        ];
-        for (r, want) in exprs {
-            let list = [r.clone()];
-            let sel = Selector {
-                match_labels: None,
-                match_expressions: Some(&list),
-            };
-            assert_eq!(selector_matches(&sel, &node), Ok(want), "{r:?}");
-        }
-        let bad = [req("zone", "Near", &[])];
-        let sel = Selector {
-            match_labels: None,
-            match_expressions: Some(&bad),
+        let sel = |ml: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: (!ml.is_empty()).then(|| labels(ml)),
+            match_expressions: (!exprs.is_empty()).then_some(exprs),
         };
-        assert!(selector_matches(&sel, &node).is_err());
+        let cases: Vec<(LabelSelector, bool)> = vec![
+            (sel(&[], vec![]), true),
+            (sel(&[("zone", "a")], vec![]), true),
+            (sel(&[("zone", "b")], vec![]), false),
+            (sel(&[], vec![req("zone", "In", &["a", "b"])]), true),
+            (sel(&[], vec![req("zone", "In", &["c"])]), false),
+            (sel(&[], vec![req("zone", "NotIn", &["c"])]), true),
+            (sel(&[], vec![req("missing", "NotIn", &["c"])]), true),
+            (sel(&[], vec![req("type", "Exists", &[])]), true),
+            (sel(&[], vec![req("type", "DoesNotExist", &[])]), false),
+            (sel(&[], vec![req("missing", "DoesNotExist", &[])]), true),
+        ];
+        for (ls, want) in cases {
+            assert_eq!(
+                selector(ls.clone()).map(|s| s.matches(&node)),
+                Ok(want),
+                "{ls:?}"
+            );
+        }
+        assert!(selector(sel(&[], vec![req("zone", "Near", &[])])).is_err());
     }
 
     fn ni(
@@ -578,6 +500,32 @@ mod tests {
             image: i.into(),
             tag: t.into(),
         }
+    }
+
+    #[test]
+    fn entries_normalise_like_openkruise() {
+        let d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let cases = [
+            ("nginx", "nginx", "latest"),
+            ("nginx:1.9.1", "nginx", "1.9.1"),
+            ("docker.io/library/nginx:1", "nginx", "1"),
+            ("127.0.0.1:5000/big:v1", "127.0.0.1:5000/big", "v1"),
+        ];
+        for (input, image, tag) in cases {
+            assert_eq!(
+                entry_for(input),
+                Ok(Entry {
+                    image: image.into(),
+                    tag: tag.into()
+                }),
+                "{input}"
+            );
+        }
+        assert_eq!(
+            entry_for(&format!("app@{d}")).map(|e| e.tag),
+            Ok(d.to_string())
+        );
+        assert!(entry_for("Bad!").is_err());
     }
 
     #[test]

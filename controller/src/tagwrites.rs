@@ -235,17 +235,17 @@ impl NodeWriter {
         loop {
             // Wait for a slot before taking the batch, so edits queue up meanwhile.
             let _permit = self.in_flight.clone().acquire_owned().await;
+            // The cache applies watch events in order, so its copy is never
+            // older than the one a job handed in (which came from it).
             if let Some(cached) = self.cache.get(&ObjectRef::new(&node)) {
-                seen = newest(Some(seen), cached);
+                seen = cached;
             }
             let (batch, base) = {
                 let mut slots = self.lock();
                 let Some(slot) = slots.get_mut(&node) else {
                     return;
                 };
-                let caught_up =
-                    |w: &Arc<NodeImage>| Arc::ptr_eq(&newest(Some(w.clone()), seen.clone()), &seen);
-                if slot.written.as_ref().is_some_and(caught_up) {
+                if slot.written.as_ref().is_some_and(|w| caught_up(w, &seen)) {
                     slot.written = None;
                 }
                 if slot.pending.is_empty() {
@@ -300,14 +300,11 @@ impl NodeWriter {
     }
 }
 
-/// The newer of two copies of an object by resourceVersion (the later one
-/// when they cannot be compared).
-fn newest(a: Option<Arc<NodeImage>>, b: Arc<NodeImage>) -> Arc<NodeImage> {
-    let version = |n: &NodeImage| n.resource_version().and_then(|v| v.parse::<u64>().ok());
-    match a {
-        Some(a) if matches!((version(&a), version(&b)), (Some(x), Some(y)) if x > y) => a,
-        _ => b,
-    }
+/// Whether the cache holds our last write: the cached copy is that write
+/// (same resourceVersion) or carries the spec we wrote (a status write came
+/// on top). resourceVersions are opaque: compared for equality only.
+fn caught_up(written: &NodeImage, cached: &NodeImage) -> bool {
+    written.resource_version() == cached.resource_version() || written.spec == cached.spec
 }
 
 /// Adds (`present`) or removes `finalizer` on `obj`, guarded by its
@@ -357,41 +354,26 @@ where
 mod tests {
     use super::*;
 
-    fn at(rv: Option<&str>, tag: &str) -> Arc<NodeImage> {
+    /// A NodeImage at resourceVersion `rv` whose spec holds image `image`.
+    fn at(rv: &str, image: &str) -> NodeImage {
         let mut ni = NodeImage::new("node-1", Default::default());
-        ni.metadata.resource_version = rv.map(str::to_string);
-        ni.metadata.labels = Some([("which".to_string(), tag.to_string())].into());
-        Arc::new(ni)
+        ni.metadata.resource_version = Some(rv.into());
+        ni.spec.images = Some([(image.to_string(), ImageSpec::default())].into());
+        ni
     }
 
     #[test]
-    fn newest_prefers_the_higher_resource_version_else_the_later_copy() {
-        let which = |n: Arc<NodeImage>| n.labels()["which"].clone();
+    fn caught_up_compares_resource_versions_for_equality_only() {
         let cases = [
-            ("none before", None, at(Some("5"), "b"), "b"),
-            (
-                "older before",
-                Some(at(Some("4"), "a")),
-                at(Some("5"), "b"),
-                "b",
-            ),
-            (
-                "newer before",
-                Some(at(Some("9"), "a")),
-                at(Some("5"), "b"),
-                "a",
-            ),
-            ("equal", Some(at(Some("5"), "a")), at(Some("5"), "b"), "b"),
-            (
-                "not comparable",
-                Some(at(Some("x"), "a")),
-                at(Some("5"), "b"),
-                "b",
-            ),
-            ("missing", Some(at(Some("9"), "a")), at(None, "b"), "b"),
+            ("same version", at("5", "a"), at("5", "a"), true),
+            ("same version, other spec", at("5", "a"), at("5", "b"), true),
+            ("a status write on top", at("5", "a"), at("9", "a"), true),
+            ("cache behind", at("5", "a"), at("4", "b"), false),
+            ("another writer after us", at("5", "a"), at("9", "b"), false),
+            ("not numbers", at("x", "a"), at("y", "b"), false),
         ];
-        for (name, a, b, want) in cases {
-            assert_eq!(which(newest(a, b)), want, "{name}");
+        for (name, written, cached, want) in cases {
+            assert_eq!(caught_up(&written, &cached), want, "{name}");
         }
     }
 }

@@ -8,6 +8,7 @@
 //! expressed here as schema constraints and CEL rules.
 
 pub mod crdgen;
+pub mod defaults;
 pub mod kruise;
 pub mod kubeedge;
 pub mod lenient;

@@ -14,7 +14,6 @@ mod reconcile;
 use crate::context::Context;
 use crate::lifecycle;
 use crate::nodeimages::Subscription;
-use crate::nodemirror::decide;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
@@ -59,7 +58,7 @@ pub async fn run(
     .filter_map(|event| {
         std::future::ready(match event {
             watcher::Event::Delete(n) => Some(Ok(n)),
-            watcher::Event::Apply(n) if !decide::wants_nodeimage(&n.metadata) => Some(Ok(n)),
+            watcher::Event::Apply(n) if !crate::nodes::wants_nodeimage(&n.metadata) => Some(Ok(n)),
             _ => None,
         })
     });

@@ -4,32 +4,28 @@
 pub mod plan;
 
 use crate::context::Context;
+use crate::jobevents::JobEvent;
+use crate::jobshell::{self, Error, JobKind, api_err};
 use crate::lifecycle;
 use chrono::Utc;
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::{ImageListPullJob, ImagePullJob};
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch as signal;
 
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{action}: {source}")]
-pub struct Error {
-    action: String,
-    #[source]
-    source: kube::Error,
-}
+impl JobKind for ImageListPullJob {
+    const KIND: &'static str = "ImageListPullJob";
+    const NAME: &'static str = "imagelistpulljob";
+    const EVENT_ACTION: &'static str = "Reconcile";
 
-fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error { action, source }
+    fn api(client: kube::Client, job: &Self) -> Api<Self> {
+        Api::namespaced(client, &job.namespace().unwrap_or_default())
+    }
 }
 
 /// Runs the ImageListPullJob controller until `stop` turns true.
@@ -102,34 +98,21 @@ async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Acti
             Err(e) => return Err(api_err(format!("deleting child {ns}/{d}"))(e)),
         }
     }
-    let api: Api<ImageListPullJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let api = ImageListPullJob::api(ctx.client.clone(), &job);
     if job.status.as_ref() != Some(&p.status) {
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({"status": p.status})),
-        )
-        .await
-        .map_err(api_err(format!("writing status of {ns}/{name}")))?;
+        let body = serde_json::json!({"status": p.status});
+        jobshell::patch_status(&api, job.as_ref(), &body).await?;
     }
     if p.completed_now {
-        let ev = Event {
-            type_: if p.status.failed_image_statuses.is_some() {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: "Completed".into(),
-            note: Some(format!(
+        let ev = JobEvent {
+            warning: p.status.failed_image_statuses.is_some(),
+            reason: "Completed",
+            note: format!(
                 "Completed: {} of {} image(s) pulled on every node",
                 p.status.succeeded, p.status.desired
-            )),
-            action: "Reconcile".into(),
-            secondary: None,
+            ),
         };
-        if let Err(e) = ctx.recorder().publish(&ev, &job.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record event");
-        }
+        jobshell::publish(&ctx, job.as_ref(), &[ev]).await;
     }
     if p.delete_self {
         tracing::info!(job = %format!("{ns}/{name}"), "deleting list job: ttlSecondsAfterFinished passed");
@@ -144,7 +127,5 @@ async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Acti
 }
 
 fn error_policy(job: Arc<ImageListPullJob>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.error("ImageListPullJob");
-    tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 5s");
-    Action::requeue(Duration::from_secs(5))
+    jobshell::retry(job.as_ref(), error, &ctx)
 }

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 use nodeimage_api::kruise::{
-    CompletionPolicyType, FailedImageStatus, ImageListPullJob, ImageListPullJobStatus,
-    ImagePullJob, ImagePullJobSpec, ImagePullJobTemplate,
+    FailedImageStatus, ImageListPullJob, ImageListPullJobStatus, ImagePullJob, ImagePullJobSpec,
+    ImagePullJobTemplate,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -87,21 +87,10 @@ pub fn child(parent: &ImageListPullJob, image: &str, hash: &str) -> ImagePullJob
 /// Decides the list job's next step from its children.
 pub fn plan(job: &ImageListPullJob, children: &[Arc<ImagePullJob>], now: DateTime<Utc>) -> Plan {
     let old = job.status.clone().unwrap_or_default();
-    let cp = job
-        .spec
-        .template
-        .completion_policy
-        .clone()
-        .unwrap_or_default();
-    let always = cp.type_.unwrap_or_default() == CompletionPolicyType::Always;
+    let (cp, always) = crate::rollout::completion(&job.spec.template);
     if let Some(done) = old.completion_time.as_ref().map(instant) {
-        let (delete_self, requeue_after) = match cp.ttl_seconds_after_finished {
-            Some(ttl) => {
-                let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
-                (now >= due, (due - now).to_std().ok())
-            }
-            None => (false, None),
-        };
+        let (delete_self, requeue_after) =
+            crate::rollout::ttl_due(done, cp.ttl_seconds_after_finished, now);
         return Plan {
             create: vec![],
             delete: vec![],
@@ -203,7 +192,9 @@ pub fn plan(job: &ImageListPullJob, children: &[Arc<ImagePullJob>], now: DateTim
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodeimage_api::kruise::{CompletionPolicy, ImageListPullJobSpec, ImagePullJobStatus};
+    use nodeimage_api::kruise::{
+        CompletionPolicy, CompletionPolicyType, ImageListPullJobSpec, ImagePullJobStatus,
+    };
 
     fn now(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(s, 0).unwrap_or_default()

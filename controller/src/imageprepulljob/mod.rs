@@ -12,104 +12,14 @@
 pub mod plan;
 mod reconcile;
 
-use crate::context::Context;
-use crate::lifecycle;
-use crate::nodeimages::Subscription;
-use crate::wakeups::TagChanges;
-use crate::watch::{self, SyncSignals, Synced};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
+use crate::jobshell::NodeTaskWiring;
+use nodeimage_api::ImagePrePullJob;
 
-use nodeimage_api::{ImagePrePullJob, NodeImage};
-use nodeimage_ops::health::Readiness;
-use std::sync::Arc;
-use tokio::sync::watch as signal;
-
-/// Runs the ImagePrePullJob controller until `stop` turns true.
-pub async fn run(
-    ctx: Context,
-    readiness: Readiness,
-    stop: signal::Receiver<bool>,
-    nodeimages: Subscription,
-) {
-    let client = ctx.client.clone();
-    if let Err(e) = crate::pullsecrets::ensure_namespace(&client, &ctx.secrets_namespace).await {
-        tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; image secrets will fail until it exists");
-    }
-
-    // Nodes: only a change of what the plan reads (labels, readiness,
-    // whether it gets a NodeImage) or a deletion is passed on.
-    let nodes_synced = Synced::default();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let node_events = watch::reflect(
-        "imageprepulljob-nodes",
-        Api::all(client.clone()),
-        node_writer,
-        reconcile::trim_node,
-        SyncSignals {
-            synced: nodes_synced.clone(),
-            check: readiness.check("imageprepulljob-nodes-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(watch::changes_only(node_key::of));
-
-    let (jobs, job_writer) = reflector::store::<ImagePrePullJob>();
-    let skipped = crate::skipped::Skipped::new(&ctx, plan::KIND, Some("reason"));
-    let controller = Controller::for_stream(
-        watch::controller_trigger(client.clone(), job_writer, skipped),
-        jobs.clone(),
-    );
-    let state = Arc::new(reconcile::State {
-        ctx,
-        nodeimages: nodeimages.store,
-        nodeimages_synced: nodeimages.synced,
-        nodes,
-        nodes_synced,
-    });
-    let changes = TagChanges::new(plan::KIND, "operations.kubeedge.io");
-    tracing::info!("imageprepulljob controller starting");
-    controller
-        .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
-            changes
-                .owners(&ni)
-                .into_iter()
-                .map(|(_, name)| ObjectRef::new(&name))
-                .collect::<Vec<ObjectRef<ImagePrePullJob>>>()
-        })
-        .watches_stream(node_events, move |_: Node| {
-            jobs.state()
-                .iter()
-                .filter(|j| !j.status.as_ref().is_some_and(plan::is_finished))
-                .map(|j| ObjectRef::from_obj(j.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
-        .for_each(|result| {
-            lifecycle::log_outcome("imageprepulljob", result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("imageprepulljob controller stopped");
-}
-
-/// What of a Node matters to a job, to pass on only its changes.
-mod node_key {
-    use super::reconcile::node_info;
-    use k8s_openapi::api::core::v1::Node;
-    use std::collections::BTreeMap;
-
-    /// Labels, readiness, and whether the node gets a NodeImage.
-    #[derive(Clone, Debug, PartialEq, Eq)]
-    pub struct NodeKey(BTreeMap<String, String>, bool, bool);
-
-    /// The key of a Node.
-    pub fn of(n: &Node) -> NodeKey {
-        let i = node_info(n);
-        NodeKey(i.labels, i.ready, i.wants_nodeimage)
-    }
-}
+/// How the controller is wired (run by `jobshell::run_node_tasks`).
+pub const WIRING: NodeTaskWiring<ImagePrePullJob, crate::nodes::NodeInfo> = NodeTaskWiring {
+    node_watch: "imageprepulljob-nodes",
+    nodes_check: "imageprepulljob-nodes-synced",
+    node_key: crate::nodes::node_info,
+    is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
+    jobs_gauge: |m| &m.caches.image_pre_pull_jobs,
+};

@@ -1,93 +1,61 @@
 //! What an ImagePrePullJob should do next, decided from a snapshot of the
 //! Nodes, the NodeImages, the job (its status is the record of what it
-//! decided before) and the clock. Pure.
+//! decided before) and the clock, by the KubeEdge node-task engine
+//! (`nodetasks`, which holds the shared rules). Pure.
 //!
-//! Rules:
-//! - The job's nodes are fixed when it starts: `nodeNames` in their order,
-//!   or the Nodes matching `labelSelector` sorted by name. They are listed in
-//!   `status.status[]`, and later edits of the selection do not change them.
-//! - A node that has not started is failed at once (event Init) when its
-//!   Node does not exist ("not found"), is not Ready ("not ready"), gets no
-//!   NodeImage (virtual), or the job's image secret is missing.
-//! - At most `concurrency` nodes work at once (the shared budget); a node
-//!   starts when its tag entries are written, works until the node reports
-//!   every entry finished, and fails with event TimeOut when it has not
-//!   finished `timeoutSeconds` after its entries' `createdAt`.
-//! - A node's result, once in status, is final; a finished job is final.
-//! - The job fails when `failed / total > failureTolerate` once every node
-//!   has finished, and succeeds otherwise.
+//! What is ImagePrePullJob's own:
+//! - Every node gets one entry per image (`IfNotPresent`, the job's
+//!   `checkItems`, the copy of `imageSecrets`); a node whose image secret is
+//!   missing fails at once (event Init).
+//! - A working node is `Pulling`; it finishes when it reports every image,
+//!   and `imageStatus[]` lists each image it finished. A failed check is
+//!   event `Check`, a deadline event `TimeOut`, any other failure `Pull`.
+//! - Node events: one `NodeFailed` per failed node.
 
 use crate::entries::EntryRequest;
+use crate::jobevents::JobEvent;
+pub use crate::nodes::NodeInfo;
+use crate::nodetasks::{self, Announce, Job, NodeTask, Precheck, Working, action};
 use crate::rollout::{self, Entry, EntryState, NodeState};
-pub use crate::rollout::{NodeInfo, cap, rfc3339};
-use chrono::{DateTime, TimeDelta, Utc};
+pub use crate::rollout::{cap, rfc3339};
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, ReferenceObject};
 use nodeimage_api::kubeedge::{
-    DEFAULT_TIMEOUT_SECONDS, ImagePrePullJob, ImagePrePullJobStatus, ImagePrePullStatus,
-    PrePullImageStatus, TaskStatus,
+    ImagePrePullJob, ImagePrePullJobStatus, ImagePrePullStatus, PrePullImageStatus, TaskStatus,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// API version of the kind, in tag owner references.
-pub const API_VERSION: &str = "operations.kubeedge.io/v1alpha1";
+#[cfg(test)]
+use nodetasks::{API_VERSION, NODEIMAGE_WAIT};
+
 /// Kind name in tag owner references.
 pub const KIND: &str = "ImagePrePullJob";
 
 /// Job, node and image states, spelled as KubeEdge writes them (the guide
 /// shows `"state":"Successful"`).
 pub mod state {
-    /// Not started yet.
-    pub const INIT: &str = "Init";
+    pub use crate::nodetasks::state::{FAILED, SUCCESSFUL};
     /// Checking and pulling.
     pub const PULLING: &str = "Pulling";
-    /// Done; every image is on the node (job: within the failure tolerance).
-    pub const SUCCESSFUL: &str = "Successful";
-    /// Done with a failure (job: above the failure tolerance).
-    pub const FAILED: &str = "Failed";
 }
 
 /// The step a state refers to.
 pub mod event {
-    /// Selecting nodes and preparing (node not found, not ready, secret missing).
-    pub const INIT: &str = "Init";
+    pub use crate::nodetasks::event::{INIT, TIMEOUT};
     /// The node checks (checkItems).
     pub const CHECK: &str = "Check";
     /// Pulling the images.
     pub const PULL: &str = "Pull";
-    /// The node did not finish within timeoutSeconds.
-    pub const TIMEOUT: &str = "TimeOut";
-}
-
-/// The outcome of a step.
-pub mod action {
-    /// The step succeeded.
-    pub const SUCCESS: &str = "Success";
-    /// The step failed.
-    pub const FAILURE: &str = "Failure";
 }
 
 /// Checks run when the job does not say (KubeEdge's documented default).
-pub const DEFAULT_CHECK_ITEMS: &[&str] = &["disk"];
-/// Added to the node timeout to give a finished tag entry's lifetime, so
-/// the job reads the result before the entry goes.
-pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
-/// Serialised per-node status above which details are summarised, leaving
-/// room in the 1 MiB object for the spec (5,000 node names), kubectl's
-/// last-applied annotation (the spec again) and the managed fields (each
-/// name of the `nodeNames` set once more).
-pub const STATUS_BUDGET_BYTES: usize = 512 * 1024;
+pub const DEFAULT_CHECK_ITEMS: &[&str] = nodeimage_api::defaults::CHECK_ITEMS;
 /// Longest reason kept in status (longer ones are cut with an ellipsis).
 pub const MAX_REASON_CHARS: usize = 256;
-/// Node-failure events published per reconcile; the rest are summed up.
-pub const MAX_NODE_EVENTS: usize = 20;
-/// How soon to look again while a node waits for its NodeImage.
-pub const NODEIMAGE_WAIT: Duration = Duration::from_secs(2);
-/// How often a running job looks again even if nothing woke it.
-pub const RUNNING_RESYNC: Duration = Duration::from_secs(60);
 
 /// The job's image secret, as the shell found it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -113,17 +81,6 @@ pub struct Inputs<'a> {
     pub secrets: Secrets,
     /// The time.
     pub now: DateTime<Utc>,
-}
-
-/// An event to publish on the job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobEvent {
-    /// Warning rather than Normal.
-    pub warning: bool,
-    /// Short CamelCase reason.
-    pub reason: &'static str,
-    /// Human text.
-    pub note: String,
 }
 
 /// What to do.
@@ -162,21 +119,12 @@ pub enum Summary {
 
 /// The node timeout: `timeoutSeconds`, where unset or 0 means 300.
 pub fn node_timeout(job: &ImagePrePullJob) -> i64 {
-    match job.spec.image_pre_pull_template.timeout_seconds {
-        Some(s) if s > 0 => s,
-        _ => DEFAULT_TIMEOUT_SECONDS,
-    }
+    nodetasks::node_timeout(job.spec.image_pre_pull_template.timeout_seconds)
 }
 
 /// The job as an owner of tag entries (cluster-scoped: no namespace).
 pub fn owner_ref(job: &ImagePrePullJob) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(API_VERSION.into()),
-        kind: Some(KIND.into()),
-        name: Some(job.name_any()),
-        uid: job.uid(),
-        ..Default::default()
-    }
+    nodetasks::owner_ref(KIND, job.name_any(), job.uid())
 }
 
 /// The tag entry's pull policy: attempts of `timeoutSeconds` each,
@@ -193,9 +141,7 @@ pub fn entry_pull_policy(job: &ImagePrePullJob) -> ImageTagPullPolicy {
     ImageTagPullPolicy {
         timeout_seconds: Some(i32::try_from(timeout).unwrap_or(i32::MAX)),
         backoff_limit: Some(retries),
-        ttl_seconds_after_finished: Some(
-            i32::try_from(timeout.saturating_add(ENTRY_TTL_GRACE_SECONDS)).unwrap_or(i32::MAX),
-        ),
+        ttl_seconds_after_finished: Some(nodetasks::entry_ttl(timeout)),
         active_deadline_seconds: Some(timeout),
     }
 }
@@ -209,8 +155,9 @@ pub fn check_items(job: &ImagePrePullJob) -> Vec<String> {
 }
 
 /// The nodes a new job selects: `nodeNames` in order (duplicates dropped),
-/// or the Nodes matching `labelSelector`, sorted.
-pub fn select_nodes(
+/// or the Nodes matching `labelSelector`, sorted (as the engine selects them).
+#[cfg(test)]
+fn select_nodes(
     job: &ImagePrePullJob,
     nodes: &BTreeMap<String, NodeInfo>,
 ) -> Result<Vec<String>, String> {
@@ -233,305 +180,121 @@ pub fn failure_event(message: &str) -> &'static str {
 
 /// Whether a job status is final.
 pub fn is_finished(status: &ImagePrePullJobStatus) -> bool {
-    matches!(
-        status.state.as_deref(),
-        Some(state::SUCCESSFUL | state::FAILED)
-    )
+    nodetasks::is_final(status.state.as_deref())
 }
 
-fn node_row_finished(row: &ImagePrePullStatus) -> bool {
-    matches!(
-        row.node_status.as_ref().and_then(|s| s.state.as_deref()),
-        Some(state::SUCCESSFUL | state::FAILED)
-    )
-}
-
+#[cfg(test)]
 fn row_name(row: &ImagePrePullStatus) -> Option<&str> {
     row.node_status.as_ref()?.node_name.as_deref()
-}
-
-/// One node's situation in this plan.
-#[derive(Clone, Debug)]
-enum Row {
-    /// Finished before: kept verbatim.
-    Final(ImagePrePullStatus),
-    /// Failed before starting (event Init).
-    Rejected(String),
-    /// Waiting for its NodeImage to exist.
-    NoNodeImage,
-    /// Known through its entries: state, and each image's entry state.
-    Tracked {
-        state: NodeState,
-        entries: Vec<EntryState>,
-        timed_out: bool,
-    },
-}
-
-impl Row {
-    fn node_state(&self) -> NodeState {
-        match self {
-            Row::Final(r) => {
-                let ns = r.node_status.clone().unwrap_or_default();
-                if ns.state.as_deref() == Some(state::SUCCESSFUL) {
-                    NodeState::Succeeded
-                } else {
-                    NodeState::Failed(ns.reason.unwrap_or_default())
-                }
-            }
-            Row::Rejected(reason) => NodeState::Failed(reason.clone()),
-            Row::NoNodeImage => NodeState::NotStarted,
-            Row::Tracked { state, .. } => state.clone(),
-        }
-    }
 }
 
 /// Decides the job's next step.
 pub fn plan(inp: Inputs<'_>) -> Plan {
     let job = inp.job;
     let old = job.status.clone().unwrap_or_default();
-    let now = inp.now;
-    if is_finished(&old) {
-        return Plan {
-            status: old,
-            requests: vec![],
-            write_to: vec![],
-            events: vec![],
-            requeue_after: None,
-            finished: true,
-            summarised: Summary::Full,
-        };
-    }
     let t = &job.spec.image_pre_pull_template;
-    let mut events = Vec::new();
-    if old.state.as_deref().unwrap_or_default().is_empty() {
-        events.push(JobEvent {
-            warning: false,
-            reason: "Started",
-            note: format!("Started pre-pulling {}", t.images.join(", ")),
-        });
-    }
-
     // Images → entries (distinct), and each image's entry.
-    let mut images: Vec<(String, Entry)> = Vec::new();
-    for image in &t.images {
-        match crate::imagepulljob::plan::entry_for(image) {
-            Ok(e) => images.push((image.clone(), e)),
-            Err(e) => return fail_at_init(old, events, format!("cannot pull {image}: {e}"), now),
-        }
-    }
+    let images: Result<Vec<(String, Entry)>, String> = t
+        .images
+        .iter()
+        .map(|image| {
+            rollout::entry_for(image)
+                .map(|e| (image.clone(), e))
+                .map_err(|e| format!("cannot pull {image}: {e}"))
+        })
+        .collect();
     let mut entries: Vec<Entry> = Vec::new();
-    for (_, e) in &images {
+    for (_, e) in images.iter().flatten() {
         if !entries.contains(e) {
             entries.push(e.clone());
         }
     }
-    let tolerance = match rollout::parse_tolerance(t.failure_tolerate.as_deref()) {
-        Ok(v) => v,
-        Err(e) => return fail_at_init(old, events, e, now),
+    let kind = PrePull {
+        job,
+        images: images.clone().unwrap_or_default(),
+        entries: entries.clone(),
+        secrets: &inp.secrets,
     };
-    let timeout = crate::clock::seconds(node_timeout(job));
-    let concurrency = usize::try_from(t.concurrency.unwrap_or(1).max(1)).unwrap_or(1);
-
-    // The node set: as recorded, else selected now.
-    let recorded: Vec<String> = old
-        .status
-        .iter()
-        .flatten()
-        .filter_map(|r| row_name(r).map(str::to_string))
-        .collect();
-    let names = if recorded.is_empty() {
-        match select_nodes(job, inp.nodes) {
-            Ok(n) => n,
-            Err(e) => return fail_at_init(old, events, e, now),
-        }
-    } else {
-        recorded
-    };
-    if names.is_empty() {
-        return fail_at_init(old, events, "no node matches labelSelector".into(), now);
-    }
-    let old_rows: HashMap<&str, &ImagePrePullStatus> = old
-        .status
-        .iter()
-        .flatten()
-        .filter_map(|r| row_name(r).map(|n| (n, r)))
-        .collect();
-
-    let uid = job.uid().unwrap_or_default();
-    let mut rows: Vec<(String, Row)> = names
-        .iter()
-        .map(|name| {
-            let row = match old_rows.get(name.as_str()) {
-                Some(r) if node_row_finished(r) => Row::Final((*r).clone()),
-                _ => track(name, &inp, &entries, &uid, timeout),
-            };
-            (name.clone(), row)
-        })
-        .collect();
-
-    // The budget: nodes without a NodeImage cannot start yet.
-    let budget: Vec<(String, NodeState)> = rows
-        .iter()
-        .filter(|(_, r)| !matches!(r, Row::NoNodeImage))
-        .map(|(n, r)| (n.clone(), r.node_state()))
-        .collect();
-    let start: BTreeSet<String> = rollout::to_start(&budget, concurrency)
-        .into_iter()
-        .collect();
-    for (name, row) in rows.iter_mut() {
-        if start.contains(name) {
-            *row = Row::Tracked {
-                state: NodeState::Active(Some(now)),
-                entries: vec![EntryState::Active(Some(now)); entries.len()],
-                timed_out: false,
-            };
-        }
-    }
-    let states: Vec<(String, NodeState)> = rows
-        .iter()
-        .map(|(n, r)| (n.clone(), r.node_state()))
-        .collect();
-    let tally = rollout::tally(&states);
-    let finished = tally.finished();
-
-    // Per-node status.
-    let mut node_rows: Vec<ImagePrePullStatus> = rows
-        .iter()
-        .map(|(name, row)| node_row(name, row, &images, &entries))
-        .map(|r| keep_time(r, &old_rows, now))
-        .collect();
-    let summarised = summarise(&mut node_rows);
-
-    // Job status.
-    let total = tally.desired;
-    let failed = tally.failed.len();
-    let started = states.iter().any(|(_, s)| *s != NodeState::NotStarted);
-    let tolerate_text = t.failure_tolerate.clone().unwrap_or_else(|| "0.1".into());
-    let (job_state, job_event, job_action, reason) = if finished {
-        let ratio = format!(
-            "{failed} of {total} nodes failed ({:.1}%)",
-            failed as f64 * 100.0 / total as f64
-        );
-        if rollout::exceeds_tolerance(failed, total, tolerance) {
-            (
-                state::FAILED,
-                failed_job_event(&node_rows),
-                Some(action::FAILURE),
-                Some(format!("{ratio}, above failureTolerate {tolerate_text}")),
-            )
-        } else {
-            (
-                state::SUCCESSFUL,
-                event::PULL,
-                Some(action::SUCCESS),
-                (failed > 0).then(|| format!("{ratio}, within failureTolerate {tolerate_text}")),
-            )
-        }
-    } else if started {
-        (
-            state::PULLING,
-            event::PULL,
-            None,
-            Some(format!(
-                "{} of {total} nodes finished ({failed} failed), {} pulling",
-                tally.succeeded + failed,
-                tally.active
-            )),
-        )
-    } else {
-        (
-            state::INIT,
-            event::INIT,
-            None,
-            Some("waiting for the nodes' NodeImages".to_string()),
-        )
-    };
-    let same_phase = old.state.as_deref() == Some(job_state)
-        && old.event.as_deref() == Some(job_event)
-        && old.action.as_deref() == job_action;
-    let status = ImagePrePullJobStatus {
-        state: Some(job_state.into()),
-        event: Some(job_event.into()),
-        action: job_action.map(str::to_string),
-        reason,
-        time: if same_phase {
-            old.time.clone()
-        } else {
-            Some(rfc3339(now))
+    let old_rows = old.status.clone().unwrap_or_default();
+    let step = nodetasks::step(
+        &kind,
+        Job {
+            uid: job.uid().unwrap_or_default(),
+            old: phase_of(&old),
+            old_rows: &old_rows,
+            entries: images.map(|_| entries.clone()),
+            node_names: t.node_names.as_deref(),
+            label_selector: t.label_selector.as_ref(),
+            failure_tolerate: t.failure_tolerate.as_deref(),
+            concurrency: t.concurrency,
+            timeout_seconds: t.timeout_seconds,
         },
-        status: Some(node_rows),
-    };
-
-    // Events: nodes newly failed, and the end.
-    let newly_failed: Vec<&ImagePrePullStatus> = status
-        .status
-        .iter()
-        .flatten()
-        .filter(|r| {
-            r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::FAILED)
-                && !row_name(r)
-                    .and_then(|n| old_rows.get(n))
-                    .is_some_and(|o| node_row_finished(o))
-        })
-        .collect();
-    for r in newly_failed.iter().take(MAX_NODE_EVENTS) {
-        let ns = r.node_status.clone().unwrap_or_default();
-        events.push(JobEvent {
-            warning: true,
-            reason: "NodeFailed",
-            note: format!(
-                "Node {} failed ({}): {}",
-                ns.node_name.unwrap_or_default(),
-                ns.event.unwrap_or_default(),
-                ns.reason.unwrap_or_default()
-            ),
-        });
+        inp.nodes,
+        inp.nodeimages,
+        inp.now,
+    );
+    let mut status = with_phase(old, step.phase);
+    if let Some(rows) = step.rows {
+        status.status = Some(rows);
     }
-    if newly_failed.len() > MAX_NODE_EVENTS {
-        events.push(JobEvent {
-            warning: true,
-            reason: "NodeFailed",
-            note: format!(
-                "{} more nodes failed; see status",
-                newly_failed.len() - MAX_NODE_EVENTS
-            ),
-        });
-    }
-    if finished {
-        events.push(JobEvent {
-            warning: job_state == state::FAILED,
-            reason: "Finished",
-            note: match &status.reason {
-                Some(r) => format!("Finished {job_state}: {r}"),
-                None => format!("Finished {job_state}: all {total} nodes pulled"),
-            },
-        });
-    }
-
-    let write_to: Vec<String> = rows
-        .iter()
-        .filter(|(_, r)| {
-            matches!(
-                r,
-                Row::Tracked {
-                    state: NodeState::Active(_),
-                    ..
-                }
-            )
-        })
-        .map(|(n, _)| n.clone())
-        .collect();
-    let requests = if write_to.is_empty() {
+    let requests = if step.write_to.is_empty() {
         vec![]
     } else {
-        let owner = owner_ref(job);
-        let policy = entry_pull_policy(job);
-        let checks = Some(check_items(job)).filter(|c| !c.is_empty());
-        let secrets = match &inp.secrets {
+        kind.requests()
+    };
+    Plan {
+        status,
+        requests,
+        write_to: step.write_to,
+        events: step.events,
+        requeue_after: step.requeue_after,
+        finished: step.finished,
+        summarised: step.summarised,
+    }
+}
+
+fn phase_of(s: &ImagePrePullJobStatus) -> nodetasks::Phase {
+    nodetasks::Phase {
+        state: s.state.clone(),
+        event: s.event.clone(),
+        action: s.action.clone(),
+        reason: s.reason.clone(),
+        time: s.time.clone(),
+    }
+}
+
+fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJobStatus {
+    ImagePrePullJobStatus {
+        state: p.state,
+        event: p.event,
+        action: p.action,
+        reason: p.reason,
+        time: p.time,
+        status: old.status,
+    }
+}
+
+/// ImagePrePullJob as a node task.
+struct PrePull<'a> {
+    job: &'a ImagePrePullJob,
+    /// Each image of the job with its entry.
+    images: Vec<(String, Entry)>,
+    /// The distinct entries.
+    entries: Vec<Entry>,
+    secrets: &'a Secrets,
+}
+
+impl PrePull<'_> {
+    /// The entries every working node gets.
+    fn requests(&self) -> Vec<EntryRequest> {
+        let owner = owner_ref(self.job);
+        let policy = entry_pull_policy(self.job);
+        let checks = Some(check_items(self.job)).filter(|c| !c.is_empty());
+        let secrets = match self.secrets {
             Secrets::Copied(s) => s.clone(),
             _ => vec![],
         };
-        entries
+        self.entries
             .iter()
             .map(|e| EntryRequest {
                 image: e.image.clone(),
@@ -544,166 +307,145 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
                 check_items: checks.clone(),
             })
             .collect()
-    };
-    let requeue_after = (!finished).then(|| {
-        let mut wait = RUNNING_RESYNC;
-        for (_, s) in &states {
-            if let Some(at) = rollout::node_timeout_at(s, timeout) {
-                let d = (at - now).to_std().unwrap_or(Duration::from_secs(1));
-                wait = wait.min(d.max(Duration::from_secs(1)));
-            }
-        }
-        if rows.iter().any(|(_, r)| matches!(r, Row::NoNodeImage)) {
-            wait = wait.min(NODEIMAGE_WAIT);
-        }
-        wait
-    });
-    Plan {
-        status,
-        requests,
-        write_to,
-        events,
-        requeue_after,
-        finished,
-        summarised,
     }
 }
 
-/// Where a node without a final result stands.
-fn track(name: &str, inp: &Inputs<'_>, entries: &[Entry], uid: &str, timeout: TimeDelta) -> Row {
-    let states = inp
-        .nodeimages
-        .get(name)
-        .map(|ni| rollout::entry_states(ni, entries, uid));
-    let started = states
-        .as_ref()
-        .is_some_and(|s| s.iter().any(|e| *e != EntryState::Missing));
-    if !started {
-        if let Some(why) = rollout::unstartable(inp.nodes.get(name)) {
-            return Row::Rejected(why);
-        }
-        if let Secrets::Missing(why) = &inp.secrets {
-            return Row::Rejected(why.clone());
-        }
-    }
-    let Some(states) = states else {
-        return Row::NoNodeImage;
+impl NodeTask for PrePull<'_> {
+    type Row = ImagePrePullStatus;
+    type Detail = Vec<EntryState>;
+    type Summary = Summary;
+    const WORKING: Working = Working {
+        state: state::PULLING,
+        event: event::PULL,
+        verb: "pulling",
     };
-    let pairs: Vec<(Entry, EntryState)> = entries.iter().cloned().zip(states.clone()).collect();
-    let before = rollout::node_state(&pairs);
-    let after = rollout::apply_node_timeout(before.clone(), timeout, inp.now);
-    let timed_out = before != after;
-    Row::Tracked {
-        state: after,
-        entries: states,
-        timed_out,
-    }
-}
+    const FAILURE_EVENTS: &'static [&'static str] = &[event::INIT, event::CHECK, event::TIMEOUT];
+    const MAX_REASON_CHARS: usize = MAX_REASON_CHARS;
+    const ANNOUNCE: Announce = Announce::AtFirstLook;
 
-/// The status entry of one node.
-fn node_row(
-    name: &str,
-    row: &Row,
-    images: &[(String, Entry)],
-    entries: &[Entry],
-) -> ImagePrePullStatus {
-    let status =
-        |state: &str, ev: Option<&str>, act: Option<&str>, reason: Option<String>| TaskStatus {
-            node_name: Some(name.to_string()),
-            state: Some(state.to_string()),
-            event: ev.map(str::to_string),
-            action: act.map(str::to_string),
-            reason: reason.map(|r| cap(&r, MAX_REASON_CHARS)),
-            time: None,
-        };
-    match row {
-        Row::Final(r) => r.clone(),
-        Row::Rejected(reason) => ImagePrePullStatus {
-            node_status: Some(status(
-                state::FAILED,
-                Some(event::INIT),
-                Some(action::FAILURE),
-                Some(reason.clone()),
-            )),
+    fn task(row: &ImagePrePullStatus) -> Option<&TaskStatus> {
+        row.node_status.as_ref()
+    }
+
+    fn task_mut(row: &mut ImagePrePullStatus) -> Option<&mut TaskStatus> {
+        row.node_status.as_mut()
+    }
+
+    fn row(task: TaskStatus) -> ImagePrePullStatus {
+        ImagePrePullStatus {
+            node_status: Some(task),
             image_status: None,
-        },
-        Row::NoNodeImage
-        | Row::Tracked {
-            state: NodeState::NotStarted,
-            ..
-        } => ImagePrePullStatus {
-            node_status: Some(status(state::INIT, None, None, None)),
-            image_status: None,
-        },
-        Row::Tracked {
-            state: node_state,
-            entries: states,
-            timed_out,
-        } => {
-            let by_entry: BTreeMap<&Entry, &EntryState> = entries.iter().zip(states).collect();
-            let image_status: Vec<PrePullImageStatus> = images
-                .iter()
-                .filter_map(|(image, e)| {
-                    let (st, reason) = match by_entry.get(e) {
-                        Some(EntryState::Succeeded) => (state::SUCCESSFUL, None),
-                        Some(EntryState::Failed(m)) => (state::FAILED, Some(m.clone())),
-                        _ if *timed_out => (
-                            state::FAILED,
-                            Some("timed out before this image was pulled".to_string()),
-                        ),
-                        _ => return None,
-                    };
-                    Some(PrePullImageStatus {
-                        image: Some(image.clone()),
-                        state: Some(st.into()),
-                        reason: reason.map(|r| cap(&r, MAX_REASON_CHARS)),
-                    })
-                })
-                .collect();
-            let node_status = match node_state {
-                NodeState::Active(since) => {
-                    let mut s = status(state::PULLING, Some(event::PULL), None, None);
-                    s.time = since.map(rfc3339);
-                    s
-                }
-                NodeState::Succeeded => status(
-                    state::SUCCESSFUL,
-                    Some(event::PULL),
-                    Some(action::SUCCESS),
-                    None,
-                ),
-                NodeState::Failed(timeout_reason) if *timed_out => status(
-                    state::FAILED,
-                    Some(event::TIMEOUT),
-                    Some(action::FAILURE),
-                    Some(timeout_reason.clone()),
-                ),
-                NodeState::Failed(_) | NodeState::NotStarted => {
-                    let failures: Vec<&str> = states
-                        .iter()
-                        .filter_map(|s| match s {
-                            EntryState::Failed(m) => Some(m.as_str()),
-                            _ => None,
-                        })
-                        .collect();
-                    let ev = failures
-                        .iter()
-                        .map(|m| failure_event(m))
-                        .find(|e| *e != event::PULL)
-                        .unwrap_or(event::PULL);
-                    status(
+        }
+    }
+
+    fn started(&self, _: Option<usize>) -> String {
+        format!(
+            "Started pre-pulling {}",
+            self.job.spec.image_pre_pull_template.images.join(", ")
+        )
+    }
+
+    fn precheck(&self, _: &str) -> Option<Precheck> {
+        match self.secrets {
+            Secrets::Missing(why) => Some(Precheck::Reject(why.clone())),
+            _ => None,
+        }
+    }
+
+    fn detail(&self, _: &NodeImage, _: &[Entry], _: &str, states: &[EntryState]) -> Self::Detail {
+        states.to_vec()
+    }
+
+    fn fresh(&self, entries: usize, now: DateTime<Utc>) -> Self::Detail {
+        vec![EntryState::Active(Some(now)); entries]
+    }
+
+    fn render(
+        &self,
+        name: &str,
+        node_state: &NodeState,
+        states: &Vec<EntryState>,
+        timed_out: bool,
+    ) -> ImagePrePullStatus {
+        let by_entry: BTreeMap<&Entry, &EntryState> = self.entries.iter().zip(states).collect();
+        let image_status: Vec<PrePullImageStatus> = self
+            .images
+            .iter()
+            .filter_map(|(image, e)| {
+                let (st, reason) = match by_entry.get(e) {
+                    Some(EntryState::Succeeded) => (state::SUCCESSFUL, None),
+                    Some(EntryState::Failed(m)) => (state::FAILED, Some(m.clone())),
+                    _ if timed_out => (
                         state::FAILED,
-                        Some(ev),
-                        Some(action::FAILURE),
-                        Some(distinct(&failures).join("; ")),
-                    )
-                }
-            };
-            ImagePrePullStatus {
-                node_status: Some(node_status),
-                image_status: (!image_status.is_empty()).then_some(image_status),
+                        Some("timed out before this image was pulled".to_string()),
+                    ),
+                    _ => return None,
+                };
+                Some(PrePullImageStatus {
+                    image: Some(image.clone()),
+                    state: Some(st.into()),
+                    reason: reason.map(|r| cap(&r, MAX_REASON_CHARS)),
+                })
+            })
+            .collect();
+        let node_status = match node_state {
+            NodeState::Active(since) => {
+                let mut s = nodetasks::task(name, state::PULLING, Some(event::PULL), None, None, 0);
+                s.time = since.map(rfc3339);
+                s
             }
+            NodeState::Succeeded => nodetasks::succeeded(name, event::PULL, None, 0),
+            NodeState::Failed(reason) if timed_out => {
+                nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
+            }
+            NodeState::Failed(_) | NodeState::NotStarted => {
+                let failures: Vec<&str> = states
+                    .iter()
+                    .filter_map(|s| match s {
+                        EntryState::Failed(m) => Some(m.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let ev = failures
+                    .iter()
+                    .map(|m| failure_event(m))
+                    .find(|e| *e != event::PULL)
+                    .unwrap_or(event::PULL);
+                let reason = Some(distinct(&failures).join("; "));
+                let (st, act) = (state::FAILED, Some(action::FAILURE));
+                nodetasks::task(name, st, Some(ev), act, reason, MAX_REASON_CHARS)
+            }
+        };
+        ImagePrePullStatus {
+            node_status: Some(node_status),
+            image_status: (!image_status.is_empty()).then_some(image_status),
         }
+    }
+
+    fn summarise(rows: &mut [ImagePrePullStatus]) -> Summary {
+        summarise(rows)
+    }
+
+    fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
+        (t.state.as_deref() == Some(state::FAILED)).then(|| {
+            JobEvent::warning(
+                "NodeFailed",
+                format!(
+                    "Node {} failed ({}): {}",
+                    t.node_name.as_deref().unwrap_or_default(),
+                    t.event.as_deref().unwrap_or_default(),
+                    t.reason.as_deref().unwrap_or_default()
+                ),
+            )
+        })
+    }
+
+    fn more_nodes(n: usize) -> JobEvent {
+        JobEvent::warning("NodeFailed", format!("{n} more nodes failed; see status"))
+    }
+
+    fn all_done(&self, total: usize) -> String {
+        format!("all {total} nodes pulled")
     }
 }
 
@@ -718,117 +460,28 @@ fn distinct<'a>(messages: &[&'a str]) -> Vec<&'a str> {
     out
 }
 
-/// A node's `time` stays as it was while its state, event and action do
-/// not change; a node entering a new phase gets its own time, or now.
-fn keep_time(
-    mut row: ImagePrePullStatus,
-    old_rows: &HashMap<&str, &ImagePrePullStatus>,
-    now: DateTime<Utc>,
-) -> ImagePrePullStatus {
-    let Some(ns) = row.node_status.as_mut() else {
-        return row;
-    };
-    if ns.state.as_deref() == Some(state::INIT) {
-        return row;
-    }
-    let old = ns
-        .node_name
-        .as_deref()
-        .and_then(|n| old_rows.get(n))
-        .and_then(|r| r.node_status.as_ref());
-    match old {
-        Some(o) if o.state == ns.state && o.event == ns.event && o.action == ns.action => {
-            ns.time = o.time.clone().or(ns.time.take());
-        }
-        _ => {
-            if ns.time.is_none() {
-                ns.time = Some(rfc3339(now));
-            }
-        }
-    }
-    row
-}
-
-/// The event of a failed job: the one its failed nodes share, else Pull.
-fn failed_job_event(rows: &[ImagePrePullStatus]) -> &'static str {
-    let events: BTreeSet<&str> = rows
-        .iter()
-        .filter_map(|r| r.node_status.as_ref())
-        .filter(|s| s.state.as_deref() == Some(state::FAILED))
-        .filter_map(|s| s.event.as_deref())
-        .collect();
-    match events.into_iter().collect::<Vec<_>>().as_slice() {
-        [one] => [event::INIT, event::CHECK, event::TIMEOUT]
-            .into_iter()
-            .find(|e| e == one)
-            .unwrap_or(event::PULL),
-        _ => event::PULL,
-    }
-}
-
-/// Serialised size of the node rows.
-pub fn rows_size(rows: &[ImagePrePullStatus]) -> usize {
-    serde_json::to_vec(rows)
-        .map(|v| v.len())
-        .unwrap_or(usize::MAX)
-}
-
 /// Cuts per-node detail, step by step, until the rows fit
-/// [`STATUS_BUDGET_BYTES`]; returns how far it went.
+/// [`nodetasks::STATUS_BUDGET_BYTES`]; returns how far it went.
 pub fn summarise(rows: &mut [ImagePrePullStatus]) -> Summary {
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return Summary::Full;
-    }
-    for r in rows.iter_mut() {
-        if r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::SUCCESSFUL) {
-            r.image_status = None;
-        }
-    }
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return Summary::NoSuccessfulImages;
-    }
-    for r in rows.iter_mut() {
-        r.image_status = None;
-    }
-    if rows_size(rows) <= STATUS_BUDGET_BYTES {
-        return Summary::NoImages;
-    }
-    for r in rows.iter_mut() {
-        if let Some(s) = r.node_status.as_mut() {
-            s.reason = None;
-            s.time = None;
-        }
-    }
-    Summary::Minimal
-}
-
-/// The job fails before any node starts.
-fn fail_at_init(
-    old: ImagePrePullJobStatus,
-    mut events: Vec<JobEvent>,
-    reason: String,
-    now: DateTime<Utc>,
-) -> Plan {
-    events.push(JobEvent {
-        warning: true,
-        reason: "Finished",
-        note: format!("Finished {}: {reason}", state::FAILED),
-    });
-    Plan {
-        status: ImagePrePullJobStatus {
-            state: Some(state::FAILED.into()),
-            event: Some(event::INIT.into()),
-            action: Some(action::FAILURE.into()),
-            reason: Some(reason),
-            time: Some(rfc3339(now)),
-            status: old.status,
+    let steps: [fn(&mut ImagePrePullStatus); 3] = [
+        |r| {
+            if r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::SUCCESSFUL) {
+                r.image_status = None;
+            }
         },
-        requests: vec![],
-        write_to: vec![],
-        events,
-        requeue_after: None,
-        finished: true,
-        summarised: Summary::Full,
+        |r| r.image_status = None,
+        |r| {
+            if let Some(s) = r.node_status.as_mut() {
+                s.reason = None;
+                s.time = None;
+            }
+        },
+    ];
+    match nodetasks::fit(rows, &steps) {
+        0 => Summary::Full,
+        1 => Summary::NoSuccessfulImages,
+        2 => Summary::NoImages,
+        _ => Summary::Minimal,
     }
 }
 

@@ -10,7 +10,7 @@ pub mod plan;
 mod reconcile;
 
 use crate::context::Context;
-use crate::lifecycle;
+use crate::jobshell;
 use crate::nodeimages::Subscription;
 use crate::wakeups::TagChanges;
 use crate::watch::{self, SyncSignals, Synced};
@@ -21,7 +21,7 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodeimage_api::{ImagePullJob, NodeImage};
+use nodeimage_api::ImagePullJob;
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
@@ -36,10 +36,8 @@ pub async fn run(
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
 ) {
+    jobshell::ensure_secrets_namespace(&ctx, "pull secrets").await;
     let client = ctx.client.clone();
-    if let Err(e) = crate::pullsecrets::ensure_namespace(&client, &ctx.secrets_namespace).await {
-        tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, "cannot ensure the daemons' secrets namespace; pull secrets will fail until it exists");
-    }
 
     let pods_synced = Synced::default();
     let (pods, pod_writer) = reflector::store::<Pod>();
@@ -81,23 +79,18 @@ pub async fn run(
     let jobs_for_pods = jobs.clone();
     let jobs_for_secrets = jobs.clone();
     let state = Arc::new(reconcile::State {
-        ctx,
-        nodeimages: nodeimages.store,
-        nodeimages_synced: nodeimages.synced,
+        shared: crate::jobshell::Shared {
+            ctx,
+            nodeimages: nodeimages.store,
+            nodeimages_synced: nodeimages.synced,
+        },
         pods,
         pods_synced,
         jobs: jobs.clone(),
     });
     let changes = TagChanges::new(KIND, "apps.kruise.io");
-    tracing::info!("imagepulljob controller starting");
-    controller
-        .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
-            changes
-                .owners(&ni)
-                .into_iter()
-                .filter_map(|(ns, name)| Some(ObjectRef::new(&name).within(&ns?)))
-                .collect::<Vec<ObjectRef<ImagePullJob>>>()
-        })
+    let controller = controller
+        .watches_shared_stream(nodeimages.changes, jobshell::wake_owners(changes))
         .watches_stream(pod_events, move |pod: Pod| {
             let ns = pod.namespace();
             jobs_for_pods
@@ -123,13 +116,6 @@ pub async fn run(
                 })
                 .map(|j| ObjectRef::from_obj(j.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
-        .for_each(|result| {
-            lifecycle::log_outcome("imagepulljob", result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("imagepulljob controller stopped");
+        });
+    jobshell::drive(controller, stop, state).await;
 }

@@ -3,21 +3,22 @@
 
 use crate::clock::{api_time, instant};
 use crate::entries::EntryRequest;
-use crate::rollout::{self, Entry, NodeState, Selector, Tally};
+use crate::jobevents::JobEvent;
+use crate::rollout::{self, NodeState, Tally};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
+use kube::core::SelectorExt;
+use nodeimage_api::defaults;
 use nodeimage_api::kruise::{
     CompletionPolicyType, ImagePullJob, ImagePullJobStatus, ImageTagPullPolicy, NodeImage,
     ReferenceObject,
 };
-use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Added to a finished entry's lifetime so the job reads the result first.
-pub const ENTRY_TTL_GRACE_SECONDS: i64 = 300;
 /// How long a Never job's entry lives before it is re-added (re-pulled): a day.
 pub const NEVER_ENTRY_TTL_SECONDS: i32 = 86_400;
 /// Smallest per-entry deadline of a Never job.
@@ -52,17 +53,6 @@ pub struct Inputs<'a> {
     pub now: DateTime<Utc>,
 }
 
-/// An event to publish on the job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobEvent {
-    /// Warning rather than Normal.
-    pub warning: bool,
-    /// Short CamelCase reason.
-    pub reason: &'static str,
-    /// Human text.
-    pub note: String,
-}
-
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -79,20 +69,6 @@ pub struct Plan {
     pub requeue_after: Option<std::time::Duration>,
     /// The job's TTL after completion has passed: delete it.
     pub delete: bool,
-}
-
-/// The NodeImage entry (image key, tag) for a job's image, or why it has none.
-pub fn entry_for(image: &str) -> Result<Entry, String> {
-    let r = ImageRef::parse(image).map_err(|e| e.to_string())?;
-    let tag = r
-        .digest
-        .clone()
-        .or_else(|| r.tag.clone())
-        .unwrap_or_else(|| "latest".into());
-    Ok(Entry {
-        image: r.familiar_name(),
-        tag,
-    })
 }
 
 fn parallelism(p: Option<&IntOrString>) -> usize {
@@ -113,14 +89,10 @@ pub fn select_nodes(
     let mut out: BTreeSet<String> = BTreeSet::new();
     let have: BTreeSet<String> = nodeimages.iter().map(|n| n.name_any()).collect();
     if let Some(ps) = &t.pod_selector {
-        let sel = Selector {
-            match_labels: ps.match_labels.as_ref(),
-            match_expressions: ps.match_expressions.as_deref(),
-        };
+        let sel = rollout::selector(ps.clone()).map_err(|e| format!("invalid podSelector: {e}"))?;
         for p in pods.iter().filter(|p| p.active) {
             if let Some(node) = &p.node_name
-                && rollout::selector_matches(&sel, &p.labels)
-                    .map_err(|e| format!("invalid podSelector: {e}"))?
+                && sel.matches(&p.labels)
                 && have.contains(node)
             {
                 out.insert(node.clone());
@@ -137,17 +109,17 @@ pub fn select_nodes(
             }
         }
         Some(s) => {
-            let sel = Selector {
-                match_labels: s.match_labels.as_ref(),
-                match_expressions: s.match_expressions.as_deref(),
-            };
-            for ni in nodeimages {
-                if rollout::selector_matches(&sel, ni.labels())
-                    .map_err(|e| format!("invalid selector: {e}"))?
-                {
-                    out.insert(ni.name_any());
-                }
-            }
+            let sel = rollout::selector(LabelSelector {
+                match_labels: s.match_labels.clone(),
+                match_expressions: s.match_expressions.clone(),
+            })
+            .map_err(|e| format!("invalid selector: {e}"))?;
+            out.extend(
+                nodeimages
+                    .iter()
+                    .filter(|ni| sel.matches(ni.labels()))
+                    .map(|ni| ni.name_any()),
+            );
         }
         None => out.extend(have),
     }
@@ -164,12 +136,12 @@ pub fn entry_pull_policy(job: &ImagePullJob) -> ImageTagPullPolicy {
         .pull_policy
         .as_ref()
         .and_then(|p| p.timeout_seconds)
-        .unwrap_or(600);
+        .unwrap_or(defaults::PULL_TIMEOUT_SECONDS);
     let backoff = t
         .pull_policy
         .as_ref()
         .and_then(|p| p.backoff_limit)
-        .unwrap_or(3);
+        .unwrap_or(defaults::PULL_BACKOFF_LIMIT);
     let cp = t.completion_policy.clone().unwrap_or_default();
     match cp.type_.unwrap_or_default() {
         CompletionPolicyType::Always => {
@@ -182,7 +154,8 @@ pub fn entry_pull_policy(job: &ImagePullJob) -> ImageTagPullPolicy {
                 timeout_seconds: Some(timeout),
                 backoff_limit: Some(backoff),
                 ttl_seconds_after_finished: Some(
-                    i32::try_from(base.saturating_add(ENTRY_TTL_GRACE_SECONDS)).unwrap_or(i32::MAX),
+                    i32::try_from(base.saturating_add(rollout::ENTRY_TTL_GRACE_SECONDS))
+                        .unwrap_or(i32::MAX),
                 ),
                 active_deadline_seconds: cp.active_deadline_seconds,
             }
@@ -213,24 +186,12 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     let job = inp.job;
     let old = job.status.clone().unwrap_or_default();
     let now = inp.now;
-    let cp = job
-        .spec
-        .template
-        .completion_policy
-        .clone()
-        .unwrap_or_default();
-    let always = cp.type_.unwrap_or_default() == CompletionPolicyType::Always;
+    let (cp, always) = crate::rollout::completion(&job.spec.template);
     let mut events = Vec::new();
 
     // A completed job only waits for its TTL.
     if let Some(done) = old.completion_time.as_ref().map(instant) {
-        let (delete, requeue_after) = match cp.ttl_seconds_after_finished {
-            Some(ttl) => {
-                let due = crate::clock::after(done, crate::clock::seconds(i64::from(ttl)));
-                (now >= due, (due - now).to_std().ok())
-            }
-            None => (false, None),
-        };
+        let (delete, requeue_after) = rollout::ttl_due(done, cp.ttl_seconds_after_finished, now);
         return Plan {
             status: old,
             request: None,
@@ -250,7 +211,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         });
     }
 
-    let entry = match entry_for(&job.spec.image) {
+    let entry = match rollout::entry_for(&job.spec.image) {
         Ok(e) => e,
         Err(e) => {
             let status = ImagePullJobStatus {
@@ -422,7 +383,6 @@ fn status_message(t: &Tally, complete: bool, limit: usize, past_deadline: bool) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nodeimage_api::kruise::{
         CompletionPolicy, ImagePullJobNodeSelector, ImagePullJobSpec, ImagePullPhase, ImageSpec,
         ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
@@ -502,32 +462,6 @@ mod tests {
             missing_secrets: vec![],
             now: now(at),
         })
-    }
-
-    #[test]
-    fn entries_normalise_like_openkruise() {
-        let d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        let cases = [
-            ("nginx", "nginx", "latest"),
-            ("nginx:1.9.1", "nginx", "1.9.1"),
-            ("docker.io/library/nginx:1", "nginx", "1"),
-            ("127.0.0.1:5000/big:v1", "127.0.0.1:5000/big", "v1"),
-        ];
-        for (input, image, tag) in cases {
-            assert_eq!(
-                entry_for(input),
-                Ok(Entry {
-                    image: image.into(),
-                    tag: tag.into()
-                }),
-                "{input}"
-            );
-        }
-        assert_eq!(
-            entry_for(&format!("app@{d}")).map(|e| e.tag),
-            Ok(d.to_string())
-        );
-        assert!(entry_for("Bad!").is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The pure decisions of the node mirror: which Nodes get a NodeImage, when
 //! its labels need applying, and when a NodeImage has outlived its Node.
 
+use crate::nodes::wants_nodeimage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use nodeimage_api::kruise::{FAKE_NODEIMAGE_LABEL, NodeImage};
@@ -10,20 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Field manager of the mirror's server-side apply; it owns exactly the
 /// NodeImage labels copied from the Node.
 pub const FIELD_MANAGER: &str = "nodeimage-node-mirror";
-
-/// Label key and value of virtual nodes, which pull no images.
-pub const VIRTUAL_KUBELET: (&str, &str) = ("type", "virtual-kubelet");
-
-/// Whether a Node should have a NodeImage: not virtual and not being deleted.
-pub fn wants_nodeimage(node: &ObjectMeta) -> bool {
-    let (key, value) = VIRTUAL_KUBELET;
-    let is_virtual = node
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .is_some_and(|v| v == value);
-    !is_virtual && node.deletion_timestamp.is_none()
-}
 
 /// What the mirror does for one Node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,6 +128,7 @@ pub fn orphaned(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodes::VIRTUAL_KUBELET;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
     use k8s_openapi::jiff::Timestamp;
 

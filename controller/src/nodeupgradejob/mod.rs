@@ -15,92 +15,23 @@
 pub mod plan;
 mod reconcile;
 
-use crate::context::Context;
-use crate::lifecycle;
-use crate::nodeimages::Subscription;
-use crate::rollout;
-use crate::wakeups::TagChanges;
-use crate::watch::{self, SyncSignals, Synced};
-use futures::StreamExt;
+use crate::jobshell::NodeTaskWiring;
+use crate::nodes;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
-
-use nodeimage_api::{NodeImage, NodeUpgradeJob};
-use nodeimage_ops::health::Readiness;
-use std::sync::Arc;
-use tokio::sync::watch as signal;
+use nodeimage_api::NodeUpgradeJob;
 
 /// What of a Node matters to a job, to pass on only its changes: labels,
 /// readiness, whether it gets a NodeImage, and its KubeEdge version.
-type NodeKey = (rollout::NodeInfo, Option<String>);
-
-fn node_key(n: &Node) -> NodeKey {
-    (rollout::node_info(n), reconcile::node_version(n))
+fn node_key(n: &Node) -> (nodes::NodeInfo, Option<String>) {
+    (nodes::node_info(n), reconcile::node_version(n))
 }
 
-/// Runs the NodeUpgradeJob controller until `stop` turns true.
-pub async fn run(
-    ctx: Context,
-    readiness: Readiness,
-    stop: signal::Receiver<bool>,
-    nodeimages: Subscription,
-) {
-    let client = ctx.client.clone();
-
-    let nodes_synced = Synced::default();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let node_events = watch::reflect(
-        "nodeupgradejob-nodes",
-        Api::all(client.clone()),
-        node_writer,
-        rollout::trim_node,
-        SyncSignals {
-            synced: nodes_synced.clone(),
-            check: readiness.check("nodeupgradejob-nodes-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(watch::changes_only(node_key));
-
-    let (jobs, job_writer) = reflector::store::<NodeUpgradeJob>();
-    let skipped = crate::skipped::Skipped::new(&ctx, plan::KIND, Some("reason"));
-    let controller = Controller::for_stream(
-        watch::controller_trigger(client.clone(), job_writer, skipped),
-        jobs.clone(),
-    );
-    let _ = ctx.metrics.caches.node_upgrade_jobs.set(jobs.clone());
-    let state = Arc::new(reconcile::State {
-        ctx,
-        nodeimages: nodeimages.store,
-        nodeimages_synced: nodeimages.synced,
-        nodes,
-        nodes_synced,
-    });
-    let changes = TagChanges::new(plan::KIND, plan::GROUP);
-    tracing::info!("nodeupgradejob controller starting");
-    controller
-        .watches_shared_stream(nodeimages.changes, move |ni: Arc<NodeImage>| {
-            changes
-                .owners(&ni)
-                .into_iter()
-                .map(|(_, name)| ObjectRef::<NodeUpgradeJob>::new(&name))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(node_events, move |_: Node| {
-            jobs.state()
-                .iter()
-                .filter(|j| !j.status.as_ref().is_some_and(plan::is_finished))
-                .map(|j| ObjectRef::from_obj(j.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
-        .for_each(|result| {
-            lifecycle::log_outcome("nodeupgradejob", result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("nodeupgradejob controller stopped");
-}
+/// How the controller is wired (run by `jobshell::run_node_tasks`).
+pub const WIRING: NodeTaskWiring<NodeUpgradeJob, (nodes::NodeInfo, Option<String>)> =
+    NodeTaskWiring {
+        node_watch: "nodeupgradejob-nodes",
+        nodes_check: "nodeupgradejob-nodes-synced",
+        node_key,
+        is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
+        jobs_gauge: |m| &m.caches.node_upgrade_jobs,
+    };

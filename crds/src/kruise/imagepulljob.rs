@@ -139,11 +139,11 @@ pub struct ImagePullJobNodeSelector {
 pub struct PullPolicy {
     /// Limit of one pull attempt on a node, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 600))]
+    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = crate::defaults::PULL_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i32>,
     /// Retries after a failed attempt on a node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 3))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = crate::defaults::PULL_BACKOFF_LIMIT))]
     pub backoff_limit: Option<i32>,
 }
 

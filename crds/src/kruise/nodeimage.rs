@@ -163,11 +163,11 @@ pub struct TagUpgrade {
 pub struct ImageTagPullPolicy {
     /// Limit of one pull attempt, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 600))]
+    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = crate::defaults::PULL_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i32>,
     /// Retries after a failed attempt (so at most backoffLimit + 1 attempts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 3))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = crate::defaults::PULL_BACKOFF_LIMIT))]
     pub backoff_limit: Option<i32>,
     /// Seconds after the pull finished (succeeded or failed) before the
     /// entry is removed from spec and status. Unset: the entry stays.

@@ -73,7 +73,7 @@ pub struct ImagePrePullTemplate {
     /// Limit for each node (checks and all its images), in seconds.
     /// Unset or 0 means 300; the controller applies that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = 300))]
+    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = crate::defaults::KUBEEDGE_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i64>,
     /// Secret with registry credentials, as `namespace/name`. It must be of type
     /// kubernetes.io/dockerconfigjson.

@@ -15,9 +15,6 @@ pub use nodeupgradejob::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Default of `timeoutSeconds` when unset or 0.
-pub const DEFAULT_TIMEOUT_SECONDS: i64 = 300;
-
 /// Status of one node's task, in the v1alpha1 state/event/action shape.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -46,7 +46,7 @@ pub struct NodeUpgradeJobSpec {
     pub version: Option<String>,
     /// Limit for each node, in seconds. Unset or 0 means 300; the controller applies that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = 300))]
+    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = crate::defaults::KUBEEDGE_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i64>,
     /// Names of the nodes to upgrade. Set this or labelSelector, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,19 +1,13 @@
 use super::*;
 use crate::clock::api_time;
+use crate::nodetasks::fixtures::{at, nodeimage_of, ready, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use nodeimage_api::kruise::{
-    ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec,
-    NodeImageStatus,
-};
+use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobSpec, ImagePrePullTemplate};
 
 const IMG_A: &str = "127.0.0.1:5000/a:v1";
 const IMG_B: &str = "127.0.0.1:5000/b:v1";
 const UID: &str = "uid-job";
-
-fn at(s: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap_or_default()
-}
 
 fn job(images: &[&str], nodes: &[&str]) -> ImagePrePullJob {
     let mut j = ImagePrePullJob::new(
@@ -35,17 +29,6 @@ fn with(mut j: ImagePrePullJob, f: impl FnOnce(&mut ImagePrePullTemplate)) -> Im
     j
 }
 
-fn ready(labels: &[(&str, &str)]) -> NodeInfo {
-    NodeInfo {
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ready: true,
-        wants_nodeimage: true,
-    }
-}
-
 /// What a node's NodeImage holds for the job: per image of the job, None
 /// (no entry) or the entry with an optional reported phase and message.
 type Tag<'a> = (&'a str, Option<(Option<ImagePullPhase>, &'a str)>);
@@ -57,7 +40,7 @@ fn nodeimage(name: &str, created: i64, tags: &[Tag<'_>]) -> Arc<NodeImage> {
         let Some((phase, message)) = entry else {
             continue;
         };
-        let e = crate::imagepulljob::plan::entry_for(image).unwrap_or_else(|e| panic!("{e}"));
+        let e = crate::rollout::entry_for(image).unwrap_or_else(|e| panic!("{e}"));
         images
             .entry(e.image.clone())
             .or_default()
@@ -86,17 +69,7 @@ fn nodeimage(name: &str, created: i64, tags: &[Tag<'_>]) -> Arc<NodeImage> {
                 });
         }
     }
-    let mut ni = NodeImage::new(
-        name,
-        NodeImageSpec {
-            images: Some(images),
-        },
-    );
-    ni.status = Some(NodeImageStatus {
-        image_statuses: Some(statuses),
-        ..Default::default()
-    });
-    Arc::new(ni)
+    nodeimage_of(name, images, statuses)
 }
 
 struct World {
@@ -163,17 +136,7 @@ fn row<'a>(p: &'a Plan, name: &str) -> &'a ImagePrePullStatus {
 
 /// (state, event, action, reason) of a node.
 fn sea(p: &Plan, name: &str) -> (String, String, String, String) {
-    let s = node(p, name);
-    (
-        s.state.clone().unwrap_or_default(),
-        s.event.clone().unwrap_or_default(),
-        s.action.clone().unwrap_or_default(),
-        s.reason.clone().unwrap_or_default(),
-    )
-}
-
-fn tuple(s: &str, e: &str, a: &str, r: &str) -> (String, String, String, String) {
-    (s.into(), e.into(), a.into(), r.into())
+    sea_of(node(p, name))
 }
 
 #[test]

@@ -1,18 +1,13 @@
 use super::*;
 use crate::clock::api_time;
+use crate::nodetasks::fixtures::{at, nodeimage_of, ready, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use nodeimage_api::kruise::{
-    ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, NodeImageSpec, NodeImageStatus,
-};
+use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec};
 use nodeimage_api::kubeedge::NodeUpgradeJobSpec;
 
 const UID: &str = "uid-upgrade";
 const IMAGE: &str = "kubeedge/installation-package";
 const V: &str = "v1.17.0";
-
-fn at(s: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap_or_default()
-}
 
 fn job(nodes: &[&str]) -> NodeUpgradeJob {
     let mut j = NodeUpgradeJob::new(
@@ -30,17 +25,6 @@ fn job(nodes: &[&str]) -> NodeUpgradeJob {
 fn with(mut j: NodeUpgradeJob, f: impl FnOnce(&mut NodeUpgradeJobSpec)) -> NodeUpgradeJob {
     f(&mut j.spec);
     j
-}
-
-fn ready(labels: &[(&str, &str)]) -> NodeInfo {
-    NodeInfo {
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ready: true,
-        wants_nodeimage: true,
-    }
 }
 
 /// What a node reports on the job's entry.
@@ -106,17 +90,7 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
                 });
         }
     }
-    let mut ni = NodeImage::new(
-        name,
-        NodeImageSpec {
-            images: Some(images),
-        },
-    );
-    ni.status = Some(NodeImageStatus {
-        image_statuses: Some(statuses),
-        ..Default::default()
-    });
-    Arc::new(ni)
+    nodeimage_of(name, images, statuses)
 }
 
 struct World {
@@ -175,17 +149,7 @@ fn node<'a>(p: &'a Plan, name: &str) -> &'a TaskStatus {
 
 /// (state, event, action, reason) of a node.
 fn sea(p: &Plan, name: &str) -> (String, String, String, String) {
-    let s = node(p, name);
-    (
-        s.state.clone().unwrap_or_default(),
-        s.event.clone().unwrap_or_default(),
-        s.action.clone().unwrap_or_default(),
-        s.reason.clone().unwrap_or_default(),
-    )
-}
-
-fn tuple(s: &str, e: &str, a: &str, r: &str) -> (String, String, String, String) {
-    (s.into(), e.into(), a.into(), r.into())
+    sea_of(node(p, name))
 }
 
 fn job_sea(p: &Plan) -> (String, String, String) {

@@ -1,0 +1,74 @@
+//! The reconcile skeleton every job kind runs: metrics, the finalizer
+//! branch (clean up, then let the job go), waiting for the caches, then the
+//! kind's plan; and the error policy.
+//!
+//! kube's `runtime::finalizer` helper is not used: it removes the finalizer
+//! with a JSON Patch `test` of its index and fails on a job already gone,
+//! where ours is a merge patch guarded by the resourceVersion that treats a
+//! job already gone as released.
+
+use super::{Error, JobKind, JobReconciler};
+use crate::tagwrites;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How soon a job looks again while a cache is still being listed.
+const NOT_SYNCED_RETRY: Duration = Duration::from_secs(1);
+/// How soon a job looks again after a write conflicted (re-plan).
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+/// How soon a job looks again after any other failure.
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// Reconciles one job: the finalizer branch, then the kind's plan.
+pub async fn reconcile<R: JobReconciler>(job: Arc<R::Job>, r: Arc<R>) -> Result<Action, Error> {
+    let shared = r.shared();
+    let _timer = shared.ctx.metrics.reconcile(R::Job::KIND);
+    let api = R::Job::api(shared.ctx.client.clone(), &job);
+    let has_finalizer = job.finalizers().iter().any(|f| f == R::FINALIZER);
+    if job.meta().deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        // Cleanup reads the NodeImage cache: an empty cache that has not
+        // been listed yet would release nothing.
+        if !shared.nodeimages_synced.get() {
+            return Ok(Action::requeue(NOT_SYNCED_RETRY));
+        }
+        r.cleanup(&job).await?;
+        tagwrites::set_finalizer(&api, job.as_ref(), R::FINALIZER, false).await?;
+        tracing::info!(kind = R::Job::KIND, job = %ObjectRef::from_obj(job.as_ref()), "job deleted: its entries are released");
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        tagwrites::set_finalizer(&api, job.as_ref(), R::FINALIZER, true).await?;
+        // The patch wakes us again with the new object.
+        return Ok(Action::await_change());
+    }
+    // Selection and counts read the caches: an empty cache that has not
+    // been listed yet would mean "no nodes".
+    if !r.synced() {
+        return Ok(Action::requeue(NOT_SYNCED_RETRY));
+    }
+    r.apply(job).await
+}
+
+/// Logs the failure and retries: a conflict soon (re-plan), else after a while.
+pub fn error_policy<R: JobReconciler>(job: Arc<R::Job>, error: &Error, r: Arc<R>) -> Action {
+    retry(job.as_ref(), error, &r.shared().ctx)
+}
+
+/// The error policy of every job kind: a conflict is retried soon
+/// (re-plan), any other failure is counted, logged and retried later.
+pub fn retry<K: JobKind>(job: &K, error: &Error, ctx: &crate::context::Context) -> Action {
+    let job = ObjectRef::from_obj(job);
+    if error.is_conflict() {
+        tracing::debug!(kind = K::KIND, %job, %error, "write conflict; re-planning");
+        return Action::requeue(CONFLICT_RETRY);
+    }
+    ctx.metrics.error(K::KIND);
+    tracing::warn!(kind = K::KIND, %job, %error, "reconcile failed; retrying in 5s");
+    Action::requeue(ERROR_RETRY)
+}

@@ -1,0 +1,59 @@
+//! Test fixtures both KubeEdge kinds' plan tests build their worlds from.
+
+use crate::nodes::NodeInfo;
+use chrono::{DateTime, Utc};
+use nodeimage_api::kruise::{ImageSpec, ImageStatus, NodeImage, NodeImageSpec, NodeImageStatus};
+use nodeimage_api::kubeedge::TaskStatus;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `s` seconds after a fixed instant.
+pub fn at(s: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap_or_default()
+}
+
+/// A Ready node that gets a NodeImage, with `labels`.
+pub fn ready(labels: &[(&str, &str)]) -> NodeInfo {
+    NodeInfo {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ready: true,
+        wants_nodeimage: true,
+    }
+}
+
+/// A NodeImage `name` holding `images` and reporting `statuses`.
+pub fn nodeimage_of(
+    name: &str,
+    images: BTreeMap<String, ImageSpec>,
+    statuses: BTreeMap<String, ImageStatus>,
+) -> Arc<NodeImage> {
+    let mut ni = NodeImage::new(
+        name,
+        NodeImageSpec {
+            images: Some(images),
+        },
+    );
+    ni.status = Some(NodeImageStatus {
+        image_statuses: Some(statuses),
+        ..Default::default()
+    });
+    Arc::new(ni)
+}
+
+/// (state, event, action, reason) of a node row.
+pub fn sea_of(s: &TaskStatus) -> (String, String, String, String) {
+    (
+        s.state.clone().unwrap_or_default(),
+        s.event.clone().unwrap_or_default(),
+        s.action.clone().unwrap_or_default(),
+        s.reason.clone().unwrap_or_default(),
+    )
+}
+
+/// An expected (state, event, action, reason).
+pub fn tuple(s: &str, e: &str, a: &str, r: &str) -> (String, String, String, String) {
+    (s.into(), e.into(), a.into(), r.into())
+}

@@ -1,0 +1,260 @@
+//! The KubeEdge node-task engine: the one rollout of ImagePrePullJob and
+//! NodeUpgradeJob. Both kinds run a task on a fixed set of nodes, a budget
+//! of them at once, each node timed out on its own, the job judged by its
+//! failure tolerance, with a v1alpha1 status of state/event/action per node.
+//! A kind configures the engine ([`NodeTask`]): which entries a node gets,
+//! how its NodeImage report reads, how a node's row and events look. Pure.
+//!
+//! Rules (the shared ones; each kind's module lists its own):
+//! - The nodes are fixed when the job starts: `nodeNames` in their order, or
+//!   the Nodes matching `labelSelector` sorted by name; they are listed in
+//!   the status, and later edits of the selection do not change them.
+//! - A node that has not started fails at once (event Init) when its Node
+//!   does not exist, is not Ready or gets no NodeImage, or the kind rejects
+//!   it (a missing secret); the kind may also skip it as done.
+//! - At most `concurrency` nodes work at once; a node starts when its entries
+//!   are written and fails with event TimeOut when it has not finished
+//!   `timeoutSeconds` (0 or unset: 300) after its entries' `createdAt`.
+//! - A node's result, once in status, is final; a finished job is final.
+//! - Once every node has finished, the job fails when
+//!   `failed / total > failureTolerate`, and succeeds otherwise.
+
+#[cfg(test)]
+pub mod fixtures;
+mod step;
+
+pub use step::{Node, Planned, step, succeeded, task, timed_out};
+
+use crate::jobevents::JobEvent;
+use crate::rollout::{Entry, EntryState, NodeState};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use nodeimage_api::kruise::NodeImage;
+use nodeimage_api::kubeedge::TaskStatus;
+use serde::Serialize;
+use std::time::Duration;
+
+/// API version of the KubeEdge kinds, in tag owner references.
+pub const API_VERSION: &str = "operations.kubeedge.io/v1alpha1";
+/// API group of the KubeEdge kinds.
+pub const GROUP: &str = "operations.kubeedge.io";
+/// Serialised per-node status above which details are summarised, leaving
+/// room in the 1 MiB object for the spec (5,000 node names), kubectl's
+/// last-applied annotation (the spec again) and the managed fields.
+pub const STATUS_BUDGET_BYTES: usize = 512 * 1024;
+/// Node events published per reconcile; the rest are summed up.
+pub const MAX_NODE_EVENTS: usize = 20;
+/// How soon to look again while a node waits for its NodeImage.
+pub const NODEIMAGE_WAIT: Duration = Duration::from_secs(2);
+/// How often a running job looks again even if nothing woke it.
+pub const RUNNING_RESYNC: Duration = Duration::from_secs(60);
+
+/// States both kinds spell alike (KubeEdge's spelling, capitalised).
+pub mod state {
+    /// Not started yet.
+    pub const INIT: &str = "Init";
+    /// Done (job: within the failure tolerance).
+    pub const SUCCESSFUL: &str = "Successful";
+    /// Done with a failure (job: above the failure tolerance).
+    pub const FAILED: &str = "Failed";
+}
+
+/// Events both kinds spell alike.
+pub mod event {
+    /// Selecting nodes and preparing (node not found, not ready, secret missing).
+    pub const INIT: &str = "Init";
+    /// The node did not finish within timeoutSeconds.
+    pub const TIMEOUT: &str = "TimeOut";
+}
+
+/// The outcome of a step.
+pub mod action {
+    /// The step succeeded.
+    pub const SUCCESS: &str = "Success";
+    /// The step failed.
+    pub const FAILURE: &str = "Failure";
+}
+
+/// The job-level `state`, `event`, `action`, `reason` and `time` both
+/// KubeEdge statuses carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Phase {
+    /// Job state.
+    pub state: Option<String>,
+    /// The step the state refers to.
+    pub event: Option<String>,
+    /// The step's outcome.
+    pub action: Option<String>,
+    /// Details or why the job failed.
+    pub reason: Option<String>,
+    /// When the job entered its state (RFC 3339).
+    pub time: Option<String>,
+}
+
+/// When the kind announces its start (event Started).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Announce {
+    /// At the job's first look, before anything can fail.
+    AtFirstLook,
+    /// Once its nodes are selected (the note counts them).
+    OnceSelected,
+}
+
+/// The job is working: its state, its event, the verb of its progress.
+#[derive(Clone, Copy, Debug)]
+pub struct Working {
+    /// Job state while nodes work (and its event, also of a success).
+    pub state: &'static str,
+    /// Job event while nodes work, and of a successful job.
+    pub event: &'static str,
+    /// What working nodes are doing, in the progress reason.
+    pub verb: &'static str,
+}
+
+/// Why a node that has not started does not run the task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Precheck {
+    /// It fails at once (event Init), with the reason.
+    Reject(String),
+    /// It needs nothing: it succeeds at once.
+    Skip,
+}
+
+/// What the job says about its own run: the spec fields the engine reads,
+/// its entries, and its status so far.
+pub struct Job<'a, R> {
+    /// The job's uid, the owner of its entries.
+    pub uid: String,
+    /// The job-level status so far.
+    pub old: Phase,
+    /// The per-node rows so far.
+    pub old_rows: &'a [R],
+    /// The entries every node gets, or why the job cannot have any.
+    pub entries: Result<Vec<Entry>, String>,
+    /// `nodeNames`.
+    pub node_names: Option<&'a [String]>,
+    /// `labelSelector`.
+    pub label_selector: Option<&'a LabelSelector>,
+    /// `failureTolerate`, as written.
+    pub failure_tolerate: Option<&'a str>,
+    /// `concurrency`.
+    pub concurrency: Option<i32>,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<i64>,
+}
+
+/// How one KubeEdge kind configures the engine.
+pub trait NodeTask {
+    /// One node's row in the job's status.
+    type Row: Clone + Serialize;
+    /// What the node's NodeImage tells of a working node, for its row.
+    type Detail: Clone;
+    /// How far the rows were summarised to fit the status budget.
+    type Summary: Clone + Copy + std::fmt::Debug + Default + PartialEq;
+
+    /// The working job's state, event and verb.
+    const WORKING: Working;
+    /// Events a failed job reports when all its failed nodes share one
+    /// (otherwise it reports [`Working::event`]).
+    const FAILURE_EVENTS: &'static [&'static str];
+    /// Longest reason kept in a node's row.
+    const MAX_REASON_CHARS: usize;
+    /// When Started is published.
+    const ANNOUNCE: Announce;
+
+    /// The row's node status.
+    fn task(row: &Self::Row) -> Option<&TaskStatus>;
+    /// The row's node status, to change.
+    fn task_mut(row: &mut Self::Row) -> Option<&mut TaskStatus>;
+    /// A row of only a node status.
+    fn row(task: TaskStatus) -> Self::Row;
+
+    /// Note of the Started event (`nodes`: how many, once selected).
+    fn started(&self, nodes: Option<usize>) -> String;
+    /// Whether a node that has not started is rejected or skipped.
+    fn precheck(&self, node: &str) -> Option<Precheck>;
+    /// What a node's NodeImage tells of the job's entries.
+    fn detail(
+        &self,
+        ni: &NodeImage,
+        entries: &[Entry],
+        uid: &str,
+        states: &[EntryState],
+    ) -> Self::Detail;
+    /// The detail of a node started in this plan.
+    fn fresh(&self, entries: usize, now: DateTime<Utc>) -> Self::Detail;
+    /// A working node's state as the kind reads it (default: as the entries say).
+    fn settle(&self, state: NodeState, _detail: &Self::Detail) -> NodeState {
+        state
+    }
+    /// The row of a node the job tracks through its entries (working or done).
+    fn render(
+        &self,
+        name: &str,
+        state: &NodeState,
+        detail: &Self::Detail,
+        timed_out: bool,
+    ) -> Self::Row;
+    /// The row of a node skipped by [`NodeTask::precheck`].
+    fn render_skipped(&self, name: &str) -> Self::Row {
+        Self::row(step::task(name, state::SUCCESSFUL, None, None, None, 0))
+    }
+    /// Cuts per-node detail until the rows fit [`STATUS_BUDGET_BYTES`].
+    fn summarise(rows: &mut [Self::Row]) -> Self::Summary;
+    /// The event of a node that finished in this plan, if it gets one.
+    fn node_event(&self, t: &TaskStatus) -> Option<JobEvent>;
+    /// The event summing up node events past [`MAX_NODE_EVENTS`].
+    fn more_nodes(n: usize) -> JobEvent;
+    /// The Finished note of a job without failures.
+    fn all_done(&self, total: usize) -> String;
+}
+
+/// The node timeout: `timeoutSeconds`, where unset or 0 means the default.
+pub fn node_timeout(timeout_seconds: Option<i64>) -> i64 {
+    match timeout_seconds {
+        Some(s) if s > 0 => s,
+        _ => nodeimage_api::defaults::KUBEEDGE_TIMEOUT_SECONDS,
+    }
+}
+
+/// A KubeEdge job as an owner of tag entries (cluster-scoped: no namespace).
+pub fn owner_ref(kind: &str, name: String, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(API_VERSION.into()),
+        kind: Some(kind.into()),
+        name: Some(name),
+        uid,
+        ..Default::default()
+    }
+}
+
+/// A finished entry's lifetime: the node timeout plus a grace period.
+pub fn entry_ttl(timeout: i64) -> i32 {
+    i32::try_from(timeout.saturating_add(crate::rollout::ENTRY_TTL_GRACE_SECONDS))
+        .unwrap_or(i32::MAX)
+}
+
+/// Whether a job or node state is final.
+pub fn is_final(state: Option<&str>) -> bool {
+    matches!(state, Some(state::SUCCESSFUL | state::FAILED))
+}
+
+/// Serialised size of the node rows.
+pub fn rows_size<R: Serialize>(rows: &[R]) -> usize {
+    serde_json::to_vec(rows)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX)
+}
+
+/// Applies `steps` to every row, one step at a time, until the rows fit
+/// [`STATUS_BUDGET_BYTES`]; returns how many steps it took.
+pub fn fit<R: Serialize>(rows: &mut [R], steps: &[fn(&mut R)]) -> usize {
+    for (taken, step) in steps.iter().enumerate() {
+        if rows_size(rows) <= STATUS_BUDGET_BYTES {
+            return taken;
+        }
+        rows.iter_mut().for_each(step);
+    }
+    steps.len()
+}
