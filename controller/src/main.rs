@@ -2,6 +2,7 @@
 //! tidy, and (in later modules) turns jobs into per-node tag entries.
 
 mod clock;
+mod conditions;
 mod context;
 mod entries;
 mod flags;

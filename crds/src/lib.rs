@@ -7,6 +7,7 @@
 //! project apply unchanged; validation that upstream does in webhooks is
 //! expressed here as schema constraints and CEL rules.
 
+pub mod conditions;
 pub mod crdgen;
 pub mod defaults;
 pub mod kruise;

@@ -99,6 +99,13 @@ async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Acti
         }
     }
     let api = ImageListPullJob::api(ctx.client.clone(), &job);
+    let mut p = p;
+    crate::conditions::apply(
+        job.status.as_ref(),
+        &mut p.status,
+        job.metadata.generation,
+        &crate::clock::api_time(chrono::Utc::now()),
+    );
     if job.status.as_ref() != Some(&p.status) {
         let body = serde_json::json!({"status": p.status});
         jobshell::patch_status(&api, job.as_ref(), &body).await?;

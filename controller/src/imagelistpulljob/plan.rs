@@ -172,6 +172,7 @@ pub fn plan(job: &ImageListPullJob, children: &[Arc<ImagePullJob>], now: DateTim
         completed,
         succeeded,
         failed_image_statuses: (!failed.is_empty()).then_some(failed),
+        conditions: old.conditions.clone(),
     };
     let requeue_after = complete
         .then(|| {

@@ -271,6 +271,7 @@ fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJo
         reason: p.reason,
         time: p.time,
         status: old.status,
+        conditions: old.conditions,
     }
 }
 

@@ -326,6 +326,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         failed: tally.failed.len() as i32,
         message: Some(message),
         failed_nodes: (!failed_nodes.is_empty()).then_some(failed_nodes),
+        conditions: old.conditions.clone(),
     };
     let requeue_after = if complete {
         cp.ttl_seconds_after_finished

@@ -161,6 +161,13 @@ impl JobReconciler for State {
         let requests: Vec<_> = p.request.iter().cloned().collect();
         jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now).await?;
 
+        let mut p = p;
+        crate::conditions::apply(
+            job.status.as_ref(),
+            &mut p.status,
+            job.metadata.generation,
+            &crate::clock::api_time(now),
+        );
         let old = job.status.clone().unwrap_or_default();
         if old != p.status {
             jobshell::patch_status(&api, job.as_ref(), &serde_json::json!({"status": p.status}))

@@ -118,8 +118,16 @@ pub async fn write_guarded_status<K, S>(
 ) -> Result<(), Error>
 where
     K: JobKind,
-    S: serde::Serialize + PartialEq + Clone,
+    S: serde::Serialize + PartialEq + Clone + crate::conditions::Judged,
 {
+    let mut with_conditions = new.clone();
+    crate::conditions::apply(
+        old,
+        &mut with_conditions,
+        job.meta().generation,
+        &crate::clock::api_time(chrono::Utc::now()),
+    );
+    let new = &with_conditions;
     if old == Some(new) {
         return Ok(());
     }

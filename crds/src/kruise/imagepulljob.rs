@@ -211,6 +211,10 @@ pub struct ImagePullJobStatus {
     /// Names of the nodes that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_nodes: Option<Vec<String>>,
+    /// Standard conditions (Complete, Failed, Progressing), for `kubectl wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::conditions::schema")]
+    pub conditions: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
 }
 
 /// Pull a list of images onto a set of nodes, one child ImagePullJob per image.
@@ -278,6 +282,10 @@ pub struct ImageListPullJobStatus {
     /// The children with failed nodes, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_image_statuses: Option<Vec<FailedImageStatus>>,
+    /// Standard conditions (Complete, Failed, Progressing), for `kubectl wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::conditions::schema")]
+    pub conditions: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
 }
 
 /// An image whose child job had failures.

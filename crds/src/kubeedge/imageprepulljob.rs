@@ -87,7 +87,7 @@ pub struct ImagePrePullTemplate {
 }
 
 /// Status of an ImagePrePullJob, in the v1alpha1 shape.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImagePrePullJobStatus {
     /// Phase of the job: "", checking, pulling, successful or failed.
@@ -108,6 +108,10 @@ pub struct ImagePrePullJobStatus {
     /// One entry per node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Vec<ImagePrePullStatus>>,
+    /// Standard conditions (Complete, Failed, Progressing), for `kubectl wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::conditions::schema")]
+    pub conditions: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
 }
 
 /// The pre-pull status of one node.

@@ -116,7 +116,7 @@ pub struct RegistryApi {
 }
 
 /// Status of a NodeUpgradeJob, in the v1alpha1 shape.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeUpgradeJobStatus {
     /// Phase of the job.
@@ -143,6 +143,10 @@ pub struct NodeUpgradeJobStatus {
     /// One entry per node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_status: Option<Vec<TaskStatus>>,
+    /// Standard conditions (Complete, Failed, Progressing), for `kubectl wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::conditions::schema")]
+    pub conditions: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
 }
 
 /// Whether `s` is a node-agent version as `spec.version` takes it:
