@@ -79,6 +79,11 @@ impl Daemon {
             "--health-addr".into(),
             format!("127.0.0.1:{health_port}"),
         ];
+        // The simulated nodes share the host's filesystem, whose usage is not
+        // under test: the disk check passes unless a test sets a threshold.
+        if !extra.contains(&"--disk-threshold-percent") {
+            args.extend(["--disk-threshold-percent".into(), "100".into()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut d = Daemon {
             child: None,
