@@ -67,7 +67,12 @@ pub fn next(
 
 /// Sets `new`'s conditions from its verdict, keeping `old`'s transition times.
 pub fn apply<S: Judged>(old: Option<&S>, new: &mut S, generation: Option<i64>, now: &Time) {
-    let conditions = next(old.and_then(|o| o.conditions()), &new.verdict(), generation, now);
+    let conditions = next(
+        old.and_then(|o| o.conditions()),
+        &new.verdict(),
+        generation,
+        now,
+    );
     *new.conditions_mut() = Some(conditions);
 }
 
@@ -156,7 +161,11 @@ mod tests {
 
     fn status_of(cs: &[Condition], t: &str) -> (String, String, i64) {
         let c = cs.iter().find(|c| c.type_ == t).expect("condition");
-        (c.status.clone(), c.reason.clone(), c.last_transition_time.0.as_second())
+        (
+            c.status.clone(),
+            c.reason.clone(),
+            c.last_transition_time.0.as_second(),
+        )
     }
 
     #[test]
@@ -164,9 +173,17 @@ mod tests {
         let running = Verdict::Running("Pulling", "job is running, progress 10.0%".into());
         let c1 = next(None, &running, Some(1), &at(100));
         // (condition, status, reason, transition time)
-        let table = [(COMPLETE, "False", 100), (FAILED, "False", 100), (PROGRESSING, "True", 100)];
+        let table = [
+            (COMPLETE, "False", 100),
+            (FAILED, "False", 100),
+            (PROGRESSING, "True", 100),
+        ];
         for (t, st, when) in table {
-            assert_eq!(status_of(&c1, t), (st.into(), "Pulling".into(), when), "{t}");
+            assert_eq!(
+                status_of(&c1, t),
+                (st.into(), "Pulling".into(), when),
+                "{t}"
+            );
         }
         // Still running with a new message: times stay, message moves.
         let later = Verdict::Running("Pulling", "job is running, progress 50.0%".into());
@@ -178,7 +195,10 @@ mod tests {
         // Complete: Complete and Progressing flip at the new time, Failed stays.
         let done = Verdict::Complete("AllNodesSucceeded", "job has completed".into());
         let c3 = next(Some(&c2), &done, Some(1), &at(400));
-        assert_eq!(status_of(&c3, COMPLETE), ("True".into(), "AllNodesSucceeded".into(), 400));
+        assert_eq!(
+            status_of(&c3, COMPLETE),
+            ("True".into(), "AllNodesSucceeded".into(), 400)
+        );
         assert_eq!(status_of(&c3, PROGRESSING).0, "False");
         assert_eq!(status_of(&c3, PROGRESSING).2, 400);
         assert_eq!(status_of(&c3, FAILED).2, 100);
@@ -194,7 +214,11 @@ mod tests {
         };
         let cases = [
             (ipj(false, 0, "job is running"), "Running", "Pulling"),
-            (ipj(true, 0, "job has completed"), "Complete", "AllNodesSucceeded"),
+            (
+                ipj(true, 0, "job has completed"),
+                "Complete",
+                "AllNodesSucceeded",
+            ),
             (ipj(true, 2, "job has completed"), "Failed", "NodesFailed"),
             (
                 ipj(true, 1, "job exceeds activeDeadlineSeconds"),

@@ -41,12 +41,24 @@ fn kubectl_wait_for_complete_and_failed() {
     wait(&c, &["-n", &ns.name, "imagepulljob/ok"], "Complete").expect("ok completes");
     wait(&c, &["-n", &ns.name, "imagepulljob/broken"], "Failed").expect("broken fails");
     let ok = kruise::get(&c, "imagepulljobs.apps.kruise.io", Some(&ns.name), "ok").expect("ok");
-    let conds = ok["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    let by = |t: &str| conds.iter().find(|x| x["type"] == t).cloned().unwrap_or_default();
+    let conds = ok["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let by = |t: &str| {
+        conds
+            .iter()
+            .find(|x| x["type"] == t)
+            .cloned()
+            .unwrap_or_default()
+    };
     assert_eq!(by("Complete")["status"], "True", "{conds:?}");
     assert_eq!(by("Failed")["status"], "False", "{conds:?}");
     assert_eq!(by("Progressing")["status"], "False", "{conds:?}");
-    assert_eq!(by("Complete")["observedGeneration"], ok["metadata"]["generation"]);
+    assert_eq!(
+        by("Complete")["observedGeneration"],
+        ok["metadata"]["generation"]
+    );
 
     // A KubeEdge job too.
     let prepull = unique("e2e-conditions");
@@ -58,6 +70,9 @@ fn kubectl_wait_for_complete_and_failed() {
                      "nodeNames": [node], "checkItems": []}}}),
     );
     let res = wait(&c, &[&format!("imageprepulljob/{prepull}")], "Complete");
-    let _ = c.kubectl(&["delete", "imageprepulljob", &prepull, "--wait=false"], None);
+    let _ = c.kubectl(
+        &["delete", "imageprepulljob", &prepull, "--wait=false"],
+        None,
+    );
     res.expect("the ImagePrePullJob completes");
 }
