@@ -16,8 +16,10 @@
 #      run), then as the daemon's ServiceAccount (a token from the API
 #      server) it can patch a NodeImage's status and get a secret in the
 #      secrets namespace, and cannot get a secret elsewhere, change a
-#      NodeImage's spec, or list secrets; the controller's ServiceAccount is
-#      checked with `kubectl auth can-i`;
+#      NodeImage's spec, or list secrets; its events only in "default"; the
+#      node-identity admission policy: a token bound to a node may patch
+#      its NodeImage status and not another's, a token bound to no node
+#      none; the controller's ServiceAccount is checked with `kubectl auth can-i`;
 #   6. the real nodeimage-daemon run with a kubeconfig holding only that
 #      token, against a fake NodeImage and node-1's containerd: it pulls an
 #      image (status Succeeded), pulls from the auth registry with a pull
@@ -43,7 +45,8 @@ RELEASE=chart-test
 NS=nodeimage-chart-test                   # release namespace
 SECRETS_NS=nodeimage-chart-test-secrets   # the chart's secretsNamespace
 OTHER_NS=nodeimage-chart-test-other       # a namespace the daemon must not read
-FAKE_NI=nodeimage-chart-test              # fake NodeImage (no Node behind it)
+FAKE_NI=nodeimage-chart-test              # fake NodeImage (and a fake Node, no kubelet)
+OTHER_NI=nodeimage-chart-test-other       # another fake NodeImage, of no Node
 PULL_SECRET=chart-test-pull
 TEST_LABEL=nodeimage.dev/chart-test=true
 DAEMON_SA=$RELEASE-nodeimage-daemon
@@ -90,7 +93,8 @@ cleanup_release() {
     "$NODEIMAGE_CRI" --socket "$NODEIMAGE_CONTAINERD_1" rmi "$ref" >/dev/null 2>&1 || true
   done
   PULLED_REFS=()
-  kc delete nodeimage "$FAKE_NI" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kc delete node "$FAKE_NI" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kc delete nodeimage "$FAKE_NI" "$OTHER_NI" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   if [[ -n ${HELM:-} && -x ${HELM:-} ]]; then
     render_release 2>/dev/null | kc delete --ignore-not-found --wait=false -f - >/dev/null 2>&1 || true
   fi
@@ -369,12 +373,14 @@ for ns in "$SECRETS_NS" "$OTHER_NS"; do
     fail "creating secret $ns/$PULL_SECRET failed"
 done
 
-# token_kubeconfig SA PREFIX: PREFIX.kubeconfig holds only a token of
-# ServiceAccount SA (PREFIX.token and PREFIX.ca: the token and the CA).
+# token_kubeconfig SA PREFIX [ARGS...]: PREFIX.kubeconfig holds only a token
+# of ServiceAccount SA (PREFIX.token and PREFIX.ca: the token and the CA);
+# ARGS go to `kubectl create token` (e.g. to bind the token to a Node).
 token_kubeconfig() {
   local sa=$1 prefix=$2 out=$2.kubeconfig token ca
-  token=$(kc create token "$sa" -n "$NS" --duration=1h) ||
-    fail "kubectl create token $sa -n $NS failed (is the TokenRequest API enabled?)"
+  shift 2
+  token=$(kc create token "$sa" -n "$NS" --duration=1h "$@") ||
+    fail "kubectl create token $sa -n $NS $* failed (is the TokenRequest API enabled?)"
   ca=$(kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')
   if [[ -z $ca ]]; then
     kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' |
@@ -392,7 +398,19 @@ token_kubeconfig() {
   KUBECONFIG=$out "$KUBECTL" config use-context "$sa" >/dev/null
   chmod 600 "$out"
 }
-token_kubeconfig "$DAEMON_SA" "$WORK/daemon"
+# The daemon's tokens are bound to a Node, as kubelet's pod tokens are: the
+# node-identity policy lets a token write only its own node's NodeImage. The
+# fake node (no kubelet) exists only so that a token can be bound to it.
+kc create -f - >/dev/null <<EOF || fail "creating the fake Node $FAKE_NI failed"
+apiVersion: v1
+kind: Node
+metadata:
+  name: $FAKE_NI
+  labels:
+    nodeimage.dev/chart-test: "true"
+EOF
+token_kubeconfig "$DAEMON_SA" "$WORK/daemon" --bound-object-kind Node --bound-object-name "$FAKE_NI"
+token_kubeconfig "$DAEMON_SA" "$WORK/daemon-unbound"
 token_kubeconfig "$CONTROLLER_SA" "$WORK/controller"
 as_daemon() { KUBECONFIG=$WORK/daemon.kubeconfig "$KUBECTL" "$@"; }
 as_controller() { KUBECONFIG=$WORK/controller.kubeconfig "$KUBECTL" "$@"; }
@@ -403,20 +421,23 @@ who=$(as_daemon auth whoami -o jsonpath='{.status.userInfo.username}' 2>&1) ||
   fail "the daemon kubeconfig authenticates as '$who', not system:serviceaccount:$NS:$DAEMON_SA"
 pass "the token authenticates as $who"
 
-# The fake NodeImage the daemon works on (the label keeps the controller's
-# node mirror from deleting it: there is no Node of that name).
+# The NodeImage the daemon works on (the controller's node mirror may have
+# created it for the fake Node already; the label keeps it a test object).
 unique=$(date +%s)-$RANDOM
-cat >"$WORK/nodeimage.yaml" <<EOF
+for ni in "$FAKE_NI" "$OTHER_NI"; do
+  cat >"$WORK/nodeimage.yaml" <<EOF
 apiVersion: apps.kruise.io/v1alpha1
 kind: NodeImage
 metadata:
-  name: $FAKE_NI
+  name: $ni
   labels:
     apps.kruise.io/fake-nodeimage: "true"
     nodeimage.dev/chart-test: "true"
 spec: {}
 EOF
-kc create -f "$WORK/nodeimage.yaml" >/dev/null || fail "creating the fake NodeImage $FAKE_NI failed"
+  kc apply --server-side --force-conflicts -f "$WORK/nodeimage.yaml" >/dev/null ||
+    fail "creating the fake NodeImage $ni failed"
+done
 
 # expect_ok WHAT CMD...: CMD must succeed.
 expect_ok() {
@@ -441,14 +462,35 @@ step "RBAC: the daemon's ServiceAccount"
 # A merge patch of the status subresource, the daemon's only write. Through
 # curl, not `kubectl patch --subresource=status`: kubectl first GETs the
 # subresource, a verb the daemon does not need and is not granted.
+# status_patch [PREFIX [NODEIMAGE [QUERY]]]: PATCH with PREFIX's token.
 status_patch() {
-  curl -sS --fail-with-body --cacert "$WORK/daemon.ca" \
-    -H "Authorization: Bearer $(cat "$WORK/daemon.token")" \
+  local prefix=${1:-$WORK/daemon} ni=${2:-$FAKE_NI} query=${3:-}
+  curl -sS --fail-with-body --cacert "$prefix.ca" \
+    -H "Authorization: Bearer $(cat "$prefix.token")" \
     -H 'Content-Type: application/merge-patch+json' -X PATCH \
     --data '{"status":{"desired":0,"waiting":0,"pulling":0,"succeeded":0,"failed":0}}' \
-    "$NODEIMAGE_API_SERVER/apis/apps.kruise.io/v1alpha1/nodeimages/$FAKE_NI/status"
+    "$NODEIMAGE_API_SERVER/apis/apps.kruise.io/v1alpha1/nodeimages/$ni/status$query"
 }
-expect_ok "daemon patches NodeImage status (PATCH .../nodeimages/$FAKE_NI/status)" status_patch
+step "node identity: the daemon's token writes only its own node's NodeImage"
+# The admission policy takes effect once the API server has loaded it.
+deadline=$((SECONDS + 60))
+while status_patch "$WORK/daemon" "$OTHER_NI" '?dryRun=All' >"$WORK/cmd.out" 2>&1; do
+  ((SECONDS < deadline)) ||
+    fail "a token of node $FAKE_NI could still patch NodeImage $OTHER_NI's status 60s after the node-identity policy was applied: $(cat "$WORK/cmd.out")"
+  sleep 1
+done
+grep -q '"code": *403' "$WORK/cmd.out" && grep -qF "may write only NodeImage $FAKE_NI, not $OTHER_NI" "$WORK/cmd.out" ||
+  fail "a token of node $FAKE_NI on NodeImage $OTHER_NI's status: expected 403 naming both, got: $(cat "$WORK/cmd.out")"
+pass "a token bound to node $FAKE_NI may not patch NodeImage $OTHER_NI's status (403: $(grep -o 'nodeimage daemon: [^"]*' "$WORK/cmd.out" | head -n 1))"
+expect_ok "a token bound to node $FAKE_NI patches its own NodeImage's status (dry run)" \
+  status_patch "$WORK/daemon" "$FAKE_NI" '?dryRun=All'
+if status_patch "$WORK/daemon-unbound" "$FAKE_NI" '?dryRun=All' >"$WORK/cmd.out" 2>&1; then
+  fail "a daemon token bound to no node patched a NodeImage's status: $(cat "$WORK/cmd.out")"
+fi
+grep -qF "the token is not bound to a node" "$WORK/cmd.out" ||
+  fail "an unbound daemon token: expected the node-identity refusal, got: $(cat "$WORK/cmd.out")"
+pass "a daemon token bound to no node may not patch any NodeImage's status"
+expect_ok "daemon patches its own node's NodeImage status (PATCH .../nodeimages/$FAKE_NI/status)" status_patch
 got=$(kc get nodeimage "$FAKE_NI" -o jsonpath='{.status.desired}')
 [[ $got == 0 ]] || fail "the daemon's status patch did not stick (status.desired='$got')"
 expect_ok "daemon gets a NodeImage" as_daemon get nodeimage "$FAKE_NI"
@@ -480,11 +522,15 @@ can_i() {
 }
 can_i daemon yes watch nodeimages.apps.kruise.io
 can_i daemon yes create events.events.k8s.io -n default
+can_i daemon yes create events -n default
+can_i daemon no create events.events.k8s.io -n "$OTHER_NS"
+can_i daemon no create events -n kube-system
+can_i daemon no create events.events.k8s.io -A
 can_i daemon no update nodeimages.apps.kruise.io
 can_i daemon no create secrets -n "$SECRETS_NS"
 can_i daemon no watch secrets -n "$SECRETS_NS"
 can_i daemon no get imagepulljobs.apps.kruise.io -A
-pass "daemon: kubectl auth can-i agrees (watch NodeImages, events; no NodeImage update, secret writes, jobs)"
+pass "daemon: kubectl auth can-i agrees (watch NodeImages, events only in default; no NodeImage update, secret writes, jobs)"
 
 step "RBAC: the controller's ServiceAccount"
 can_i controller yes list nodes

@@ -5,7 +5,9 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
 use nodeimage_api::kruise::ReferenceObject;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +32,23 @@ pub enum SecretsError {
         /// The API error.
         #[source]
         source: kube::Error,
+    },
+    /// The copy could not be built from the source secret.
+    #[error("encoding secret {secret}: {source}")]
+    Encode {
+        /// namespace/name of the copy.
+        secret: String,
+        /// The encoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Other writers kept changing the copy between our read and write.
+    #[error("secret {secret} changed under every one of {attempts} writes; will retry")]
+    Contended {
+        /// namespace/name of the copy.
+        secret: String,
+        /// Writes tried.
+        attempts: usize,
     },
 }
 
@@ -117,14 +136,40 @@ pub async fn sync(
             continue;
         };
         let copy = copy_name(namespace, name);
-        let existing = dst_api
-            .get_opt(&copy)
-            .await
-            .map_err(|source| SecretsError::Api {
-                action: "reading",
-                secret: format!("{target_ns}/{copy}"),
-                source,
-            })?;
+        write_copy(&dst_api, &src, &key, &copy, job).await?;
+        refs.push(ReferenceObject {
+            namespace: Some(target_ns.to_string()),
+            name: Some(copy),
+            mode: None,
+        });
+    }
+    Ok((refs, missing))
+}
+
+/// Most conditional writes of one copy before giving up to the error policy.
+const COPY_WRITE_ATTEMPTS: usize = 5;
+
+/// Writes `copy` of `src` with `job` among its references. Every write is
+/// conditional (create, or the resourceVersion read), so two jobs adding
+/// themselves to the same copy at once cannot lose one of the references.
+async fn write_copy(
+    api: &Api<Secret>,
+    src: &Secret,
+    key: &str,
+    copy: &str,
+    job: &str,
+) -> Result<(), SecretsError> {
+    let ns = api.namespace().unwrap_or_default().to_string();
+    let failed = |action: &'static str| {
+        let secret = format!("{ns}/{copy}");
+        move |source| SecretsError::Api {
+            action,
+            secret,
+            source,
+        }
+    };
+    for _ in 0..COPY_WRITE_ATTEMPTS {
+        let existing = api.get_opt(copy).await.map_err(failed("reading"))?;
         let refs_now = existing
             .as_ref()
             .and_then(|s| s.annotations().get(REFERENCES_ANNOTATION).cloned());
@@ -134,40 +179,56 @@ pub async fn sync(
                 && e.type_ == src.type_
                 && refs_now.as_deref() == Some(wanted_refs.as_str())
         });
-        if !up_to_date {
-            let body = serde_json::json!({
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {
-                    "name": copy,
-                    "namespace": target_ns,
-                    "labels": {COPY_LABEL: "true"},
-                    "annotations": {SOURCE_ANNOTATION: key, REFERENCES_ANNOTATION: wanted_refs},
-                },
-                "type": src.type_,
-                "data": src.data,
-            });
-            dst_api
-                .patch(
-                    &copy,
+        if up_to_date {
+            return Ok(());
+        }
+        let mut body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": copy,
+                "namespace": ns,
+                "labels": {COPY_LABEL: "true"},
+                "annotations": {SOURCE_ANNOTATION: key, REFERENCES_ANNOTATION: wanted_refs},
+            },
+            "type": src.type_,
+            "data": src.data,
+        });
+        let written = match existing.as_ref().and_then(|e| e.resource_version()) {
+            Some(rv) => {
+                body["metadata"]["resourceVersion"] = rv.into();
+                api.patch(
+                    copy,
                     &PatchParams::apply("nodeimage-pull-secrets").force(),
                     &Patch::Apply(&body),
                 )
                 .await
-                .map_err(|source| SecretsError::Api {
-                    action: "writing",
-                    secret: format!("{target_ns}/{copy}"),
-                    source,
-                })?;
-            tracing::info!(source = %key, copy = %copy, job, "pull secret copied for the daemons");
+                .map(|_| ())
+            }
+            None => match serde_json::from_value::<Secret>(body) {
+                Ok(new) => api.create(&PostParams::default(), &new).await.map(|_| ()),
+                Err(e) => {
+                    return Err(SecretsError::Encode {
+                        secret: format!("{ns}/{copy}"),
+                        source: e,
+                    });
+                }
+            },
+        };
+        match written {
+            Ok(()) => {
+                tracing::info!(source = %key, copy = %copy, job, "pull secret copied for the daemons");
+                return Ok(());
+            }
+            // Someone else wrote the copy since it was read: read it again.
+            Err(kube::Error::Api(ae)) if ae.code == 409 => continue,
+            Err(e) => return Err(failed("writing")(e)),
         }
-        refs.push(ReferenceObject {
-            namespace: Some(target_ns.to_string()),
-            name: Some(copy),
-            mode: None,
-        });
     }
-    Ok((refs, missing))
+    Err(SecretsError::Contended {
+        secret: format!("{ns}/{copy}"),
+        attempts: COPY_WRITE_ATTEMPTS,
+    })
 }
 
 /// Removes `job` from every copy's references; deletes copies nobody uses.
@@ -198,7 +259,15 @@ pub async fn release(
         let left = with_reference(refs.as_deref(), job, false);
         let name = c.name_any();
         let result = if left.is_empty() {
-            api.delete(&name, &DeleteParams::default())
+            // Only the version read: a job that added itself meanwhile keeps it.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: c.resource_version(),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            api.delete(&name, &params)
                 .await
                 .map(|_| ())
                 .or_else(not_found_ok)
