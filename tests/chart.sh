@@ -52,7 +52,11 @@ TEST_LABEL=nodeimage.dev/chart-test=true
 DAEMON_SA=$RELEASE-nodeimage-daemon
 CONTROLLER_SA=$RELEASE-nodeimage-controller
 # Values of the test release; the same for install and cleanup.
-RELEASE_VALUES=(--set "secretsNamespace=$SECRETS_NS"
+# The image repositories are required (no images are published); these
+# renders never run the pods, so any well-formed name does.
+IMAGES=(--set controller.image.repository=registry.example.test/nodeimage/controller
+  --set daemon.image.repository=registry.example.test/nodeimage/daemon)
+RELEASE_VALUES=("${IMAGES[@]}" --set "secretsNamespace=$SECRETS_NS"
   --set controller.replicas=2 --set controller.leaderElection.enabled=true)
 
 step() { printf '\n---- chart: %s (%s)\n' "$*" "$(date +%H:%M:%S)" >&2; }
@@ -190,12 +194,12 @@ ALL_ON_POD=(--set daemon.upgrades.enabled=true
   --set controller.podDisruptionBudget.enabled=true)
 
 step "helm lint"
-"$HELM" lint --strict "$CHART" >"$WORK/lint.out" 2>&1 || {
+"$HELM" lint --strict "$CHART" "${IMAGES[@]}" >"$WORK/lint.out" 2>&1 || {
   cat "$WORK/lint.out" >&2
   fail "helm lint --strict with the default values failed"
 }
 pass "helm lint --strict (defaults)"
-"$HELM" lint --strict "$CHART" "${ALL_ON[@]}" >"$WORK/lint.out" 2>&1 || {
+"$HELM" lint --strict "$CHART" "${IMAGES[@]}" "${ALL_ON[@]}" >"$WORK/lint.out" 2>&1 || {
   cat "$WORK/lint.out" >&2
   fail "helm lint --strict with every optional part on failed"
 }
@@ -216,7 +220,9 @@ pass "dashboard JSON is valid"
 # 3. Renders
 # ---------------------------------------------------------------------------
 step "rendered objects"
-render() { "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" "$@"; }
+render() { "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" "${IMAGES[@]}" "$@"; }
+# render_bare: without the image repositories.
+render_bare() { "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" "$@"; }
 
 # expect_in FILE TEXT WHAT: fixed-string match.
 expect_in() {
@@ -260,9 +266,13 @@ expect_in "$WORK/deploy-ha.yaml" "- --leader-election-namespace=$NS" "lease name
 pass "Deployment: flags, probes, security context; two replicas with leader election by default"
 
 render >"$WORK/default.yaml"
-for kind in ServiceMonitor PodMonitor PrometheusRule ConfigMap PodDisruptionBudget; do
+for kind in ServiceMonitor PodMonitor PrometheusRule ConfigMap; do
   expect_not_in "$WORK/default.yaml" "kind: $kind" "optional $kind off by default"
 done
+expect_in "$WORK/default.yaml" "kind: PodDisruptionBudget" "a PodDisruptionBudget for the 2 controller replicas by default"
+expect_in "$WORK/default.yaml" "memory: 512Mi" "controller memory limit sized from the benchmarks"
+render --set controller.replicas=1 --set controller.leaderElection.enabled=false >"$WORK/single.yaml"
+expect_not_in "$WORK/single.yaml" "kind: PodDisruptionBudget" "no PodDisruptionBudget for a single replica (it would block drains)"
 expect_in "$WORK/default.yaml" "name: nodeimage-secrets" "the secrets namespace"
 render "${ALL_ON[@]}" >"$WORK/all-on.yaml"
 for kind in ServiceMonitor PrometheusRule ConfigMap PodDisruptionBudget Service; do
@@ -292,6 +302,24 @@ expect_refused "2 replicas without leader election" "needs controller.leaderElec
 expect_refused "a relative containerd socket path" "must be an absolute path" \
   --set daemon.containerdSocket=containerd.sock
 pass "refuses both monitors, replicas > 1 without leader election, a relative socket path"
+
+# values.schema.json: wrong types and values are refused with the field named.
+if render_bare >"$WORK/refused.out" 2>&1; then
+  fail "the chart rendered without an image repository"
+fi
+grep -qF "image.repository is required" "$WORK/refused.out" ||
+  fail "no image repository: expected 'image.repository is required', got: $(cat "$WORK/refused.out")"
+expect_refused "replicas as a string" "/controller/replicas" --set-string controller.replicas=two
+expect_refused "0 replicas" "/controller/replicas" --set controller.replicas=0
+expect_refused "an unknown logFormat" "/logFormat" --set logFormat=xml
+expect_refused "maxConcurrentPulls 0" "/daemon/maxConcurrentPulls" --set daemon.maxConcurrentPulls=0
+expect_refused "maxConcurrentPulls as a string" "/daemon/maxConcurrentPulls" --set-string daemon.maxConcurrentPulls=many
+expect_refused "a disk threshold over 100" "/daemon/thresholds/disk" --set daemon.thresholds.disk=150
+expect_refused "a port out of range" "/daemon/port" --set daemon.port=70000
+expect_refused "an unknown pull policy" "/controller/image/pullPolicy" --set controller.image.pullPolicy=Sometimes
+expect_refused "a misspelt top-level key" "additional properties 'controler' not allowed" --set controler.replicas=3
+expect_refused "a malformed responseTimeout" "/controller/responseTimeout" --set controller.responseTimeout=ten
+pass "values.schema.json refuses a missing image repository, wrong types, out-of-range numbers, unknown enums and misspelt keys"
 
 # ---------------------------------------------------------------------------
 # 4. Server-side dry runs

@@ -81,14 +81,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-Image reference: include with (dict "ctx" $ "image" .Values.controller.image).
+Image reference: include with (dict "ctx" $ "name" "controller" "image" .Values.controller.image).
 A digest wins over the tag; the tag defaults to the chart's appVersion.
 */}}
 {{- define "nodeimage.image" -}}
+{{- $repo := required (printf "%s.image.repository is required: no nodeimage images are published yet; build and push them (make images, see docs/install.md) and set it" .name) .image.repository }}
 {{- if .image.digest }}
-{{- printf "%s@%s" .image.repository .image.digest }}
+{{- printf "%s@%s" $repo .image.digest }}
 {{- else }}
-{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- printf "%s:%s" $repo (default .ctx.Chart.AppVersion .image.tag) }}
 {{- end }}
 {{- end }}
 
