@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: a local cluster with nodeimage running, and an image pre-pulled
-# onto every node through NodeImage, exactly as the OpenKruise guide shows.
+# The demo: a local cluster with nodeimage running, an image pre-pulled onto
+# every node through NodeImage, exactly as the OpenKruise guide shows, and
+# another through an ImagePullJob.
 # Leaves everything running; stop it with `make cluster-down`.
 set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,5 +65,38 @@ k get nodeimage "$first" -o jsonpath='{.status}' | python3 -m json.tool
 echo
 echo "== The image in $first's containerd (CRI, namespace k8s.io):"
 "$NODEIMAGE_CRI" --socket "$NODEIMAGE_CONTAINERD_1" images | grep "$image" || true
+
+# The everyday way: an ImagePullJob, which picks the nodes, rolls the pulls
+# out and reports back.
+job_image="$NODEIMAGE_REGISTRY/test:v2"
 echo
-echo "The tags leave spec and status 300 s after they finished. Stop everything with: make cluster-down"
+echo "== An ImagePullJob pulls $job_image onto every node:"
+k delete imagepulljob demo -n default --ignore-not-found --wait=true >/dev/null
+cat >"$NODEIMAGE_STATE/demo-job.yaml" <<EOF
+apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: demo
+  namespace: default
+spec:
+  image: $job_image
+  parallelism: 2
+  completionPolicy:
+    type: Always
+    ttlSecondsAfterFinished: 600
+EOF
+echo "\$ kubectl apply -f - <<EOF"
+cat "$NODEIMAGE_STATE/demo-job.yaml"
+echo "EOF"
+k apply -f "$NODEIMAGE_STATE/demo-job.yaml"
+echo "\$ kubectl wait imagepulljob/demo --for=condition=Complete"
+k wait imagepulljob/demo -n default --for=condition=Complete --timeout=300s
+echo "\$ kubectl get imagepulljob demo"
+k get imagepulljob demo -n default
+echo
+echo "The NodeImage tags leave spec and status 300 s after they finished, the job 600 s."
+echo
+echo "Use kubectl on this cluster (the kubeconfig is in the state directory):"
+echo "  . $env_file"
+echo "  kubectl get nodeimages,imagepulljobs -A"
+echo "Stop everything with: make cluster-down"
