@@ -299,7 +299,7 @@ expect_refused "ServiceMonitor and PodMonitor together" "not both" \
   --set metrics.serviceMonitor.enabled=true --set metrics.podMonitor.enabled=true
 expect_refused "2 replicas without leader election" "needs controller.leaderElection.enabled=true" \
   --set controller.replicas=2 --set controller.leaderElection.enabled=false
-expect_refused "a relative containerd socket path" "must be an absolute path" \
+expect_refused "a relative containerd socket path" "/daemon/containerdSocket" \
   --set daemon.containerdSocket=containerd.sock
 pass "refuses both monitors, replicas > 1 without leader election, a relative socket path"
 
