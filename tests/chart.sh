@@ -17,8 +17,8 @@
 #      server) it can patch a NodeImage's status and get a secret in the
 #      secrets namespace, and cannot get a secret elsewhere, change a
 #      NodeImage's spec, or list secrets; its events only in "default"; the
-#      node-identity admission policy: a token bound to a node may patch
-#      its NodeImage status and not another's, a token bound to no node
+#      node-identity admission policy: a token bound to a node (node-1) may patch
+#      its NodeImage status and not another's (node-2), a token bound to no node
 #      none; the controller's ServiceAccount is checked with `kubectl auth can-i`;
 #   6. the real nodeimage-daemon run with a kubeconfig holding only that
 #      token, against a fake NodeImage and node-1's containerd: it pulls an
@@ -76,6 +76,7 @@ kc get --raw /readyz >/dev/null 2>&1 || fail "the API server in $KUBECONFIG is n
 WORK=$(mktemp -d /tmp/nodeimage-chart-test.XXXXXX)
 DAEMON_PID=
 MONITORING_CRDS_OURS=0
+CREATED_NIS=()
 PULLED_REFS=()
 
 # ---------------------------------------------------------------------------
@@ -98,7 +99,7 @@ cleanup_release() {
   done
   PULLED_REFS=()
   kc delete node "$FAKE_NI" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  kc delete nodeimage "$FAKE_NI" "$OTHER_NI" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kc delete nodeimage "$FAKE_NI" "$OTHER_NI" "${CREATED_NIS[@]}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   if [[ -n ${HELM:-} && -x ${HELM:-} ]]; then
     render_release 2>/dev/null | kc delete --ignore-not-found --wait=false -f - >/dev/null 2>&1 || true
   fi
@@ -438,6 +439,7 @@ metadata:
     nodeimage.dev/chart-test: "true"
 EOF
 token_kubeconfig "$DAEMON_SA" "$WORK/daemon" --bound-object-kind Node --bound-object-name "$FAKE_NI"
+token_kubeconfig "$DAEMON_SA" "$WORK/daemon-node-1" --bound-object-kind Node --bound-object-name node-1
 token_kubeconfig "$DAEMON_SA" "$WORK/daemon-unbound"
 token_kubeconfig "$CONTROLLER_SA" "$WORK/controller"
 as_daemon() { KUBECONFIG=$WORK/daemon.kubeconfig "$KUBECTL" "$@"; }
@@ -502,6 +504,14 @@ status_patch() {
 step "node identity: the daemon's token writes only its own node's NodeImage"
 # The admission policy takes effect once the API server has loaded it.
 deadline=$((SECONDS + 60))
+# node-1's and node-2's NodeImages: the controller's, when it runs; made here
+# (and removed at the end) when it does not.
+for n in node-1 node-2; do
+  if ! kc get nodeimage "$n" >/dev/null 2>&1; then
+    printf 'apiVersion: apps.kruise.io/v1alpha1\nkind: NodeImage\nmetadata:\n  name: %s\nspec: {}\n' "$n" |
+      kc create -f - >/dev/null 2>&1 && CREATED_NIS+=("$n")
+  fi
+done
 while status_patch "$WORK/daemon" "$OTHER_NI" '?dryRun=All' >"$WORK/cmd.out" 2>&1; do
   ((SECONDS < deadline)) ||
     fail "a token of node $FAKE_NI could still patch NodeImage $OTHER_NI's status 60s after the node-identity policy was applied: $(cat "$WORK/cmd.out")"
@@ -512,6 +522,14 @@ grep -q '"code": *403' "$WORK/cmd.out" && grep -qF "may write only NodeImage $FA
 pass "a token bound to node $FAKE_NI may not patch NodeImage $OTHER_NI's status (403: $(grep -o 'nodeimage daemon: [^"]*' "$WORK/cmd.out" | head -n 1))"
 expect_ok "a token bound to node $FAKE_NI patches its own NodeImage's status (dry run)" \
   status_patch "$WORK/daemon" "$FAKE_NI" '?dryRun=All'
+if status_patch "$WORK/daemon-node-1" node-2 '?dryRun=All' >"$WORK/cmd.out" 2>&1; then
+  fail "a token bound to node-1 patched node-2's NodeImage status: $(cat "$WORK/cmd.out")"
+fi
+grep -q '"code": *403' "$WORK/cmd.out" && grep -qF "may write only NodeImage node-1, not node-2" "$WORK/cmd.out" ||
+  fail "node-1's token on node-2's NodeImage status: expected 403 naming both nodes, got: $(cat "$WORK/cmd.out")"
+pass "a token bound to node-1 may not patch node-2's NodeImage status (403)"
+expect_ok "a token bound to node-1 patches node-1's NodeImage status (dry run)" \
+  status_patch "$WORK/daemon-node-1" node-1 '?dryRun=All'
 if status_patch "$WORK/daemon-unbound" "$FAKE_NI" '?dryRun=All' >"$WORK/cmd.out" 2>&1; then
   fail "a daemon token bound to no node patched a NodeImage's status: $(cat "$WORK/cmd.out")"
 fi
