@@ -1,7 +1,6 @@
 //! nodeimage-daemon: one per node; pulls what the node's NodeImage lists
 //! through containerd and reports status.
 
-mod backoff;
 mod checks;
 mod credentials;
 mod cri;
@@ -10,6 +9,10 @@ mod desired;
 mod flags;
 mod metrics;
 mod progress;
+mod pull;
+mod report;
+mod retry;
+mod shared;
 mod status;
 mod sync;
 mod upgrade;
@@ -95,7 +98,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
 
     let api: kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> = kube::Api::all(client.clone());
     let status = writer::StatusHandle::default();
-    let deps = Arc::new(worker::Deps {
+    let deps = Arc::new(shared::Deps {
         runtime,
         client: client.clone(),
         slots: Arc::new(tokio::sync::Semaphore::new(
@@ -112,20 +115,21 @@ async fn run(flags: Flags) -> Result<(), Error> {
             cpu: flags.cpu_threshold_percent,
             mem: flags.mem_threshold_percent,
         },
-        upgrades: Arc::new(upgrade::Settings {
-            enabled: flags.enable_upgrades,
-            tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
-            work_dir: flags.upgrade_work_dir.clone(),
-            version_source: flags.node_version_source.clone(),
-            exec_prefix: flags
-                .upgrade_exec_prefix
-                .split_whitespace()
-                .map(str::to_string)
-                .collect(),
-            node_name: flags.node_name.clone(),
-            lock: tokio::sync::Mutex::new(()),
-        }),
     });
+    let upgrades = Arc::new(upgrade::Settings {
+        enabled: flags.enable_upgrades,
+        tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
+        work_dir: flags.upgrade_work_dir.clone(),
+        version_source: flags.node_version_source.clone(),
+        exec_prefix: flags
+            .upgrade_exec_prefix
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        node_name: flags.node_name.clone(),
+        lock: tokio::sync::Mutex::new(()),
+    });
+
     let writer = tokio::spawn(writer::run(
         status,
         api.clone(),
@@ -136,7 +140,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
     let sync = tokio::spawn(sync::run(
         api,
         flags.node_name.clone(),
-        deps,
+        worker::Workers { deps, upgrades },
         synced,
         stop_rx.clone(),
     ));

@@ -3,7 +3,7 @@
 
 use crate::decode::{self, Decoded};
 use crate::desired::{self, TagKey};
-use crate::worker::{self, Deps};
+use crate::worker::Workers;
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -11,7 +11,6 @@ use nodeimage_api::kruise::NodeImage;
 use nodeimage_api::lenient::Lenient;
 use nodeimage_ops::health::Check;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -24,7 +23,7 @@ struct Running {
 pub async fn run(
     api: kube::Api<Lenient<NodeImage>>,
     node: String,
-    deps: Arc<Deps>,
+    workers: Workers,
     synced: Check,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -45,21 +44,21 @@ pub async fn run(
         match event {
             Ok(Event::Apply(ni)) => {
                 synced.set(true);
-                apply(&deps, decode::nodeimage(ni), &mut running, &mut logged);
+                apply(&workers, decode::nodeimage(ni), &mut running, &mut logged);
             }
             Ok(Event::Delete(_)) => {
                 tracing::warn!(node = %node, "NodeImage deleted; stopping every pull");
                 for (_, r) in std::mem::take(&mut running) {
                     r.handle.abort();
                 }
-                deps.status.forget();
+                workers.deps.status.forget();
             }
             Ok(Event::Init) => init = None,
             Ok(Event::InitApply(ni)) => init = Some(decode::nodeimage(ni)),
             Ok(Event::InitDone) => {
                 synced.set(true);
                 match init.take() {
-                    Some(ni) => apply(&deps, ni, &mut running, &mut logged),
+                    Some(ni) => apply(&workers, ni, &mut running, &mut logged),
                     None => {
                         tracing::warn!(node = %node, "no NodeImage for this node yet; waiting for the controller to create it")
                     }
@@ -77,7 +76,7 @@ pub async fn run(
 }
 
 fn apply(
-    deps: &Arc<Deps>,
+    workers: &Workers,
     decoded: Decoded,
     running: &mut BTreeMap<TagKey, Running>,
     logged: &mut BTreeMap<TagKey, String>,
@@ -95,7 +94,7 @@ fn apply(
     let mut tasks = desired::tasks(&ni);
     decode::mark_invalid(&mut tasks, &invalid);
     let reported = desired::reported(&ni);
-    deps.status.observe(ni);
+    workers.deps.status.observe(ni);
     // Finished workers stay listed with their version so they are not re-run;
     // only the plan decides what to restart.
     let versions: BTreeMap<TagKey, i64> = running
@@ -110,12 +109,12 @@ fn apply(
             }
             r.handle.abort();
         }
-        deps.status.clear(&key);
+        workers.deps.status.clear(&key);
     }
     for task in plan.start {
         let key = task.key.clone();
         let version = task.version;
-        let handle = tokio::spawn(worker::run(task, deps.clone()));
+        let handle = workers.spawn(task);
         running.insert(key, Running { version, handle });
     }
 }

@@ -25,10 +25,13 @@ use crate::checks;
 use crate::cri::CriError;
 use crate::desired::{PullTask, TagKey, Target};
 use crate::metrics::ItemLabels;
-use crate::worker::{self, Deps, Outcome, Reporter};
+use crate::pull;
+pub use crate::report::UpgradeReport;
+use crate::report::{self, Outcome, Reporter};
+use crate::shared::Deps;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::{Event, EventType, Recorder};
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, TagUpgrade, UpgradeState};
+use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
 use nodeimage_api::reference::ImageRef;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -84,29 +87,6 @@ impl Settings {
     }
 }
 
-/// The upgrade fields a reporter adds to every status it sends.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UpgradeReport {
-    /// The step.
-    pub state: Option<UpgradeState>,
-    /// The log on the node.
-    pub log: Option<String>,
-    /// Version before.
-    pub from: Option<String>,
-    /// Version after.
-    pub to: Option<String>,
-}
-
-impl UpgradeReport {
-    /// Copies the fields into a tag status.
-    pub fn apply(&self, st: &mut ImageTagStatus) {
-        st.upgrade_state = self.state;
-        st.upgrade_log = self.log.clone();
-        st.from_version = self.from.clone();
-        st.to_version = self.to.clone();
-    }
-}
-
 fn set<F: FnOnce(&mut UpgradeReport)>(rep: &Reporter<'_>, f: F) {
     f(&mut rep.upgrade.lock().unwrap_or_else(|p| p.into_inner()));
 }
@@ -139,11 +119,11 @@ pub fn recorded(ni: &NodeImage, key: &TagKey, version: i64, state: UpgradeState)
 }
 
 /// Runs an upgrade entry to its end.
-pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>) {
+pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<Settings>) {
     let Some(up) = target.upgrade.clone() else {
         return;
     };
-    let s = deps.upgrades.clone();
+    let s = settings;
     let log = s.log_path(&up.job);
     let log_text = log.display().to_string();
     let mut rep = Reporter::new(&deps, task.key.clone(), task.version);
@@ -171,7 +151,7 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>) {
         )
         .await;
     }
-    rep.start = Some(worker::now());
+    rep.start = Some(report::now());
     rep.send(ImagePullPhase::Pulling, 0, None);
     tracing::info!(tag = %task.key, job = %up.job, to = %up.version, "upgrade started");
 
@@ -201,21 +181,21 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>) {
     }
     set(&rep, |u| u.state = Some(UpgradeState::Pulling));
     rep.send(ImagePullPhase::Pulling, 0, None);
-    let deadline = worker::deadline_of(&task, &target);
+    let deadline = pull::deadline_of(&task, &target);
     let mut pull_target = target.clone();
     pull_target.check_items.clear();
     let started = tokio::time::Instant::now();
     let outcome = match deps.slots.clone().acquire_owned().await {
         Ok(_permit) => {
             let _running = crate::metrics::GaugeGuard::new(&deps.metrics.in_flight);
-            worker::pull(&rep, &pull_target, deadline).await
+            pull::pull(&rep, &pull_target, deadline).await
         }
         Err(_) => Outcome::Failed {
             message: "the daemon is stopping".into(),
             reason: "error",
         },
     };
-    worker::count(&deps.metrics, &outcome, Some(started.elapsed()));
+    report::count(&deps.metrics, &outcome, Some(started.elapsed()));
     let image_id = match outcome {
         Outcome::Succeeded { id, .. } => id,
         Outcome::Failed { message, .. } => {
@@ -235,6 +215,7 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>) {
     let start = rep.start.clone();
     let host = tokio::spawn(host_steps(
         deps.clone(),
+        s.clone(),
         HostJob {
             key: task.key.clone(),
             version: task.version,
@@ -262,7 +243,7 @@ struct HostJob {
 }
 
 /// Extracts the tool, then backs up, upgrades and rolls back as needed.
-async fn host_steps(deps: Arc<Deps>, job: HostJob) {
+async fn host_steps(deps: Arc<Deps>, s: Arc<Settings>, job: HostJob) {
     let HostJob {
         key,
         version,
@@ -272,7 +253,6 @@ async fn host_steps(deps: Arc<Deps>, job: HostJob) {
         report,
         start,
     } = job;
-    let s = deps.upgrades.clone();
     let mut rep = Reporter::new(&deps, key.clone(), version);
     *rep.upgrade.lock().unwrap_or_else(|p| p.into_inner()) = report;
     rep.start = start;
@@ -551,7 +531,7 @@ async fn finish(rep: &Reporter<'_>, v: Verdict, image_id: Option<String>, target
     let ev = Event {
         type_,
         reason: reason.into(),
-        note: Some(worker::truncate(&note, 1000)),
+        note: Some(report::truncate(&note, 1000)),
         action: "Upgrade".into(),
         secondary: None,
     };

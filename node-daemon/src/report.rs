@@ -1,0 +1,234 @@
+//! How a task tells the world about a tag: status through the writer
+//! (Waiting, Pulling with progress, Succeeded or Failed), an event on the
+//! NodeImage, a log line and the pull metrics. Both the pull flow and the
+//! upgrade flow report through here.
+
+use crate::desired::TagKey;
+use crate::metrics::{Metrics, PullLabels, ResultLabels};
+use crate::shared::Deps;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{Event, EventType, Recorder};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, UpgradeState};
+use std::time::Duration;
+
+/// How a tag's pull ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Pulled (or present, when `pulled` is false); the repository digest.
+    Succeeded {
+        /// `name@sha256:…` of what the node holds.
+        id: String,
+        /// Whether the registry was contacted (false: already present).
+        pulled: bool,
+    },
+    /// Gave up.
+    Failed {
+        /// Why, for status and events.
+        message: String,
+        /// Short reason for metrics.
+        reason: &'static str,
+    },
+}
+
+impl Outcome {
+    /// A failure with its metric reason and message.
+    pub(crate) fn failed(reason: &'static str, message: impl Into<String>) -> Self {
+        Outcome::Failed {
+            message: message.into(),
+            reason,
+        }
+    }
+}
+
+/// Reports one tag's state to the status writer.
+pub(crate) struct Reporter<'a> {
+    /// What the workers share.
+    pub(crate) deps: &'a Deps,
+    /// The entry.
+    pub(crate) key: TagKey,
+    /// The entry's version.
+    pub(crate) version: i64,
+    /// When the work started.
+    pub(crate) start: Option<Time>,
+    /// Upgrade fields added to every status sent (set by upgrade entries only).
+    pub(crate) upgrade: std::sync::Mutex<UpgradeReport>,
+}
+
+impl<'a> Reporter<'a> {
+    /// A reporter for the entry `key` at `version`.
+    pub(crate) fn new(deps: &'a Deps, key: TagKey, version: i64) -> Self {
+        Reporter {
+            deps,
+            key,
+            version,
+            start: None,
+            upgrade: Default::default(),
+        }
+    }
+
+    fn with_upgrade(&self, mut st: ImageTagStatus) -> ImageTagStatus {
+        self.upgrade
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .apply(&mut st);
+        st
+    }
+
+    /// Reports an unfinished phase.
+    pub(crate) fn send(&self, phase: ImagePullPhase, progress: i32, message: Option<String>) {
+        self.deps.status.report(
+            &self.key,
+            self.with_upgrade(ImageTagStatus {
+                tag: self.key.tag.clone(),
+                phase,
+                progress: Some(progress),
+                start_time: self.start.clone(),
+                version: Some(self.version),
+                message,
+                ..Default::default()
+            }),
+        );
+    }
+
+    /// Reports the end of a pull.
+    pub(crate) fn finish(&self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Succeeded { id, .. } => self.finish_with(true, None, Some(id.clone())),
+            Outcome::Failed { message, .. } => self.finish_with(false, Some(message.clone()), None),
+        }
+    }
+
+    /// Reports the end: Succeeded (with the image's digest) or Failed.
+    pub(crate) fn finish_with(
+        &self,
+        succeeded: bool,
+        message: Option<String>,
+        image_id: Option<String>,
+    ) {
+        let (phase, progress) = if succeeded {
+            (ImagePullPhase::Succeeded, 100)
+        } else {
+            (ImagePullPhase::Failed, 0)
+        };
+        self.deps.status.report(
+            &self.key,
+            self.with_upgrade(ImageTagStatus {
+                tag: self.key.tag.clone(),
+                phase,
+                progress: Some(progress),
+                start_time: self.start.clone().or_else(|| Some(now())),
+                completion_time: Some(now()),
+                version: Some(self.version),
+                image_id: if succeeded { image_id } else { None },
+                message,
+                ..Default::default()
+            }),
+        );
+    }
+}
+
+/// The current time as the API stores it (whole seconds), so that what we
+/// write compares equal to what we read back.
+pub(crate) fn now() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// The upgrade fields of a tag status (NodeUpgradeJob entries), which a
+/// reporter adds to every status it sends once the upgrade flow set them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UpgradeReport {
+    /// The step.
+    pub state: Option<UpgradeState>,
+    /// The log on the node.
+    pub log: Option<String>,
+    /// Version before.
+    pub from: Option<String>,
+    /// Version after.
+    pub to: Option<String>,
+}
+
+impl UpgradeReport {
+    /// Copies the fields into a tag status.
+    pub fn apply(&self, st: &mut ImageTagStatus) {
+        st.upgrade_state = self.state;
+        st.upgrade_log = self.log.clone();
+        st.from_version = self.from.clone();
+        st.to_version = self.to.clone();
+    }
+}
+
+/// Records a finished pull in the metrics.
+pub(crate) fn count(m: &Metrics, outcome: &Outcome, elapsed: Option<Duration>) {
+    let (result, reason) = match outcome {
+        Outcome::Succeeded { pulled: true, .. } => ("succeeded", "pulled"),
+        Outcome::Succeeded { pulled: false, .. } => ("succeeded", "present"),
+        Outcome::Failed { reason, .. } => ("failed", *reason),
+    };
+    m.pulls
+        .get_or_create(&PullLabels {
+            result: result.into(),
+            reason: reason.into(),
+        })
+        .inc();
+    if let Some(e) = elapsed {
+        m.pull_duration
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .observe(e.as_secs_f64());
+    }
+}
+
+/// Records the end of a pull as an event on the NodeImage and a log line.
+pub(crate) async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
+    let (type_, reason, note) = match outcome {
+        Outcome::Succeeded { id, pulled } => {
+            tracing::info!(tag = %key, image_id = %id, pulled, "pull succeeded");
+            (
+                EventType::Normal,
+                "PullImageSucceed",
+                format!("Image {key} pulled ({id})"),
+            )
+        }
+        Outcome::Failed { message, reason } => {
+            tracing::warn!(tag = %key, reason, message = %message, "pull failed");
+            (
+                EventType::Warning,
+                "PullImageFailed",
+                format!("Image {key} failed: {message}"),
+            )
+        }
+    };
+    let Some(ni) = deps.status.observed() else {
+        return;
+    };
+    let reference = kube::Resource::object_ref(&ni, &());
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(&note, 1000)),
+        action: "Pull".into(),
+        secondary: None,
+    };
+    // A fresh recorder for each event: kube's Recorder merges events of the
+    // same type and reason on one object into a series that keeps the first
+    // note, so every later tag of the NodeImage would show the first tag's
+    // message.
+    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &reference).await {
+        tracing::warn!(error = %e, "could not record event");
+    }
+}
+
+/// `s` cut to at most `max` bytes (at a character boundary), with an ellipsis.
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

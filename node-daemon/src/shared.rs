@@ -1,0 +1,27 @@
+//! What every pull and upgrade task on this node shares: the runtime, the
+//! API client, the pull slots, the status writer, events and metrics.
+
+use crate::checks::Thresholds;
+use crate::cri::Runtime;
+use crate::metrics::Metrics;
+use crate::writer::StatusHandle;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// What every worker shares.
+pub struct Deps {
+    /// The node's runtime.
+    pub runtime: Runtime,
+    /// Client for reading pull secrets.
+    pub client: kube::Client,
+    /// Pull slots; the rest wait in order.
+    pub slots: Arc<Semaphore>,
+    /// Where state is reported.
+    pub status: StatusHandle,
+    /// Who records the NodeImage's events.
+    pub reporter: kube::runtime::events::Reporter,
+    /// Metrics; `in_flight` also attributes progress when a pull is alone.
+    pub metrics: Metrics,
+    /// Limits of the node checks.
+    pub thresholds: Thresholds,
+}
