@@ -10,10 +10,11 @@ use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// Default limit of one attempt.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// Default number of retries.
-pub const DEFAULT_BACKOFF_LIMIT: u32 = 3;
+/// Limit of one attempt of an entry without `timeoutSeconds` (the API's default).
+pub const DEFAULT_TIMEOUT: Duration =
+    Duration::from_secs(nodeimage_api::defaults::PULL_TIMEOUT_SECONDS.unsigned_abs() as u64);
+/// Retries of an entry without `backoffLimit` (the API's default).
+pub const DEFAULT_BACKOFF_LIMIT: u32 = nodeimage_api::defaults::PULL_BACKOFF_LIMIT.unsigned_abs();
 
 /// Identifies a tag entry: the spec's image key and tag field.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

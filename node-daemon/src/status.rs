@@ -52,53 +52,13 @@ pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeIma
         first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
         ..Default::default()
     };
-    recount(&mut out);
+    out.recount(&ni.spec);
     out
 }
 
-/// Sets desired/waiting/pulling/succeeded/failed from the tag entries.
-pub fn recount(s: &mut NodeImageStatus) {
-    let (mut desired, mut waiting, mut pulling, mut succeeded, mut failed) = (0, 0, 0, 0, 0);
-    for t in s
-        .image_statuses
-        .iter()
-        .flat_map(|m| m.values())
-        .flat_map(|i| &i.tags)
-    {
-        desired += 1;
-        match t.phase {
-            ImagePullPhase::Waiting => waiting += 1,
-            ImagePullPhase::Pulling => pulling += 1,
-            ImagePullPhase::Succeeded => succeeded += 1,
-            ImagePullPhase::Failed => failed += 1,
-        }
-    }
-    s.desired = desired;
-    s.waiting = Some(waiting);
-    s.pulling = Some(pulling);
-    s.succeeded = Some(succeeded);
-    s.failed = Some(failed);
-}
-
-/// The JSON Patch that writes `new` as the whole status, guarded by the
-/// spec's `metadata.generation` as observed: the status is built from that
-/// spec, so a write must fail if the spec moved on, but it need not fail
-/// because of writes that leave the spec alone (label changes, the
-/// controller's status marks, our own last write), as a resourceVersion
-/// guard would. Without a generation (never seen on a live object) the
-/// resourceVersion guards instead.
-pub fn guarded_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
-    let status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
-    let guard = match (ni.metadata.generation, &ni.metadata.resource_version) {
-        (Some(g), _) => {
-            serde_json::json!({"op": "test", "path": "/metadata/generation", "value": g})
-        }
-        (None, rv) => {
-            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
-        }
-    };
-    serde_json::json!([guard, {"op": "add", "path": "/status", "value": status}])
-}
+/// The status write: the NodeImage write contract lives with the API types,
+/// where the simulator of tests/src/bin/ni-sim.rs uses it too.
+pub use nodeimage_api::kruise::nodeimage::guarded_status_patch as guarded_patch;
 
 #[cfg(test)]
 mod tests {

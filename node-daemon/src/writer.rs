@@ -254,7 +254,9 @@ async fn write_once(
             tracing::debug!(?counts, "status written");
             handle.observe_written(updated);
         }
-        Err(kube::Error::Api(e)) if e.code == 409 || failed_test(&e) => {
+        Err(kube::Error::Api(e))
+            if e.code == 409 || nodeimage_api::kruise::nodeimage::is_failed_test(&e) =>
+        {
             // The spec moved on since we built this status; the watch brings
             // the new spec and we rebuild on top of it.
             tracing::debug!(generation = ?ni.metadata.generation, "status write refused: the spec changed; retrying on the newer object");
@@ -266,15 +268,6 @@ async fn write_once(
             retry_later(handle, Duration::from_secs(1)).await;
         }
     }
-}
-
-/// Whether the API server refused our JSON Patch because its `test` failed:
-/// 422 with no details (a schema rejection names the object and causes).
-fn failed_test(e: &kube::core::Status) -> bool {
-    e.code == 422
-        && e.details
-            .as_ref()
-            .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
 }
 
 async fn retry_later(handle: &StatusHandle, after: Duration) {

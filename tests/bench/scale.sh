@@ -17,7 +17,7 @@
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
 # create-nodes`; the controller's node mirror creates their NodeImages;
 # `ni-sim run` plays their daemons (Pulling, then Succeeded, through the
-# daemon's status merge patches). The controller runs as ServiceAccount
+# daemon's own status patch). The controller runs as ServiceAccount
 # bench/nodeimage-controller and the simulator as bench/ni-sim: FlowSchemas
 # routed to the exempt priority level (no throttling) make the API server
 # count each one's requests (apiserver_flowcontrol_dispatched_requests_total

@@ -382,6 +382,37 @@ impl NodeImageStatus {
     }
 }
 
+/// The daemons' status write (the NodeImage write contract): the JSON Patch
+/// that writes `new` as the whole status, guarded by the
+/// spec's `metadata.generation` as observed: the status is built from that
+/// spec, so a write must fail if the spec moved on, but it need not fail
+/// because of writes that leave the spec alone (label changes, the
+/// controller's status marks, our own last write), as a resourceVersion
+/// guard would. Without a generation (never seen on a live object) the
+/// resourceVersion guards instead.
+pub fn guarded_status_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
+    let status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
+    let guard = match (ni.metadata.generation, &ni.metadata.resource_version) {
+        (Some(g), _) => {
+            serde_json::json!({"op": "test", "path": "/metadata/generation", "value": g})
+        }
+        (None, rv) => {
+            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
+        }
+    };
+    serde_json::json!([guard, {"op": "add", "path": "/status", "value": status}])
+}
+
+/// Whether the API server refused a [`guarded_status_patch`] because its
+/// `test` failed (the spec moved on):
+/// 422 with no details (a schema rejection names the object and causes).
+pub fn is_failed_test(e: &kube::core::Status) -> bool {
+    e.code == 422
+        && e.details
+            .as_ref()
+            .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,13 +13,14 @@
 //! watches the NodeImages matching `--selector` and, for every spec tag whose
 //! status has no finished entry for the tag's `version`, marks it Pulling,
 //! waits `--pull-ms`, then marks it Succeeded. It writes exactly what the
-//! real daemon writes (node-daemon/src/status.rs): a JSON merge patch of the
-//! status subresource carrying `metadata.resourceVersion`, the full
-//! `imageStatuses` (images that left the spec set to null) and the counts
-//! from `NodeImageStatus::recount`. All tags of a node that are due move in
-//! one patch, as the daemon coalesces simultaneous changes. At most
-//! `--concurrency` nodes are being written at once. On a conflict (409) the
-//! node is read again and retried.
+//! real daemon writes, with the same function
+//! (`nodeimage_api::kruise::nodeimage::guarded_status_patch`): a JSON Patch
+//! of the status subresource that replaces the whole status, guarded by the
+//! observed `metadata.generation`, with the counts from
+//! `NodeImageStatus::recount`. All tags of a node that are due move in one
+//! patch, as the daemon coalesces simultaneous changes. At most
+//! `--concurrency` nodes are being written at once. When the guard fails
+//! (the spec moved on) the node is read again and retried.
 //!
 //! `run` counts its own requests (patches, gets) and prints them every
 //! `--stats-interval` seconds and at exit (SIGINT/SIGTERM), as one JSON line
@@ -209,7 +210,11 @@ async fn create_nodes(
                         created.fetch_add(1, Ordering::Relaxed);
                         n
                     }
-                    Err(kube::Error::Api(ae)) if ae.code == 409 => {
+                    // The spec moved on under the write: read it again.
+                    Err(kube::Error::Api(ae))
+                        if ae.code == 409
+                            || nodeimage_api::kruise::nodeimage::is_failed_test(&ae) =>
+                    {
                         requests.fetch_add(1, Ordering::Relaxed);
                         api.get(&name).await?
                     }
@@ -370,10 +375,19 @@ impl Sim {
             let Some((status, pulling, succeeded)) = step(&ni) else {
                 return;
             };
-            let patch = merge_patch(&ni, &status);
+            // The daemon's own write (the NodeImage write contract).
+            let ops: json_patch::Patch = match serde_json::from_value(
+                nodeimage_api::kruise::nodeimage::guarded_status_patch(&ni, &status),
+            ) {
+                Ok(ops) => ops,
+                Err(e) => {
+                    eprintln!("ni-sim: building the status patch of {name}: {e}");
+                    return;
+                }
+            };
             match self
                 .api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(name, &PatchParams::default(), &Patch::Json::<()>(ops))
                 .await
             {
                 Ok(obj) => {
@@ -503,29 +517,6 @@ fn shape(s: &NodeImageStatus) -> (Vec<Option<i32>>, Vec<(&str, &str, i64, ImageP
         })
         .collect();
     (counts, entries)
-}
-
-/// The daemon's status patch (node-daemon/src/status.rs `merge_patch`).
-fn merge_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
-    let mut status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
-    if let Some(old) = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref()) {
-        let map = status
-            .as_object_mut()
-            .map(|o| {
-                o.entry("imageStatuses")
-                    .or_insert_with(|| serde_json::json!({}))
-            })
-            .and_then(|v| v.as_object_mut());
-        if let Some(map) = map {
-            for k in old.keys() {
-                map.entry(k.clone()).or_insert(serde_json::Value::Null);
-            }
-        }
-    }
-    serde_json::json!({
-        "metadata": {"resourceVersion": ni.metadata.resource_version},
-        "status": status,
-    })
 }
 
 async fn run(
