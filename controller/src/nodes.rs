@@ -1,9 +1,11 @@
 //! What a Node means to the controller, shared by the node mirror and the
-//! job kinds: whether it gets a NodeImage, and what the plans read of it.
+//! job kinds: whether it gets a NodeImage, when a NodeImage has outlived
+//! its Node, and what the plans read of it.
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
+use nodeimage_api::kruise::FAKE_NODEIMAGE_LABEL;
 use std::collections::BTreeMap;
 
 /// Label key and value of virtual nodes, which pull no images.
@@ -18,6 +20,52 @@ pub fn wants_nodeimage(node: &ObjectMeta) -> bool {
         .and_then(|l| l.get(key))
         .is_some_and(|v| v == value);
     !is_virtual && node.deletion_timestamp.is_none()
+}
+
+/// Why a NodeImage is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Orphaned {
+    /// No Node of that name exists.
+    Gone,
+    /// The Node is being deleted.
+    Terminating,
+    /// The Node is virtual and gets no NodeImage.
+    Virtual,
+}
+
+impl Orphaned {
+    /// Short text for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Orphaned::Gone => "node gone",
+            Orphaned::Terminating => "node terminating",
+            Orphaned::Virtual => "node is virtual-kubelet",
+        }
+    }
+}
+
+/// Whether NodeImage `nodeimage` should be deleted because its Node is gone
+/// (or gets no NodeImage). Never for NodeImages labelled
+/// `apps.kruise.io/fake-nodeimage`, and never from a Node cache that has not
+/// synced, where "absent" means "not listed yet".
+pub fn orphaned(
+    nodeimage: &ObjectMeta,
+    node: Option<&ObjectMeta>,
+    nodes_synced: bool,
+) -> Option<Orphaned> {
+    let fake = nodeimage
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(FAKE_NODEIMAGE_LABEL));
+    if fake || !nodes_synced || nodeimage.deletion_timestamp.is_some() {
+        return None;
+    }
+    match node {
+        None => Some(Orphaned::Gone),
+        Some(n) if n.deletion_timestamp.is_some() => Some(Orphaned::Terminating),
+        Some(n) if !wants_nodeimage(n) => Some(Orphaned::Virtual),
+        Some(_) => None,
+    }
 }
 
 /// A Node, as far as a job's plan cares.
@@ -81,5 +129,78 @@ pub fn trim_node(n: &mut Node) {
             }),
             ..Default::default()
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("node-1".into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn terminating(mut m: ObjectMeta) -> ObjectMeta {
+        m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        m
+    }
+
+    #[test]
+    fn orphaned_table() {
+        let fake = (FAKE_NODEIMAGE_LABEL, "true");
+        let cases: Vec<(&str, ObjectMeta, Option<ObjectMeta>, bool, Option<Orphaned>)> = vec![
+            ("node present", meta(&[]), Some(meta(&[])), true, None),
+            ("node gone", meta(&[]), None, true, Some(Orphaned::Gone)),
+            (
+                "node gone but cache not synced",
+                meta(&[]),
+                None,
+                false,
+                None,
+            ),
+            ("fake NodeImage is kept", meta(&[fake]), None, true, None),
+            (
+                "fake label with any value is kept",
+                meta(&[(FAKE_NODEIMAGE_LABEL, "")]),
+                None,
+                true,
+                None,
+            ),
+            (
+                "node terminating",
+                meta(&[]),
+                Some(terminating(meta(&[]))),
+                true,
+                Some(Orphaned::Terminating),
+            ),
+            (
+                "node turned virtual",
+                meta(&[]),
+                Some(meta(&[VIRTUAL_KUBELET])),
+                true,
+                Some(Orphaned::Virtual),
+            ),
+            (
+                "NodeImage already being deleted",
+                terminating(meta(&[])),
+                None,
+                true,
+                None,
+            ),
+        ];
+        for (name, ni, node, synced, want) in cases {
+            assert_eq!(orphaned(&ni, node.as_ref(), synced), want, "{name}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 use super::owners::OwnerCaches;
 use super::plan::{self, Change, Inputs, Plan};
 use crate::context::Context;
-use crate::nodemirror::decide;
+use crate::nodes;
 use crate::patch::{self, PatchError};
 use crate::watch::Synced;
 use chrono::Utc;
@@ -88,7 +88,7 @@ pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, 
     let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
 
     let node = state.nodes.get(&ObjectRef::new(&name));
-    if let Some(why) = decide::orphaned(
+    if let Some(why) = nodes::orphaned(
         ni.meta(),
         node.as_ref().map(|n| &n.metadata),
         state.nodes_synced.get(),
@@ -116,7 +116,7 @@ pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, 
 async fn delete(
     api: &Api<NodeImage>,
     ni: &NodeImage,
-    why: decide::Orphaned,
+    why: nodes::Orphaned,
 ) -> Result<Action, Error> {
     let name = ni.name_any();
     let params = DeleteParams {

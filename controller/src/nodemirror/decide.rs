@@ -1,10 +1,11 @@
 //! The pure decisions of the node mirror: which Nodes get a NodeImage, when
-//! its labels need applying, and when a NodeImage has outlived its Node.
+//! its labels need applying (when a NodeImage has outlived its Node is
+//! `nodes::orphaned`, which housekeeping decides).
 
 use crate::nodes::wants_nodeimage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use nodeimage_api::kruise::{FAKE_NODEIMAGE_LABEL, NodeImage};
+use nodeimage_api::kruise::NodeImage;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,56 +80,9 @@ pub fn apply_body(name: &str, labels: &BTreeMap<String, String>) -> Value {
     })
 }
 
-/// Why a NodeImage is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Orphaned {
-    /// No Node of that name exists.
-    Gone,
-    /// The Node is being deleted.
-    Terminating,
-    /// The Node is virtual and gets no NodeImage.
-    Virtual,
-}
-
-impl Orphaned {
-    /// Short text for logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Orphaned::Gone => "node gone",
-            Orphaned::Terminating => "node terminating",
-            Orphaned::Virtual => "node is virtual-kubelet",
-        }
-    }
-}
-
-/// Whether NodeImage `nodeimage` should be deleted because its Node is gone
-/// (or gets no NodeImage). Never for NodeImages labelled
-/// `apps.kruise.io/fake-nodeimage`, and never from a Node cache that has not
-/// synced, where "absent" means "not listed yet".
-pub fn orphaned(
-    nodeimage: &ObjectMeta,
-    node: Option<&ObjectMeta>,
-    nodes_synced: bool,
-) -> Option<Orphaned> {
-    let fake = nodeimage
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(FAKE_NODEIMAGE_LABEL));
-    if fake || !nodes_synced || nodeimage.deletion_timestamp.is_some() {
-        return None;
-    }
-    match node {
-        None => Some(Orphaned::Gone),
-        Some(n) if n.deletion_timestamp.is_some() => Some(Orphaned::Terminating),
-        Some(n) if !wants_nodeimage(n) => Some(Orphaned::Virtual),
-        Some(_) => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nodes::VIRTUAL_KUBELET;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
     use k8s_openapi::jiff::Timestamp;
 
@@ -243,54 +197,6 @@ mod tests {
         ];
         for (name, node, ni, want) in cases {
             assert_eq!(mirror(&node, ni.as_ref()), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn orphaned_table() {
-        let fake = (FAKE_NODEIMAGE_LABEL, "true");
-        let cases: Vec<(&str, ObjectMeta, Option<ObjectMeta>, bool, Option<Orphaned>)> = vec![
-            ("node present", meta(&[]), Some(meta(&[])), true, None),
-            ("node gone", meta(&[]), None, true, Some(Orphaned::Gone)),
-            (
-                "node gone but cache not synced",
-                meta(&[]),
-                None,
-                false,
-                None,
-            ),
-            ("fake NodeImage is kept", meta(&[fake]), None, true, None),
-            (
-                "fake label with any value is kept",
-                meta(&[(FAKE_NODEIMAGE_LABEL, "")]),
-                None,
-                true,
-                None,
-            ),
-            (
-                "node terminating",
-                meta(&[]),
-                Some(terminating(meta(&[]))),
-                true,
-                Some(Orphaned::Terminating),
-            ),
-            (
-                "node turned virtual",
-                meta(&[]),
-                Some(meta(&[VIRTUAL_KUBELET])),
-                true,
-                Some(Orphaned::Virtual),
-            ),
-            (
-                "NodeImage already being deleted",
-                terminating(meta(&[])),
-                None,
-                true,
-                None,
-            ),
-        ];
-        for (name, ni, node, synced, want) in cases {
-            assert_eq!(orphaned(&ni, node.as_ref(), synced), want, "{name}");
         }
     }
 
