@@ -57,23 +57,9 @@ pub struct Flags {
     pub leader_election_lease_seconds: u64,
 }
 
-/// Parses `90`, `90s`, `10m` or `1h` into a duration.
+/// Parses `90`, `90s`, `10m`, `1h30m` into a duration (nodeimage_ops::duration).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, "s"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 90s, 10m or 1h"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("{s:?}: unit must be s, m or h")),
-    };
-    Ok(Duration::from_secs(secs))
+    nodeimage_ops::duration::parse(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -74,4 +74,15 @@ pub struct Flags {
     /// the daemon runs in a pod (needs hostPID and a privileged container).
     #[arg(long, default_value = "")]
     pub upgrade_exec_prefix: String,
+
+    /// kubelet's credential-provider config file (CredentialProviderConfig):
+    /// images its plugins match are also pulled with the credentials the
+    /// plugins return, after the tag's own pull secrets, as kubelet does.
+    #[arg(long, requires = "image_credential_provider_bin_dir")]
+    pub image_credential_provider_config: Option<PathBuf>,
+
+    /// Directory of the credential-provider plugin executables (kubelet's
+    /// --image-credential-provider-bin-dir).
+    #[arg(long, requires = "image_credential_provider_config")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }

@@ -3,6 +3,7 @@
 
 mod checks;
 mod credentials;
+mod credproviders;
 mod cri;
 mod decode;
 mod desired;
@@ -50,6 +51,8 @@ enum Error {
     Runtime(String, cri::CriError),
     #[error("health server: {0}")]
     Health(std::io::Error),
+    #[error(transparent)]
+    CredentialProviders(#[from] credproviders::LoadError),
 }
 
 async fn run(flags: Flags) -> Result<(), Error> {
@@ -70,6 +73,18 @@ async fn run(flags: Flags) -> Result<(), Error> {
             "node-agent upgrades enabled: NodeUpgradeJob entries run their tool on this node"
         );
     }
+
+    let providers = match (
+        &flags.image_credential_provider_config,
+        &flags.image_credential_provider_bin_dir,
+    ) {
+        (Some(config), Some(dir)) => {
+            let p = credproviders::Providers::load(config, dir)?;
+            tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
+            Some(Arc::new(p))
+        }
+        _ => None,
+    };
 
     let metrics = metrics::Metrics::new();
     let mut registry = nodeimage_ops::metrics::registry("daemon");
@@ -115,6 +130,7 @@ async fn run(flags: Flags) -> Result<(), Error> {
             cpu: flags.cpu_threshold_percent,
             mem: flags.mem_threshold_percent,
         },
+        providers,
     });
     let upgrades = Arc::new(upgrade::Settings {
         enabled: flags.enable_upgrades,

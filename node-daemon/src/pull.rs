@@ -117,14 +117,28 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
     let selection =
         credentials::select(&t.requesters, load_secrets(&deps.client, &t.secrets).await);
     let creds = selection.creds;
-    // Secrets that applied but could not be used, named in a failure.
-    let unusable = if selection.notes.is_empty() {
+    // Node credentials from credential-provider plugins come after the
+    // tag's own secrets, as kubelet orders them.
+    let provided = match &deps.providers {
+        Some(p) => p.credentials(&name, &reference).await,
+        None => Default::default(),
+    };
+    // Secrets that applied but could not be used, and plugins that failed,
+    // named in a failure.
+    let notes: Vec<&str> = selection
+        .notes
+        .iter()
+        .chain(&provided.notes)
+        .map(String::as_str)
+        .collect();
+    let unusable = if notes.is_empty() {
         String::new()
     } else {
-        format!(" ({})", selection.notes.join("; "))
+        format!(" ({})", notes.join("; "))
     };
     let candidates: Vec<Option<&Credential>> = credentials::matching(&creds, &name)
         .into_iter()
+        .chain(provided.creds.iter())
         .map(Some)
         .chain(std::iter::once(None))
         .collect();

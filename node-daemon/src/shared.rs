@@ -24,4 +24,6 @@ pub struct Deps {
     pub metrics: Metrics,
     /// Limits of the node checks.
     pub thresholds: Thresholds,
+    /// Node credentials from kubelet's credential-provider plugins, if configured.
+    pub providers: Option<Arc<crate::credproviders::Providers>>,
 }

@@ -4,6 +4,7 @@
 
 pub mod apimetrics;
 pub mod client;
+pub mod duration;
 pub mod health;
 pub mod metrics;
 pub mod shutdown;
