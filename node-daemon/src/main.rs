@@ -56,6 +56,19 @@ enum Error {
 }
 
 async fn run(flags: Flags) -> Result<(), Error> {
+    // A config kubelet would refuse stops the daemon before anything else.
+    let providers = match (
+        &flags.image_credential_provider_config,
+        &flags.image_credential_provider_bin_dir,
+    ) {
+        (Some(config), Some(dir)) => {
+            let p = credproviders::Providers::load(config, dir)?;
+            tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
+            Some(Arc::new(p))
+        }
+        _ => None,
+    };
+
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let runtime = cri::Runtime::new(&flags.containerd_socket)
         .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
@@ -73,18 +86,6 @@ async fn run(flags: Flags) -> Result<(), Error> {
             "node-agent upgrades enabled: NodeUpgradeJob entries run their tool on this node"
         );
     }
-
-    let providers = match (
-        &flags.image_credential_provider_config,
-        &flags.image_credential_provider_bin_dir,
-    ) {
-        (Some(config), Some(dir)) => {
-            let p = credproviders::Providers::load(config, dir)?;
-            tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
-            Some(Arc::new(p))
-        }
-        _ => None,
-    };
 
     let metrics = metrics::Metrics::new();
     let mut registry = nodeimage_ops::metrics::registry("daemon");
