@@ -178,6 +178,7 @@ pass "$(find "$CHART/crds" -name '*.yaml' | wc -l) CRDs identical"
 # 2. Lint
 # ---------------------------------------------------------------------------
 ALL_ON=(--set daemon.upgrades.enabled=true
+  --set-json 'daemon.credentialProviders.config={"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{"name":"ecr-credential-provider","matchImages":["*.dkr.ecr.*.amazonaws.com"],"defaultCacheDuration":"12h","apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}'
   --set daemon.upgrades.nodeVersionSource=file:/etc/kubeedge/version
   --set metrics.serviceMonitor.enabled=true
   --set prometheusRule.enabled=true
@@ -186,6 +187,7 @@ ALL_ON=(--set daemon.upgrades.enabled=true
   --set controller.leaderElection.enabled=true
   --set controller.podDisruptionBudget.enabled=true)
 ALL_ON_POD=(--set daemon.upgrades.enabled=true
+  --set-json 'daemon.credentialProviders.config={"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{"name":"ecr-credential-provider","matchImages":["*.dkr.ecr.*.amazonaws.com"],"defaultCacheDuration":"12h","apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}'
   --set daemon.upgrades.nodeVersionSource=file:/etc/kubeedge/version
   --set metrics.podMonitor.enabled=true
   --set prometheusRule.enabled=true
@@ -251,6 +253,13 @@ render --show-only templates/daemon-daemonset.yaml \
 expect_in "$WORK/ds-k3s.yaml" "--containerd-socket=/run/k3s/containerd/containerd.sock" "custom socket flag"
 expect_in "$WORK/ds-k3s.yaml" "path: /run/k3s/containerd" "custom socket hostPath"
 pass "daemon.containerdSocket moves the flag and the hostPath"
+render --show-only templates/daemon-daemonset.yaml "${ALL_ON[@]}" >"$WORK/ds-cp.yaml"
+expect_in "$WORK/ds-cp.yaml" "--image-credential-provider-config=/etc/nodeimage/credential-providers/config.yaml" "credential provider config flag"
+expect_in "$WORK/ds-cp.yaml" "--image-credential-provider-bin-dir=/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec" "credential provider bin dir flag"
+expect_in "$WORK/ds-cp.yaml" "name: ecr-credential-provider" "the provider config in a ConfigMap"
+expect_in "$WORK/ds-cp.yaml" "checksum/credential-providers:" "a changed provider config rolls the daemons"
+expect_not_in "$WORK/ds.yaml" "credential-provider" "no credential providers by default"
+pass "daemon.credentialProviders: ConfigMap, flags, plugin directory, rollout checksum"
 
 render --show-only templates/controller-deployment.yaml >"$WORK/deploy.yaml"
 expect_in "$WORK/deploy.yaml" "replicas: 2" "default controller replicas (HA)"
