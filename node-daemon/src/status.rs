@@ -3,57 +3,28 @@
 //! version, else Waiting; and counts that always match the entries. Pure.
 
 use crate::desired::TagKey;
-use nodeimage_api::kruise::{
-    ImagePullPhase, ImageStatus, ImageTagStatus, NodeImage, NodeImageStatus,
-};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus};
 use std::collections::BTreeMap;
 
 /// Builds the status to publish.
 pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeImageStatus {
-    let observed = ni.status.as_ref();
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
-    for (image, spec) in ni.spec.images.iter().flatten() {
-        let old_tags = observed
-            .and_then(|s| s.image_statuses.as_ref())
-            .and_then(|m| m.get(image))
-            .map(|s| s.tags.as_slice())
-            .unwrap_or_default();
-        let mut tags = Vec::with_capacity(spec.tags.len());
-        for t in &spec.tags {
-            let version = t.version.unwrap_or(0);
-            let key = TagKey {
-                image: image.clone(),
+    nodeimage_api::kruise::nodeimage::status_for_spec(ni, |image, t, observed| {
+        let version = t.version.unwrap_or(0);
+        let key = TagKey {
+            image: image.to_string(),
+            tag: t.tag.clone(),
+        };
+        live.get(&key)
+            .filter(|l| l.version.unwrap_or(0) == version)
+            .or(observed)
+            .cloned()
+            .unwrap_or_else(|| ImageTagStatus {
                 tag: t.tag.clone(),
-            };
-            let entry = live
-                .get(&key)
-                .filter(|l| l.version.unwrap_or(0) == version)
-                .cloned()
-                .or_else(|| {
-                    old_tags
-                        .iter()
-                        .find(|o| o.tag == t.tag && o.version.unwrap_or(0) == version)
-                        .cloned()
-                })
-                .unwrap_or_else(|| ImageTagStatus {
-                    tag: t.tag.clone(),
-                    phase: ImagePullPhase::Waiting,
-                    version: Some(version),
-                    ..Default::default()
-                });
-            tags.push(entry);
-        }
-        if !tags.is_empty() {
-            statuses.insert(image.clone(), ImageStatus { tags });
-        }
-    }
-    let mut out = NodeImageStatus {
-        image_statuses: (!statuses.is_empty()).then_some(statuses),
-        first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
-        ..Default::default()
-    };
-    out.recount(&ni.spec);
-    out
+                phase: ImagePullPhase::Waiting,
+                version: Some(version),
+                ..Default::default()
+            })
+    })
 }
 
 /// The status write: the NodeImage write contract lives with the API types,
@@ -63,6 +34,7 @@ pub use nodeimage_api::kruise::nodeimage::guarded_status_patch as guarded_patch;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeimage_api::kruise::ImageStatus;
     use nodeimage_api::kruise::{ImageSpec, ImageTagSpec, NodeImageSpec};
 
     fn ni(tags: &[(&str, &str, i64)], status: &[(&str, &str, i64, ImagePullPhase)]) -> NodeImage {

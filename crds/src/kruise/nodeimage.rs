@@ -382,6 +382,47 @@ impl NodeImageStatus {
     }
 }
 
+/// A whole status with one entry per spec tag, in spec order: `entry` picks
+/// each from the image name, the spec tag and the observed entry of the
+/// same tag and version (if any); images without tags are left out,
+/// `firstSyncStatus` is kept, and the counts are recounted. The daemon and
+/// the tests' simulator build the status they write with it.
+pub fn status_for_spec(
+    ni: &NodeImage,
+    mut entry: impl FnMut(&str, &ImageTagSpec, Option<&ImageTagStatus>) -> ImageTagStatus,
+) -> NodeImageStatus {
+    let observed = ni.status.as_ref();
+    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    for (image, spec) in ni.spec.images.iter().flatten() {
+        let old_tags = observed
+            .and_then(|s| s.image_statuses.as_ref())
+            .and_then(|m| m.get(image))
+            .map(|s| s.tags.as_slice())
+            .unwrap_or_default();
+        let tags: Vec<ImageTagStatus> = spec
+            .tags
+            .iter()
+            .map(|t| {
+                let version = t.version.unwrap_or(0);
+                let old = old_tags
+                    .iter()
+                    .find(|o| o.tag == t.tag && o.version.unwrap_or(0) == version);
+                entry(image, t, old)
+            })
+            .collect();
+        if !tags.is_empty() {
+            statuses.insert(image.clone(), ImageStatus { tags });
+        }
+    }
+    let mut out = NodeImageStatus {
+        image_statuses: (!statuses.is_empty()).then_some(statuses),
+        first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
+        ..Default::default()
+    };
+    out.recount(&ni.spec);
+    out
+}
+
 /// The daemons' status write (the NodeImage write contract): the JSON Patch
 /// that writes `new` as the whole status, guarded by the
 /// spec's `metadata.generation` as observed: the status is built from that

@@ -26,7 +26,7 @@
 //! `--stats-interval` seconds and at exit (SIGINT/SIGTERM), as one JSON line
 //! on stdout and in `--stats-file` if given.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,9 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use nodeimage_api::kruise::{
-    ImagePullPhase, ImageStatus, ImageTagStatus, NodeImage, NodeImageStatus,
-};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus};
 use tokio::sync::mpsc;
 
 #[derive(Parser)]
@@ -448,55 +446,30 @@ fn now() -> Time {
 fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
     let observed = ni.status.as_ref();
     let (mut pulling, mut succeeded) = (0, 0);
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
-    for (image, spec) in ni.spec.images.iter().flatten() {
-        let old_tags = observed
-            .and_then(|s| s.image_statuses.as_ref())
-            .and_then(|m| m.get(image))
-            .map(|s| s.tags.as_slice())
-            .unwrap_or_default();
-        let mut tags = Vec::with_capacity(spec.tags.len());
-        for t in &spec.tags {
-            let version = t.version.unwrap_or(0);
-            let old = old_tags
-                .iter()
-                .find(|o| o.tag == t.tag && o.version.unwrap_or(0) == version);
-            let entry = match old {
-                Some(o) if o.phase.is_finished() => o.clone(),
-                Some(o) if o.phase == ImagePullPhase::Pulling => {
-                    succeeded += 1;
-                    ImageTagStatus {
-                        phase: ImagePullPhase::Succeeded,
-                        progress: Some(100),
-                        completion_time: Some(now()),
-                        image_id: Some(format!("{image}@sha256:{:064x}", 0x5151)),
-                        ..o.clone()
-                    }
-                }
-                _ => {
-                    pulling += 1;
-                    ImageTagStatus {
-                        tag: t.tag.clone(),
-                        phase: ImagePullPhase::Pulling,
-                        progress: Some(0),
-                        start_time: Some(now()),
-                        version: Some(version),
-                        ..Default::default()
-                    }
-                }
-            };
-            tags.push(entry);
+    let out = nodeimage_api::kruise::nodeimage::status_for_spec(ni, |image, t, old| match old {
+        Some(o) if o.phase.is_finished() => o.clone(),
+        Some(o) if o.phase == ImagePullPhase::Pulling => {
+            succeeded += 1;
+            ImageTagStatus {
+                phase: ImagePullPhase::Succeeded,
+                progress: Some(100),
+                completion_time: Some(now()),
+                image_id: Some(format!("{image}@sha256:{:064x}", 0x5151)),
+                ..o.clone()
+            }
         }
-        if !tags.is_empty() {
-            statuses.insert(image.clone(), ImageStatus { tags });
+        _ => {
+            pulling += 1;
+            ImageTagStatus {
+                tag: t.tag.clone(),
+                phase: ImagePullPhase::Pulling,
+                progress: Some(0),
+                start_time: Some(now()),
+                version: Some(t.version.unwrap_or(0)),
+                ..Default::default()
+            }
         }
-    }
-    let mut out = NodeImageStatus {
-        image_statuses: (!statuses.is_empty()).then_some(statuses),
-        first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
-        ..Default::default()
-    };
-    out.recount(&ni.spec);
+    });
     // Also write when entries or counts are stale (a tag left the spec);
     // compare shapes only, so that server-side defaulting cannot loop us.
     let due = pulling + succeeded > 0 || observed.is_none_or(|o| shape(o) != shape(&out));
