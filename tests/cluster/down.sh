@@ -13,6 +13,8 @@ set -Eeuo pipefail
 
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=service-vip.sh
+. "$(dirname "${BASH_SOURCE[0]}")/service-vip.sh"
 
 PURGE=0
 for arg in "$@"; do
@@ -50,10 +52,37 @@ for f in "$PIDS"/*.pid; do
   name=$(basename "$f" .pid)
   [[ -n ${is_cluster[$name]:-} ]] || stop_daemon "$name"
 done
+# The real node's pods (tests/cluster/real-node.sh): with kubelet stopped
+# above, kill and delete their containers through the node's containerd, so
+# that no container or shim outlives the cluster.
+for sock in "$STATE"/real/*/containerd.sock; do
+  [[ -S $sock ]] || continue
+  ctr_k8s() { ctr --address "$sock" --namespace k8s.io "$@"; }
+  mapfile -t tasks < <(ctr_k8s tasks ls -q 2>/dev/null || true)
+  for t in "${tasks[@]}"; do
+    [[ -n $t ]] || continue
+    ctr_k8s tasks kill --signal SIGKILL "$t" >/dev/null 2>&1 || true
+  done
+  for t in "${tasks[@]}"; do
+    [[ -n $t ]] || continue
+    for _ in $(seq 1 50); do
+      ctr_k8s tasks delete --force "$t" >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+  done
+  ((${#tasks[@]})) && log "stopped ${#tasks[@]} containers of the real node ($(dirname "$sock"))"
+done
 for name in "${cluster_daemons[@]}"; do
   [[ -e $PIDS/$name.pid || -e $PIDS/$name.cmd ]] || continue
   stop_daemon "$name"
 done
+# The real node's pod bridge and the Service ClusterIP rules.
+API_PORT_FILE=$STATE/real/api-port
+if [[ -f $API_PORT_FILE ]]; then
+  api_port=$(cat "$API_PORT_FILE")
+  ip link delete "ni-$api_port" 2>/dev/null || true
+  service_vip_down "$api_port"
+fi
 
 # 2. Unmount whatever is still mounted under $STATE (overlay snapshots,
 #    a leftover overlay probe), deepest first. /proc/mounts escapes spaces etc.

@@ -1,12 +1,18 @@
 // Command kubelocal runs a real Kubernetes control plane on loopback for
-// nodeimage's tests and demo: kube-apiserver with an embedded etcd, and a
+// nodeimage's tests and demo: kube-apiserver with an embedded etcd, a
 // kube-controller-manager limited to the controllers a test cluster needs
-// (garbage collection, namespaces, service accounts).
+// (garbage collection, namespaces, service accounts, the root CA ConfigMap,
+// and the deployment, replicaset, daemonset and pod GC controllers that run
+// pods), kube-scheduler, and
+// kubelet for the real node.
 //
 // Usage:
 //
 //	kubelocal apiserver <state-dir> <apiserver-port> <etcd-port>
 //	kubelocal controller-manager <state-dir>
+//	kubelocal scheduler <state-dir>
+//	kubelocal kubelet <kubelet flags...>
+//	kubelocal client-cert <state-dir> <user> <group> <out-dir>
 //
 // The apiserver subcommand creates its credentials in <state-dir> on first
 // start (a CA, a serving certificate for 127.0.0.1, a service-account signing
@@ -35,14 +41,28 @@ import (
 	"k8s.io/component-base/cli"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 func main() {
 	if len(os.Args) < 3 {
-		fail("usage: kubelocal apiserver <dir> <port> <etcd-port> | kubelocal controller-manager <dir>")
+		fail("usage: kubelocal apiserver <dir> <port> <etcd-port> | kubelocal controller-manager <dir> | kubelocal scheduler <dir> | kubelocal kubelet <flags...>")
 	}
 	dir := os.Args[2]
 	switch os.Args[1] {
+	case "scheduler":
+		runScheduler(dir)
+	case "client-cert":
+		if len(os.Args) != 6 {
+			fail("usage: kubelocal client-cert <dir> <user> <group> <out-dir>")
+		}
+		clientCert(dir, os.Args[3], os.Args[4], os.Args[5])
+	case "kubelet":
+		// The flags come from tests/cluster/up.sh, which owns the node's layout.
+		cmd := kubelet.NewKubeletCommand()
+		cmd.SetArgs(os.Args[2:])
+		os.Exit(cli.Run(cmd))
 	case "apiserver":
 		if len(os.Args) != 5 {
 			fail("usage: kubelocal apiserver <dir> <port> <etcd-port>")
@@ -105,11 +125,28 @@ func runControllerManager(dir string) {
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 		"--authentication-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 		"--authorization-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
-		"--controllers=garbagecollector,namespace,serviceaccount",
+		"--controllers=garbagecollector,namespace,serviceaccount,deployment,replicaset,daemonset,podgc,root-ca-cert-publisher",
+		// Published as the kube-root-ca.crt ConfigMap in every namespace,
+		// which pods' service-account volumes need.
+		"--root-ca-file=" + filepath.Join(dir, "pki", "ca.crt"),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",
+		"--v=0",
+	})
+	os.Exit(cli.Run(cmd))
+}
+
+func runScheduler(dir string) {
+	cmd := scheduler.NewSchedulerCommand()
+	cmd.SetArgs([]string{
+		"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+		"--authentication-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+		"--authorization-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=0",
 		"--v=0",
 	})
 	os.Exit(cli.Run(cmd))
@@ -187,6 +224,9 @@ func ensureCredentials(pki, dir, port string) {
 	token := hex.EncodeToString(tok)
 
 	writePEM(filepath.Join(pki, "ca.crt"), "CERTIFICATE", caDER)
+	caKeyDER, err := x509.MarshalPKCS8PrivateKey(caKey)
+	must(err, "marshal ca key")
+	writePEM(filepath.Join(pki, "ca.key"), "PRIVATE KEY", caKeyDER)
 	writePEM(filepath.Join(pki, "serving.crt"), "CERTIFICATE", srvDER)
 	srvKeyDER, err := x509.MarshalPKCS8PrivateKey(srvKey)
 	must(err, "marshal serving key")
@@ -215,6 +255,48 @@ current-context: nodeimage-local
 	// Written last: its presence marks the credentials as complete.
 	must(os.WriteFile(filepath.Join(pki, "tokens.csv"),
 		[]byte(token+",admin,admin-uid,\"system:masters\"\n"), 0o600), "write tokens")
+}
+
+// clientCert signs a client certificate for user (CN) in group (O) with the
+// cluster's CA, e.g. system:node:<name> in system:nodes for a kubelet, and
+// writes <out>/client.crt and <out>/client.key.
+func clientCert(dir, user, group, out string) {
+	pki := filepath.Join(dir, "pki")
+	caCert := readPEM(filepath.Join(pki, "ca.crt"), "CERTIFICATE")
+	ca, err := x509.ParseCertificate(caCert)
+	must(err, "parse ca.crt")
+	keyDER := readPEM(filepath.Join(pki, "ca.key"), "PRIVATE KEY")
+	caKey, err := x509.ParsePKCS8PrivateKey(keyDER)
+	must(err, "parse ca.key")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err, "client key")
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	must(err, "serial")
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: user, Organization: []string{group}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	must(err, "sign client cert")
+	must(os.MkdirAll(out, 0o700), "create "+out)
+	writePEM(filepath.Join(out, "client.crt"), "CERTIFICATE", der)
+	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	must(err, "marshal client key")
+	writePEM(filepath.Join(out, "client.key"), "PRIVATE KEY", kd)
+}
+
+func readPEM(path, typ string) []byte {
+	data, err := os.ReadFile(path)
+	must(err, "read "+path)
+	b, _ := pem.Decode(data)
+	if b == nil || b.Type != typ {
+		fail(path + ": no " + typ + " PEM block")
+	}
+	return b.Bytes
 }
 
 func writePEM(path, typ string, der []byte) {

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# A real node for the local cluster (after tests/cluster/up.sh): what pods
+# need to run, for installing nodeimage's chart as a platform team would.
+#
+#   - kube-scheduler (kubelocal scheduler); the controller-manager already
+#     runs the deployment, replicaset and daemonset controllers;
+#   - one Node that is a real kubelet (kubelocal kubelet, built from the
+#     Kubernetes Go modules like the API server), named kubelet-1, with its
+#     own containerd running containers with runc (cgroupfs driver), a pause
+#     image built here (a static Go binary, tests/kube/pause), and a bridge
+#     CNI network (Debian's containernetworking-plugins) for pods that do
+#     not use the host's network;
+#   - the kubernetes Service's ClusterIP routed to the loopback API server
+#     (tests/cluster/service-vip.sh), since there is no kube-proxy.
+#
+# The simulated nodes of up.sh stay as they are. kubelet-1 is labelled
+# nodeimage.dev/real-node=true; its address is the pod bridge's gateway
+# (10.244.0.1: kubelet refuses a loopback node IP), an interface only this
+# machine and its pods reach. Its kubelet accepts anonymous requests (so
+# `kubectl logs` works without a client certificate for the API server): a
+# test cluster only.
+#
+# Idempotent like up.sh. Stopped by tests/cluster/down.sh (which also stops
+# the pods' containers and unmounts their volumes). The last stdout line is
+# the env file to source in addition to env.sh:
+#
+#   . "$(tests/cluster/real-node.sh)"
+#
+# Tunables: NODEIMAGE_REAL_NODE (name, default kubelet-1),
+# NODEIMAGE_KUBELET_PORT (10650), NODEIMAGE_KUBELET_HEALTHZ_PORT (10648),
+# NODEIMAGE_POD_CIDR (10.244.0.0/24).
+set -Eeuo pipefail
+
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=service-vip.sh
+. "$(dirname "${BASH_SOURCE[0]}")/service-vip.sh"
+
+exec 3>&1 1>&2
+trap 'rc=$?; [[ $BASHPID == "$$" ]] && log "real-node.sh failed at line $LINENO (exit $rc); logs are in $LOGS"' ERR
+START_TIME=$SECONDS
+check_state_path
+ENV_FILE=$STATE/env.sh
+[[ -f $ENV_FILE ]] || die "no $ENV_FILE: start the cluster first (tests/cluster/up.sh)"
+# shellcheck disable=SC1090
+. "$ENV_FILE"
+
+NAME=${NODEIMAGE_REAL_NODE:-kubelet-1}
+KUBELET_PORT=${NODEIMAGE_KUBELET_PORT:-10650}
+HEALTHZ_PORT=${NODEIMAGE_KUBELET_HEALTHZ_PORT:-10648}
+POD_CIDR=${NODEIMAGE_POD_CIDR:-10.244.0.0/24}
+API_PORT=${NODEIMAGE_API_SERVER##*:}
+BIN=$STATE/bin
+KUBE_DIR=$STATE/kube
+IMAGES=$STATE/images
+TMP_DIR=$STATE/tmp
+# Short: containerd's socket path must stay under 107 bytes.
+D=$STATE/real/$NAME
+SOCK=$D/containerd.sock
+PAUSE_IMAGE=$NODEIMAGE_REGISTRY/pause:3.10
+BRIDGE=ni-$API_PORT
+[[ $POD_CIDR =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/24$ ]] || die "NODEIMAGE_POD_CIDR must be a /24 such as 10.244.0.0/24, got $POD_CIDR"
+# The node's address: the pod bridge's gateway, an interface of this machine
+# that only its own pods reach (kubelet refuses a loopback node IP).
+NODE_IP=${BASH_REMATCH[1]}.1
+[[ $NAME =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || die "invalid node name: $NAME"
+((${#SOCK} + 6 <= 107)) || die "socket path too long: $SOCK; use a shorter NODEIMAGE_STATE"
+kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" --request-timeout=10s "$@"; }
+
+# ---------------------------------------------------------------------------
+# 1. Packages: runc and the CNI plugins
+# ---------------------------------------------------------------------------
+missing=()
+command -v runc >/dev/null || missing+=(runc)
+command -v iptables >/dev/null || missing+=(iptables)
+[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
+  missing+=(containernetworking-plugins)
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } ||
+    die "apt-get install ${missing[*]} failed"
+fi
+
+# ---------------------------------------------------------------------------
+# 2. The pause image: a static binary in an otherwise empty image
+# ---------------------------------------------------------------------------
+log "building the pause binary (go build, static)"
+(cd "$TESTS_DIR/kube" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$BIN/pause.new" ./pause)
+mv -f "$BIN/pause.new" "$BIN/pause"
+PAUSE_TAG=pause-$(sha256sum "$BIN/pause" | cut -c1-12)
+if ! umoci ls --layout "$IMAGES" | grep -qx -- "$PAUSE_TAG"; then
+  log "building image $PAUSE_TAG"
+  work=$(mktemp -d "$TMP_DIR/pause.XXXXXX")
+  umoci new --image "$IMAGES:$PAUSE_TAG"
+  umoci unpack --image "$IMAGES:$PAUSE_TAG" "$work/bundle" >/dev/null
+  install -m 0755 "$BIN/pause" "$work/bundle/rootfs/pause"
+  umoci repack --image "$IMAGES:$PAUSE_TAG" "$work/bundle"
+  umoci config --image "$IMAGES:$PAUSE_TAG" --config.entrypoint /pause --config.user 65535:65535 \
+    --config.label "dev.nodeimage.test=pause"
+  rm -rf "$work"
+fi
+skopeo --insecure-policy copy --quiet --preserve-digests --dest-tls-verify=false \
+  "oci:$IMAGES:$PAUSE_TAG" "docker://$PAUSE_IMAGE"
+
+# ---------------------------------------------------------------------------
+# 3. The node's containerd (runc, cgroupfs, bridge CNI)
+# ---------------------------------------------------------------------------
+mkdir -p "$D/root" "$D/state" "$D/opt" "$D/cni/net.d" "$D/cni/ipam" "$D/kubelet" "$D/pod-logs" "$D/pki"
+for reg in "$NODEIMAGE_REGISTRY" "$NODEIMAGE_AUTH_REGISTRY"; do
+  mkdir -p "$D/certs.d/$reg"
+  printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve", "push"]\n  skip_verify = true\n' \
+    "$reg" "$reg" | write_if_changed "$D/certs.d/$reg/hosts.toml" || true
+done
+cat <<EOF | write_if_changed "$D/cni/net.d/10-nodeimage.conflist" || true
+{
+  "cniVersion": "1.0.0",
+  "name": "nodeimage",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$D/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+changed=0
+cat <<EOF | write_if_changed "$D/config.toml" && changed=1
+# Generated by tests/cluster/real-node.sh
+version = 2
+root = "$D/root"
+state = "$D/state"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "$SOCK"
+
+[ttrpc]
+  address = "$SOCK.ttrpc"
+
+[debug]
+  address = "$D/debug.sock"
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "$D/opt"
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "$PAUSE_IMAGE"
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    disable_apparmor = true
+    enable_selinux = false
+    max_concurrent_downloads = 3
+    # Pod network namespaces under the state dir, not /var/run/netns.
+    netns_mounts_under_state_dir = true
+    # This machine's root may not lower a process' oom_score_adj (kubelet
+    # asks -998 for pod sandboxes): keep it at containerd's own.
+    restrict_oom_score_adj = true
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "$NODEIMAGE_SNAPSHOTTER"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "$D/cni/net.d"
+
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$D/certs.d"
+EOF
+((changed)) && stop_daemon "containerd-$NAME"
+start_daemon "containerd-$NAME" "$(command -v containerd)" --config "$D/config.toml"
+wait_until 30 "containerd of $NAME to answer CRI" "containerd-$NAME" "$NODEIMAGE_CRI" --socket "$SOCK" --timeout 5 version
+
+# ---------------------------------------------------------------------------
+# 4. Scheduler, the Service ClusterIP, kubelet
+# ---------------------------------------------------------------------------
+# The pod bridge, made here (the CNI plugin would make it with the first
+# pod) so that kubelet can serve on its address from the start.
+if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+  ip link add "$BRIDGE" type bridge
+fi
+ip addr replace "$NODE_IP/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+start_daemon scheduler "$BIN/kubelocal" scheduler "$KUBE_DIR"
+service_vip_up "$API_PORT"
+echo "$API_PORT" >"$STATE/real/api-port" # for down.sh
+
+# The kubelet authenticates as system:node:<name> (group system:nodes), so
+# the Node authorizer and NodeRestriction apply to it as on a real cluster.
+if [[ ! -s $D/pki/client.crt ]]; then
+  "$BIN/kubelocal" client-cert "$KUBE_DIR" "system:node:$NAME" system:nodes "$D/pki" ||
+    die "cannot sign the kubelet's client certificate (a state dir from before ca.key was kept? run tests/cluster/down.sh first)"
+fi
+cat <<EOF | write_if_changed "$D/kubeconfig" || true
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: $NODEIMAGE_API_SERVER
+    certificate-authority: $KUBE_DIR/pki/ca.crt
+users:
+- name: kubelet
+  user:
+    client-certificate: $D/pki/client.crt
+    client-key: $D/pki/client.key
+contexts:
+- name: kubelet
+  context: {cluster: local, user: kubelet}
+current-context: kubelet
+EOF
+cat <<EOF | write_if_changed "$D/kubelet.yaml" || true
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $KUBE_DIR/pki/ca.crt}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+failSwapOn: false
+containerRuntimeEndpoint: unix://$SOCK
+imageServiceEndpoint: unix://$SOCK
+podLogsDir: $D/pod-logs
+podCIDR: $POD_CIDR
+# The shared test machine's disk may be nearly full: never evict or GC here.
+evictionHard: {memory.available: "1Mi", nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+makeIPTablesUtilChains: false
+serializeImagePulls: false
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+rotateCertificates: false
+serverTLSBootstrap: false
+registerNode: true
+nodeStatusReportFrequency: 10s
+EOF
+start_daemon "kubelet-$NAME" "$BIN/kubelocal" kubelet \
+  --config="$D/kubelet.yaml" --kubeconfig="$D/kubeconfig" \
+  --hostname-override="$NAME" --node-ip="$NODE_IP" \
+  --root-dir="$D/kubelet" --cert-dir="$D/pki/serving" \
+  --node-labels=nodeimage.dev/real-node=true
+
+node_ready() {
+  [[ "$(kc get node "$NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
+}
+wait_until 180 "node $NAME to be Ready" "kubelet-$NAME" node_ready
+# The API server's TaintNodesByCondition admission taints a new Node
+# not-ready; the node-lifecycle controller, which would lift it, is not run
+# (it would mark the simulated nodes NotReady). Lift it here once Ready.
+kc taint node "$NAME" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
+log "node $NAME Ready in $((SECONDS - START_TIME)) s"
+
+# ---------------------------------------------------------------------------
+# 5. Env file
+# ---------------------------------------------------------------------------
+REAL_ENV=$STATE/real-node.env
+{
+  echo "# Generated by tests/cluster/real-node.sh on $(date -Is). Source it after env.sh."
+  printf "export %s='%s'\n" NODEIMAGE_REAL_NODE "$NAME"
+  printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CONTAINERD "$SOCK"
+  printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CONTAINERD_ROOT "$D/root"
+  printf "export %s='%s'\n" NODEIMAGE_PAUSE_IMAGE "$PAUSE_IMAGE"
+} >"$REAL_ENV"
+echo "$REAL_ENV" >&3
