@@ -2,7 +2,7 @@
 #   make demo   start the local cluster and nodeimage, pull an image onto every node
 #   make test   run every test (lint, unit, end-to-end on the local cluster)
 
-.PHONY: demo test build lint unit crds cluster-up cluster-down nodeimage-up nodeimage-down chart-test
+.PHONY: demo test build lint unit crds images cluster-up cluster-down real-node nodeimage-up nodeimage-down chart-test install-test
 
 demo:
 	tests/demo.sh
@@ -26,8 +26,18 @@ crds:
 	UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml
 	rm -f charts/nodeimage/crds/*.yaml && cp crds/yaml/*.yaml charts/nodeimage/crds/
 
+# Container images without Docker (umoci + skopeo), pushed to IMAGE_REGISTRY
+# (default: the local cluster's registry); see images/build.sh.
+images:
+	images/build.sh
+	images/check.sh
+
 cluster-up:
 	tests/cluster/up.sh
+
+# A real kubelet node (and kube-scheduler) in the running local cluster.
+real-node:
+	tests/cluster/real-node.sh
 
 cluster-down:
 	tests/cluster/down.sh
@@ -41,3 +51,7 @@ nodeimage-down:
 # The Helm chart against the running local cluster (make cluster-up first).
 chart-test:
 	tests/chart.sh
+
+# The chart installed with helm on the real node (make cluster-up real-node images first).
+install-test:
+	tests/install.sh

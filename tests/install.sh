@@ -24,7 +24,8 @@
 #
 # It runs last in tests/run-all.sh: it replaces the e2e tests' nodeimage and
 # deletes every nodeimage object. Needs the cluster with its real node
-# (tests/cluster/up.sh) and the images (images/build.sh).
+# (tests/cluster/real-node.sh), the images (images/build.sh), and helm
+# (tests/chart.sh installs it).
 set -Eeuo pipefail
 # shellcheck source=tests/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
@@ -48,13 +49,16 @@ ENV_FILE=$STATE/env.sh
 [[ -f $ENV_FILE ]] || { echo "no $ENV_FILE: start the local cluster first (tests/cluster/up.sh)" >&2; exit 1; }
 # shellcheck disable=SC1090
 . "$ENV_FILE"
+for f in "$STATE/real-node.env" "$STATE/nodeimage-images.env"; do
+  [[ -f $f ]] || { echo "no $f: run tests/cluster/real-node.sh and images/build.sh first" >&2; exit 1; }
+  # shellcheck disable=SC1090
+  . "$f"
+done
 kc() { "$KUBECTL" --request-timeout=30s "$@"; }
-[[ -n ${NODEIMAGE_REAL_NODE:-} ]] || { echo "the cluster has no real kubelet node (NODEIMAGE_REAL_NODE unset in $ENV_FILE)" >&2; exit 1; }
 [[ -x $HELM ]] || { echo "no helm at $HELM (tests/chart.sh installs it)" >&2; exit 1; }
 NODE=$NODEIMAGE_REAL_NODE
-IMAGE_TAG=${NODEIMAGE_IMAGE_TAG:-$(cat "$STATE/images/tag" 2>/dev/null || true)}
-[[ -n $IMAGE_TAG ]] || { echo "no image tag: build the images first (images/build.sh)" >&2; exit 1; }
-IMAGE_PREFIX=${NODEIMAGE_IMAGE_PREFIX:-$NODEIMAGE_REGISTRY/nodeimage}
+IMAGE_TAG=$NODEIMAGE_IMAGE_TAG
+IMAGE_PREFIX=$NODEIMAGE_IMAGE_PREFIX
 
 # What a failing step leaves for the reader: pods, events, logs.
 diagnose() {
@@ -75,7 +79,8 @@ cleanup() {
   local rc=$?
   [[ -n $SLOW_PROXY_PID ]] && kill "$SLOW_PROXY_PID" 2>/dev/null || true
   # The auth registry is back for whatever runs next.
-  daemon_alive "registry-${NODEIMAGE_AUTH_REGISTRY##*:}" || "$REPO_ROOT/tests/cluster/up.sh" >/dev/null 2>&1 || true
+  # shellcheck disable=SC2086
+  [[ -n ${REGISTRY_CMD:-} ]] && { start_daemon "$REGISTRY_DAEMON" $REGISTRY_CMD >/dev/null 2>&1 || true; }
   if [[ -z ${KEEP_INSTALL_TEST:-} ]]; then
     kc delete pod -n "$TENANT" app --ignore-not-found --wait=false >/dev/null 2>&1 || true
     "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout 2m >/dev/null 2>&1 || true
@@ -105,7 +110,7 @@ step "a clean slate: the e2e tests' nodeimage stopped, nodeimage's CRDs deleted"
 # no controller to clear them: nodeimage's own finalizers are dropped first.
 for kind in imagepulljobs.apps.kruise.io imagelistpulljobs.apps.kruise.io \
   imageprepulljobs.operations.kubeedge.io nodeupgradejobs.operations.kubeedge.io; do
-  kc get "$kind" -A -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}' 2>/dev/null |
+  { kc get "$kind" -A -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}' 2>/dev/null || true; } |
     while read -r ns name; do
       [[ -n $name ]] || continue
       if [[ -n $ns ]]; then set -- -n "$ns"; else set --; fi
@@ -205,7 +210,10 @@ pass "ImagePullJob app Complete; $APP is in $NODE's containerd"
 
 # ---------------------------------------------------------------------------
 step "the registry stopped, a Pod of that image starts on $NODE"
-stop_daemon "registry-${NODEIMAGE_AUTH_REGISTRY##*:}" 2>/dev/null
+REGISTRY_DAEMON=registry-${NODEIMAGE_AUTH_REGISTRY##*:}
+REGISTRY_CMD=$(recorded_cmd "$REGISTRY_DAEMON")
+[[ -n $REGISTRY_CMD ]] || fail "no recorded command of $REGISTRY_DAEMON in $PIDS"
+stop_daemon "$REGISTRY_DAEMON" 2>/dev/null
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://$NODEIMAGE_AUTH_REGISTRY/v2/" || true)
 [[ $code == 000 ]] || fail "the auth registry still answers (HTTP $code)"
 kc apply -f - >/dev/null <<EOF
@@ -226,14 +234,19 @@ EOF
 kc wait -n "$TENANT" pod/app --for=jsonpath='{.status.phase}'=Running --timeout=120s >/dev/null ||
   fail "the Pod did not reach Running: $(kc get pod -n "$TENANT" app -o jsonpath='{.status}')"
 pass "Pod app Running on $NODE with the registry down"
-"$REPO_ROOT/tests/cluster/up.sh" >"$WORK/up.out" 2>&1 || fail "restarting the registry (tests/cluster/up.sh) failed: $(tail "$WORK/up.out")"
+# shellcheck disable=SC2086 # the recorded command line, split as it was given
+start_daemon "$REGISTRY_DAEMON" $REGISTRY_CMD 2>/dev/null
+REGISTRY_CMD=
+wait_for "the auth registry to answer again" 30 curl -s -o /dev/null --max-time 2 "http://$NODEIMAGE_AUTH_REGISTRY/v2/"
 kc delete pod -n "$TENANT" app --wait=false >/dev/null
 
 # ---------------------------------------------------------------------------
 step "the README's CRD upgrade command on CRDs Helm installed"
 "$HELM" show crds "$CHART" | kc apply --server-side --force-conflicts -f - >"$WORK/crds.out" 2>&1 ||
   fail "helm show crds | kubectl apply --server-side --force-conflicts failed: $(cat "$WORK/crds.out")"
-pass "helm show crds | kubectl apply --server-side --force-conflicts: $(wc -l <"$WORK/crds.out") CRDs applied"
+applied=$(grep -c "serverside-applied" "$WORK/crds.out" || true)
+[[ $applied == 5 ]] || fail "the CRD upgrade command applied $applied CRDs, not 5: $(cat "$WORK/crds.out")"
+pass "helm show crds | kubectl apply --server-side --force-conflicts: the 5 CRDs applied over Helm's"
 
 # ---------------------------------------------------------------------------
 step "helm upgrade to a new daemon image tag while a pull is in flight"

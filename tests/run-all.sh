@@ -70,4 +70,14 @@ tests/chart.sh
 step "alerts: promtool check rules and the alerts' unit tests"
 tests/alerts/test.sh
 
+step "container images without Docker (release build, umoci, skopeo) pushed to the local registry"
+images/build.sh
+images/check.sh
+
+step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, bridge CNI)"
+tests/cluster/real-node.sh >/dev/null
+
+step "the chart installed with helm onto the real node, as docs/install.md says"
+tests/install.sh
+
 step "all tests passed"

@@ -10,7 +10,9 @@ fn committed_crds_match_types() {
     let mut stale = Vec::new();
     for (file, crd) in nodeimage_api::crdgen::all() {
         let yaml = format!(
-            "# Generated from the Rust types in crds/src; do not edit.\n# Regenerate: UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml\n{}",
+            // The leading "---" keeps the files separate documents when
+            // they are concatenated (`helm show crds`, `cat crds/yaml/*`).
+            "---\n# Generated from the Rust types in crds/src; do not edit.\n# Regenerate: UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml\n{}",
             serde_yaml::to_string(&crd).expect("CRD serialises")
         );
         let path = dir.join(file);

@@ -578,8 +578,9 @@ wait_until 60 "controller-manager to create ServiceAccount default/default" cont
 # ---------------------------------------------------------------------------
 log "health checks"
 readyz_ok || die "apiserver is not ready"
-# Only this cluster's own nodes: a benchmark may have left simulated ones.
-ready_nodes=$(kc get nodes -l 'nodeimage.dev/sim!=true' -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '=True$' || true)
+# Only the simulated nodes of this script: a benchmark may have left
+# simulated ones of its own, and real-node.sh adds a kubelet.
+ready_nodes=$(kc get nodes -l 'nodeimage.dev/sim!=true,nodeimage.dev/real-node!=true' -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '=True$' || true)
 ((ready_nodes == NODE_COUNT)) || die "expected $NODE_COUNT Ready nodes, found $ready_nodes"
 for i in "${!NODE_NAMES[@]}"; do
   "$NI_CRI" --socket "${SOCKETS[i]}" --timeout 10 version >/dev/null ||

@@ -114,6 +114,9 @@ func runAPIServer(dir, port, etcdPort string) {
 		"--profiling=false",
 		// Loopback addresses cannot be Endpoints of the kubernetes Service.
 		"--endpoint-reconciler-type=none",
+		// The real node has no resolvable host name: reach kubelets (logs,
+		// exec) at their InternalIP.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--v=0",
 	})
 	os.Exit(cli.Run(cmd))

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Builds nodeimage's container images without Docker and pushes them:
+# release binaries (cargo), each image's root filesystem from
+# images/rootfs.sh, assembled as an OCI image with umoci and pushed with
+# skopeo. What goes in is described once, in images/spec.sh (the Dockerfiles
+# are generated from the same description).
+#
+#   images/build.sh                       # push to IMAGE_REGISTRY (default: the local cluster's registry)
+#   IMAGE_REGISTRY=registry.example.com/nodeimage IMAGE_TAG=0.1.0 images/build.sh
+#   images/build.sh --no-push             # only the OCI layout
+#
+# Environment: IMAGE_REGISTRY (repository prefix; the images are
+# <prefix>/controller and <prefix>/daemon; default
+# $NODEIMAGE_REGISTRY/nodeimage from the local cluster's env file),
+# IMAGE_TAG (default: the workspace version, which is the chart's
+# appVersion), IMAGE_DEST_CREDS (user:password for the registry, optional),
+# IMAGE_TLS_VERIFY (default true; false for plain-HTTP registries; loopback
+# registries never verify). Writes $NODEIMAGE_STATE/nodeimage-images.env
+# (the prefix and tag, for the install test).
+set -euo pipefail
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO_ROOT"
+# shellcheck source=images/spec.sh
+. images/spec.sh
+STATE=${NODEIMAGE_STATE:-$REPO_ROOT/.state}
+log() { printf '[%s] images: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+PUSH=1
+for arg in "$@"; do
+  case $arg in
+    --no-push) PUSH=0 ;;
+    *) die "unknown argument $arg (usage: images/build.sh [--no-push])" ;;
+  esac
+done
+
+if [[ -z ${IMAGE_REGISTRY:-} && -f $STATE/env.sh ]]; then
+  # shellcheck disable=SC1091
+  IMAGE_REGISTRY=$(. "$STATE/env.sh" && echo "$NODEIMAGE_REGISTRY/nodeimage")
+fi
+((PUSH == 0)) || [[ -n ${IMAGE_REGISTRY:-} ]] ||
+  die "set IMAGE_REGISTRY (e.g. registry.example.com/nodeimage), or start the local cluster"
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+TAG=${IMAGE_TAG:-$VERSION}
+REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git status --porcelain 2>/dev/null) ]]; then REVISION=$REVISION-dirty; fi
+case $(uname -m) in
+  x86_64) ARCH=amd64 ;;
+  aarch64) ARCH=arm64 ;;
+  *) die "unsupported architecture $(uname -m)" ;;
+esac
+LAYOUT=$STATE/nodeimage-oci
+
+missing=()
+for tool in umoci skopeo ldd; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if ((${#missing[@]})); then
+  log "installing umoci and skopeo (Debian packages)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq umoci skopeo; } ||
+    die "apt-get install umoci skopeo failed"
+fi
+
+log "building release binaries (cargo build --release)"
+t0=$SECONDS
+crates=()
+for n in "${IMAGES[@]}"; do crates+=(-p "$(image_crate "$n")"); done
+cargo build --release --locked --quiet "${crates[@]}"
+log "release binaries built in $((SECONDS - t0)) s"
+
+mkdir -p "$STATE"
+rm -rf "$LAYOUT"
+umoci init --layout "$LAYOUT"
+work=$(mktemp -d "$STATE/images-build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+for n in "${IMAGES[@]}"; do
+  bin=target/release/$(image_binary "$n")
+  ref=$LAYOUT:$n
+  umoci new --image "$ref"
+  umoci unpack --image "$ref" "$work/$n" >/dev/null
+  images/rootfs.sh "$n" "$bin" "$work/$n/rootfs"
+  umoci repack --image "$ref" --history.created_by "images/rootfs.sh $n" "$work/$n"
+  entry=/usr/local/bin/$(image_binary "$n")
+  umoci config --no-history --image "$ref" \
+    --architecture "$ARCH" --os linux \
+    --config.user "$(image_user "$n")" \
+    --config.entrypoint "$entry" \
+    --config.exposedports "$(image_port "$n")/tcp" \
+    --config.label "org.opencontainers.image.title=nodeimage-$n" \
+    --config.label "org.opencontainers.image.description=$(image_description "$n")" \
+    --config.label "org.opencontainers.image.source=$IMAGE_SOURCE" \
+    --config.label "org.opencontainers.image.version=$VERSION" \
+    --config.label "org.opencontainers.image.revision=$REVISION" \
+    --manifest.annotation "org.opencontainers.image.source=$IMAGE_SOURCE" \
+    --manifest.annotation "org.opencontainers.image.version=$VERSION" \
+    --manifest.annotation "org.opencontainers.image.revision=$REVISION"
+  size=$(du -sk "$work/$n/rootfs" | cut -f1)
+  log "built $n ($((size / 1024)) MiB unpacked, $ARCH, user $(image_user "$n"))"
+done
+umoci gc --layout "$LAYOUT"
+
+if ((PUSH)); then
+  for n in "${IMAGES[@]}"; do
+    dest=$IMAGE_REGISTRY/$n:$TAG
+    tls=${IMAGE_TLS_VERIFY:-true}
+    case $dest in 127.0.0.1:* | localhost:* | localhost/* | "[::1]":*) tls=false ;; esac
+    creds=()
+    [[ -n ${IMAGE_DEST_CREDS:-} ]] && creds=(--dest-creds "$IMAGE_DEST_CREDS")
+    skopeo --insecure-policy copy --quiet --dest-tls-verify="$tls" "${creds[@]}" \
+      "oci:$LAYOUT:$n" "docker://$dest"
+    log "pushed $dest"
+  done
+  printf "export NODEIMAGE_IMAGE_PREFIX='%s'\nexport NODEIMAGE_IMAGE_TAG='%s'\n" \
+    "$IMAGE_REGISTRY" "$TAG" >"$STATE/nodeimage-images.env"
+fi
