@@ -121,6 +121,10 @@ for f in "$CHART"/crds/*.yaml; do
   kc delete -f "$f" --ignore-not-found --wait=true --timeout=120s >/dev/null ||
     fail "deleting the CRD of $f failed"
 done
+# The e2e tests' controller made the secrets namespace outside Helm, which
+# Helm refuses to adopt (docs/install.md, Uninstalling): remove it.
+kc delete namespace "$SECRETS_NS" --ignore-not-found --wait=true --timeout=120s >/dev/null ||
+  fail "deleting namespace $SECRETS_NS did not finish"
 pass "nodeimage CRDs removed; no nodeimage process running"
 
 # ---------------------------------------------------------------------------
