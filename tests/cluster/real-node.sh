@@ -73,6 +73,9 @@ kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" --request-timeout=10s "$@"; }
 missing=()
 command -v runc >/dev/null || missing+=(runc)
 command -v iptables >/dev/null || missing+=(iptables)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v sysctl >/dev/null || missing+=(procps)
+command -v ctr >/dev/null || missing+=(containerd)
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] ||
   missing+=(containernetworking-plugins)
 if ((${#missing[@]})); then
