@@ -132,13 +132,14 @@ pub fn trim_node(n: &mut Node) {
     }
 }
 
+/// Node metadata builders the tests of several modules share.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+pub(crate) mod fixtures {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
-    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
+    /// Metadata of `node-1` with these labels.
+    pub(crate) fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {
             name: Some("node-1".into()),
             labels: Some(
@@ -151,10 +152,17 @@ mod tests {
         }
     }
 
-    fn terminating(mut m: ObjectMeta) -> ObjectMeta {
+    /// The same metadata, being deleted.
+    pub(crate) fn terminating(mut m: ObjectMeta) -> ObjectMeta {
         m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         m
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{meta, terminating};
+    use super::*;
 
     #[test]
     fn orphaned_table() {

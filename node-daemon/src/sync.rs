@@ -44,7 +44,13 @@ pub async fn run(
         match event {
             Ok(Event::Apply(ni)) => {
                 synced.set(true);
-                apply(&workers, decode::nodeimage(ni), &mut running, &mut logged);
+                apply(
+                    &workers,
+                    decode::nodeimage(ni),
+                    false,
+                    &mut running,
+                    &mut logged,
+                );
             }
             Ok(Event::Delete(_)) => {
                 tracing::warn!(node = %node, "NodeImage deleted; stopping every pull");
@@ -58,7 +64,7 @@ pub async fn run(
             Ok(Event::InitDone) => {
                 synced.set(true);
                 match init.take() {
-                    Some(ni) => apply(&workers, ni, &mut running, &mut logged),
+                    Some(ni) => apply(&workers, ni, true, &mut running, &mut logged),
                     None => {
                         tracing::warn!(node = %node, "no NodeImage for this node yet; waiting for the controller to create it")
                     }
@@ -75,9 +81,12 @@ pub async fn run(
     }
 }
 
+/// Acts on a NodeImage from the watch (`relisted`: from a relist, the
+/// current object rather than the next event).
 fn apply(
     workers: &Workers,
     decoded: Decoded,
+    relisted: bool,
     running: &mut BTreeMap<TagKey, Running>,
     logged: &mut BTreeMap<TagKey, String>,
 ) {
@@ -94,7 +103,11 @@ fn apply(
     let mut tasks = desired::tasks(&ni);
     decode::mark_invalid(&mut tasks, &invalid);
     let reported = desired::reported(&ni);
-    workers.deps.status.observe(ni);
+    if relisted {
+        workers.deps.status.observe_relisted(ni);
+    } else {
+        workers.deps.status.observe(ni);
+    }
     // Finished workers stay listed with their version so they are not re-run;
     // only the plan decides what to restart.
     let versions: BTreeMap<TagKey, i64> = running

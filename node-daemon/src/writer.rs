@@ -18,12 +18,32 @@ const COALESCE: Duration = Duration::from_millis(150);
 /// Least time between writes that only move progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long the object our own write returned outranks watch events that do
+/// not carry its resourceVersion. Watch events arrive in order, so until the
+/// watch delivers our write, what it delivers is older; the bound covers a
+/// write whose event never comes (a relist replaced it), and a wrong guess
+/// costs one refused write, never a wrong status (writes are guarded by the
+/// spec's generation).
+const OWN_WRITE_PRECEDENCE: Duration = Duration::from_secs(5);
+
 #[derive(Default)]
 struct Inner {
     observed: Option<NodeImage>,
+    /// resourceVersion of our last write while the watch has not delivered
+    /// it, and when it was written. resourceVersions are opaque: compared
+    /// for equality only.
+    own_write: Option<(String, Instant)>,
     live: BTreeMap<TagKey, ImageTagStatus>,
     urgent: bool,
     pending: bool,
+}
+
+/// Where an observed NodeImage came from.
+#[derive(Clone, Copy)]
+enum Source {
+    Watch,
+    Relist,
+    OwnWrite,
 }
 
 /// Handle that workers and the watch loop report through.
@@ -41,37 +61,62 @@ impl StatusHandle {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records the latest NodeImage seen by the watch. A spec change is urgent
-    /// (new tags must show as Waiting at once); anything else is rate-limited.
+    /// Records the latest NodeImage seen by the watch, in event order. A
+    /// spec change is urgent (new tags must show as Waiting at once);
+    /// anything else is rate-limited.
     pub fn observe(&self, ni: NodeImage) {
-        self.update(ni, true);
+        self.update(ni, Source::Watch);
+    }
+
+    /// Records the NodeImage a relist of the watch brought: the current
+    /// object, whatever we wrote before.
+    pub fn observe_relisted(&self, ni: NodeImage) {
+        self.update(ni, Source::Relist);
     }
 
     /// Records the object our own write returned; nothing new to write.
     fn observe_written(&self, ni: NodeImage) {
-        self.update(ni, false);
+        self.update(ni, Source::OwnWrite);
     }
 
-    fn update(&self, ni: NodeImage, mark: bool) {
+    fn update(&self, ni: NodeImage, source: Source) {
         let mut g = self.lock();
-        let newer = match (&g.observed, &ni.metadata.resource_version) {
-            (Some(old), Some(new)) => match (
-                old.metadata
-                    .resource_version
-                    .as_deref()
-                    .and_then(|r| r.parse::<u64>().ok()),
-                new.parse::<u64>().ok(),
-            ) {
-                (Some(o), Some(n)) => n >= o,
-                _ => true,
+        let rv = ni.metadata.resource_version.clone();
+        let take = match source {
+            Source::Relist => {
+                g.own_write = None;
+                true
+            }
+            Source::OwnWrite => {
+                // A write that changed nothing returns the version we may
+                // already hold; its event will not come again.
+                let seen = g
+                    .observed
+                    .as_ref()
+                    .and_then(|o| o.metadata.resource_version.as_ref());
+                g.own_write = match rv {
+                    Some(rv) if seen != Some(&rv) => Some((rv, Instant::now())),
+                    _ => None,
+                };
+                true
+            }
+            Source::Watch => match &g.own_write {
+                Some((own, _)) if rv.as_ref() == Some(own) => {
+                    g.own_write = None;
+                    true
+                }
+                Some((_, at)) if at.elapsed() < OWN_WRITE_PRECEDENCE => false,
+                _ => {
+                    g.own_write = None;
+                    true
+                }
             },
-            _ => true,
         };
-        if newer {
+        if take {
             let spec_changed = g.observed.as_ref().is_none_or(|o| o.spec != ni.spec);
             g.observed = Some(ni);
             self.seen.notify_waiters();
-            if mark {
+            if !matches!(source, Source::OwnWrite) {
                 g.pending = true;
                 g.urgent |= spec_changed;
                 drop(g);
@@ -84,6 +129,7 @@ impl StatusHandle {
     pub fn forget(&self) {
         let mut g = self.lock();
         g.observed = None;
+        g.own_write = None;
         g.live.clear();
     }
 
@@ -475,8 +521,52 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         h.observe(node_image("3"));
         assert!(waiter.await.unwrap_or(false));
-        // Older objects are ignored.
+        // Watch events are taken in order: resourceVersions are opaque.
         h.observe(node_image("2"));
-        assert!(!h.wait_observed(has_rv("2"), Duration::from_secs(1)).await);
+        assert!(h.wait_observed(has_rv("2"), Duration::from_secs(1)).await);
+    }
+
+    fn rv_of(h: &StatusHandle) -> Option<String> {
+        h.observed().and_then(|o| o.metadata.resource_version)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn own_write_outranks_the_watch_until_the_watch_delivers_it() {
+        let h = StatusHandle::default();
+        h.observe(node_image("a"));
+        h.observe_written(node_image("c"));
+        // An event from before our write (any version but ours) is older.
+        h.observe(node_image("b"));
+        assert_eq!(rv_of(&h).as_deref(), Some("c"));
+        // Our write's own event: the watch has caught up.
+        h.observe(node_image("c"));
+        h.observe(node_image("d"));
+        assert_eq!(rv_of(&h).as_deref(), Some("d"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn own_write_precedence_ends_on_relist_or_after_its_bound() {
+        let h = StatusHandle::default();
+        h.observe(node_image("a"));
+        h.observe_written(node_image("c"));
+        h.observe_relisted(node_image("z"));
+        assert_eq!(rv_of(&h).as_deref(), Some("z"));
+
+        h.observe_written(node_image("y"));
+        h.observe(node_image("x"));
+        assert_eq!(rv_of(&h).as_deref(), Some("y"));
+        tokio::time::advance(OWN_WRITE_PRECEDENCE).await;
+        h.observe(node_image("x"));
+        assert_eq!(rv_of(&h).as_deref(), Some("x"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_changed_nothing_waits_for_no_event() {
+        let h = StatusHandle::default();
+        h.observe(node_image("a"));
+        // The server returned the version we hold: no event will follow.
+        h.observe_written(node_image("a"));
+        h.observe(node_image("b"));
+        assert_eq!(rv_of(&h).as_deref(), Some("b"));
     }
 }

@@ -39,6 +39,21 @@ fn colour_wanted(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// Turns a binary's outcome into its exit code, logging why it stopped, so
+/// both binaries end the same way.
+pub fn exit_code<E: std::fmt::Display>(
+    what: &str,
+    outcome: Result<(), E>,
+) -> std::process::ExitCode {
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "{what} stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

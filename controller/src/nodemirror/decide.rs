@@ -83,26 +83,8 @@ pub fn apply_body(name: &str, labels: &BTreeMap<String, String>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
-    use k8s_openapi::jiff::Timestamp;
-
-    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
-        ObjectMeta {
-            name: Some("node-1".into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
-
-    fn terminating(mut m: ObjectMeta) -> ObjectMeta {
-        m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
-        m
-    }
+    use crate::nodes::fixtures::{meta, terminating};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
     /// NodeImage metadata whose labels `owned` were applied by the mirror.
     fn with_owned(mut m: ObjectMeta, manager: &str, owned: &[&str]) -> ObjectMeta {

@@ -1,0 +1,185 @@
+//! nodeimage-controller: mirrors Nodes into NodeImages, turns every job kind
+//! into per-node tag entries and aggregates what the daemons report.
+
+mod clock;
+mod conditions;
+mod context;
+mod entries;
+pub mod flags;
+mod housekeeping;
+mod imagelistpulljob;
+mod imageprepulljob;
+mod imagepulljob;
+mod jobevents;
+mod jobshell;
+mod leader;
+mod lifecycle;
+mod metrics;
+mod nodeimages;
+mod nodemirror;
+mod nodes;
+mod nodetasks;
+mod nodeupgradejob;
+mod patch;
+mod pullsecrets;
+mod rollout;
+mod skipped;
+mod tagwrites;
+mod wakeups;
+mod watch;
+
+use flags::Flags;
+use nodeimage_ops::{client, health, shutdown};
+use std::time::Duration;
+
+/// How long in-flight reconciles may take to finish after a stop signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Why the controller could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Client(#[from] client::ClientError),
+    #[error(transparent)]
+    Context(#[from] context::ContextError),
+    #[error(transparent)]
+    Election(#[from] leader::ElectionError),
+    #[error("lost the leader-election lease; exiting so that a restart waits as a standby")]
+    LostLease,
+    #[error("health server on {addr}: {source}")]
+    Health {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Runs until a stop signal (or a lost lease), then shuts down cleanly.
+pub async fn run(flags: Flags) -> Result<(), Error> {
+    let client = client::connect(flags.kubeconfig.as_ref()).await?;
+    // One NodeImage cache for all; every reader subscribes before it runs.
+    let nodeimages = nodeimages::NodeImages::new();
+    let ctx = context::Context::new(client, &flags, nodeimages.store.clone())?;
+    tracing::info!(
+        response_timeout_s = flags.response_timeout.as_secs(),
+        "controller starting"
+    );
+    let mut registry = nodeimage_ops::metrics::registry("controller");
+    ctx.metrics.register(&mut registry);
+    let registry = std::sync::Arc::new(registry);
+    let render: health::MetricsFn =
+        std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
+    let readiness = health::Readiness::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let health_addr = flags.health_addr;
+    let health = tokio::spawn(health::serve(
+        health_addr,
+        readiness.clone(),
+        Some(render),
+        lifecycle::stopped(stop_rx.clone()),
+    ));
+
+    // With leader election, wait (as a ready standby) until we hold the lease.
+    let mut leading = if flags.leader_elect {
+        let election = leader::Election {
+            namespace: flags.leader_election_namespace.clone(),
+            lease: flags.leader_election_lease.clone(),
+            identity: std::env::var("POD_NAME")
+                .unwrap_or_else(|_| format!("nodeimage-controller-{}", std::process::id())),
+            duration_s: flags.leader_election_lease_seconds,
+        };
+        let mut rx = leader::start(ctx.client.clone(), &election).await?;
+        tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
+        tokio::select! {
+            r = rx.wait_for(|l| *l) => { if r.is_err() { return Err(Error::LostLease); } }
+            _ = shutdown::signal_received() => {
+                let _ = stop_tx.send(true);
+                let _ = health.await;
+                return Ok(());
+            }
+        }
+        tracing::info!(identity = %election.identity, "leading: starting the controllers");
+        ctx.metrics.leader.set(1);
+        Some(rx)
+    } else {
+        ctx.metrics.leader.set(1);
+        None
+    };
+    let lost = async {
+        match leading.as_mut() {
+            Some(rx) => {
+                let _ = rx.wait_for(|l| !*l).await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+
+    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
+    let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+    );
+    let work = async {
+        tokio::join!(
+            nodeimages.run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            housekeeping::run(
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                for_housekeeping
+            ),
+            imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_pull),
+            jobshell::run_node_tasks(
+                imageprepulljob::WIRING,
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                for_prepull
+            ),
+            imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            jobshell::run_node_tasks(
+                nodeupgradejob::WIRING,
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                for_upgrade
+            ),
+        )
+    };
+    let mut work = std::pin::pin!(work);
+    let mut lost_lease = false;
+    tokio::select! {
+        _ = &mut work => tracing::warn!("controllers ended without a stop signal"),
+        _ = lost => {
+            tracing::error!("lost the leader-election lease: stopping work now");
+            ctx.metrics.leader.set(0);
+            lost_lease = true;
+            let _ = stop_tx.send(true);
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await;
+        }
+        _ = shutdown::signal_received() => {
+            let _ = stop_tx.send(true);
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await.is_err() {
+                tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "reconciles still running after the grace period; exiting anyway");
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    match health.await {
+        Ok(Ok(())) => {}
+        Ok(Err(source)) => {
+            return Err(Error::Health {
+                addr: health_addr,
+                source,
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "health server task failed"),
+    }
+    if lost_lease {
+        return Err(Error::LostLease);
+    }
+    tracing::info!("controller stopped cleanly");
+    Ok(())
+}

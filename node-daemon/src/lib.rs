@@ -1,0 +1,202 @@
+//! nodeimage-daemon: one per node; pulls what the node's NodeImage lists
+//! through containerd and reports status.
+
+mod checks;
+mod credentials;
+mod credproviders;
+mod cri;
+mod decode;
+mod desired;
+pub mod flags;
+mod metrics;
+mod progress;
+mod pull;
+mod report;
+mod retry;
+mod shared;
+mod status;
+mod sync;
+mod upgrade;
+mod worker;
+mod writer;
+
+use flags::Flags;
+use kube::runtime::events::Reporter;
+use nodeimage_api::kruise::NodeImage;
+use nodeimage_ops::{client, health, shutdown};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Client(#[from] client::ClientError),
+    #[error("containerd socket {0}: {1}")]
+    Runtime(String, cri::CriError),
+    #[error("health server: {0}")]
+    Health(std::io::Error),
+    #[error(transparent)]
+    CredentialProviders(#[from] credproviders::LoadError),
+}
+
+/// Runs until a stop signal (or a lost lease), then shuts down cleanly.
+pub async fn run(flags: Flags) -> Result<(), Error> {
+    // A config kubelet would refuse stops the daemon before anything else.
+    let providers = match (
+        &flags.image_credential_provider_config,
+        &flags.image_credential_provider_bin_dir,
+    ) {
+        (Some(config), Some(dir)) => {
+            let p = credproviders::Providers::load(config, dir)?;
+            tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
+            Some(Arc::new(p))
+        }
+        _ => None,
+    };
+
+    let client = client::connect(flags.kubeconfig.as_ref()).await?;
+    let runtime = cri::Runtime::new(&flags.containerd_socket)
+        .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
+    tracing::info!(
+        node = %flags.node_name,
+        socket = %flags.containerd_socket.display(),
+        max_concurrent_pulls = flags.max_concurrent_pulls,
+        "daemon starting"
+    );
+    if flags.enable_upgrades {
+        tracing::warn!(
+            work_dir = %flags.upgrade_work_dir.display(),
+            tool = %flags.upgrade_tool_path,
+            version_source = %flags.node_version_source,
+            "node-agent upgrades enabled: NodeUpgradeJob entries run their tool on this node"
+        );
+    }
+
+    let metrics = metrics::Metrics::new();
+    let mut registry = nodeimage_ops::metrics::registry("daemon");
+    metrics.register(&mut registry);
+    let registry = Arc::new(registry);
+    let render: health::MetricsFn = Arc::new(move || nodeimage_ops::metrics::render(&registry));
+    let readiness = health::Readiness::default();
+    let synced = readiness.check("nodeimage-synced").await;
+    let runtime_ok = readiness.check("containerd").await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let health = tokio::spawn(health::serve(
+        flags.health_addr,
+        readiness.clone(),
+        Some(render),
+        stopped(stop_rx.clone()),
+    ));
+    let probe = tokio::spawn(watch_runtime(
+        runtime.clone(),
+        runtime_ok,
+        metrics.clone(),
+        stop_rx.clone(),
+    ));
+
+    let api: kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> = kube::Api::all(client.clone());
+    let status = writer::StatusHandle::default();
+    let deps = Arc::new(shared::Deps {
+        runtime,
+        client: client.clone(),
+        slots: Arc::new(tokio::sync::Semaphore::new(
+            flags.max_concurrent_pulls as usize,
+        )),
+        status: status.clone(),
+        reporter: Reporter {
+            controller: "nodeimage-daemon".into(),
+            instance: Some(flags.node_name.clone()),
+        },
+        metrics: metrics.clone(),
+        thresholds: checks::Thresholds {
+            disk: flags.disk_threshold_percent,
+            cpu: flags.cpu_threshold_percent,
+            mem: flags.mem_threshold_percent,
+        },
+        providers,
+    });
+    let upgrades = Arc::new(upgrade::Settings {
+        enabled: flags.enable_upgrades,
+        tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
+        work_dir: flags.upgrade_work_dir.clone(),
+        version_source: flags.node_version_source.clone(),
+        exec_prefix: flags
+            .upgrade_exec_prefix
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        node_name: flags.node_name.clone(),
+        lock: tokio::sync::Mutex::new(()),
+    });
+
+    let writer = tokio::spawn(writer::run(
+        status,
+        api.clone(),
+        flags.node_name.clone(),
+        metrics.status_write_errors.clone(),
+        stop_rx.clone(),
+    ));
+    let sync = tokio::spawn(sync::run(
+        api,
+        flags.node_name.clone(),
+        worker::Workers { deps, upgrades },
+        synced,
+        stop_rx.clone(),
+    ));
+
+    shutdown::signal_received().await;
+    let _ = stop_tx.send(true);
+    let _ = sync.await;
+    // The writer makes a last write of what the pulls reported.
+    if tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("last status write did not finish within 5s");
+    }
+    let _ = probe.await;
+    match health.await {
+        Ok(Err(e)) => return Err(Error::Health(e)),
+        Err(e) => tracing::warn!(error = %e, "health server task failed"),
+        Ok(Ok(())) => {}
+    }
+    tracing::info!("daemon stopped cleanly");
+    Ok(())
+}
+
+/// Keeps the `containerd` readiness condition current.
+async fn watch_runtime(
+    runtime: cri::Runtime,
+    ok: health::Check,
+    metrics: metrics::Metrics,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut was: Option<bool> = None;
+    loop {
+        let now = match runtime.version().await {
+            Ok(v) => {
+                if was != Some(true) {
+                    tracing::info!(runtime = %v, "containerd reachable");
+                }
+                true
+            }
+            Err(e) => {
+                metrics.cri_error("Version");
+                if was != Some(false) {
+                    tracing::warn!(socket = %runtime.socket().display(), error = %e, "containerd unreachable");
+                }
+                false
+            }
+        };
+        ok.set(now);
+        was = Some(now);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {},
+            _ = stop.changed() => return,
+        }
+    }
+}
