@@ -1,0 +1,194 @@
+use super::*;
+
+fn owner(uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps.kruise.io/v1alpha1".into()),
+        kind: Some("ImagePullJob".into()),
+        namespace: Some("ns".into()),
+        name: Some(format!("job-{uid}")),
+        uid: Some(uid.into()),
+        ..Default::default()
+    }
+}
+
+fn req(uid: &str, timeout: i32) -> EntryRequest {
+    EntryRequest {
+        image: "nginx".into(),
+        tag: "1.25".into(),
+        owner: owner(uid),
+        pull_policy: ImageTagPullPolicy {
+            timeout_seconds: Some(timeout),
+            backoff_limit: Some(3),
+            ttl_seconds_after_finished: Some(600),
+            active_deadline_seconds: None,
+        },
+        image_pull_policy: Some("IfNotPresent".into()),
+        secrets: vec![ReferenceObject {
+            namespace: Some("nodeimage-secrets".into()),
+            name: Some(format!("s-{uid}")),
+            mode: None,
+        }],
+        sandbox: None,
+        check_items: None,
+    }
+}
+
+fn now(s: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(s, 0).unwrap_or_default()
+}
+
+#[test]
+fn new_tag_then_second_owner_bumps_version() {
+    let mut images = BTreeMap::new();
+    assert!(upsert(&mut images, &req("a", 600), None, now(10)));
+    let tag = &images["nginx"].tags[0];
+    assert_eq!(tag.version, Some(0));
+    assert_eq!(tag.owner_references.as_ref().map(Vec::len), Some(1));
+
+    // Same job again: nothing changes.
+    assert!(!upsert(&mut images, &req("a", 600), None, now(20)));
+
+    // Another job: both owners, version bumped, createdAt reset, secrets merged.
+    assert!(upsert(&mut images, &req("b", 600), None, now(30)));
+    let tag = &images["nginx"].tags[0];
+    assert_eq!(tag.version, Some(1));
+    assert_eq!(tag.owner_references.as_ref().map(Vec::len), Some(2));
+    assert_eq!(tag.created_at, Some(api_time(now(30))));
+    assert_eq!(images["nginx"].pull_secrets.as_ref().map(Vec::len), Some(2));
+}
+
+#[test]
+fn new_tag_continues_from_reported_version() {
+    let mut images = BTreeMap::new();
+    upsert(&mut images, &req("a", 600), Some(4), now(1));
+    assert_eq!(images["nginx"].tags[0].version, Some(5));
+}
+
+#[test]
+fn owned_tag_follows_policy_edits_without_repull() {
+    let mut images = BTreeMap::new();
+    upsert(&mut images, &req("a", 600), None, now(1));
+    assert!(upsert(&mut images, &req("a", 120), None, now(2)));
+    let tag = &images["nginx"].tags[0];
+    assert_eq!(
+        tag.pull_policy.as_ref().and_then(|p| p.timeout_seconds),
+        Some(120)
+    );
+    assert_eq!(tag.version, Some(0));
+}
+
+#[test]
+fn hand_written_tag_gains_owner_and_is_pulled_again() {
+    let mut images = BTreeMap::from([(
+        "nginx".to_string(),
+        ImageSpec {
+            tags: vec![ImageTagSpec {
+                tag: "1.25".into(),
+                version: Some(2),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    )]);
+    assert!(upsert(&mut images, &req("a", 600), None, now(1)));
+    assert_eq!(images["nginx"].tags[0].version, Some(3));
+}
+
+fn upgrader(uid: &str, job: &str) -> (EntryRequest, TagUpgrade) {
+    let mut r = req(uid, 300);
+    r.owner.kind = Some("NodeUpgradeJob".into());
+    r.owner.name = Some(job.into());
+    r.image = "kubeedge/installation-package".into();
+    r.tag = "v1.17.0".into();
+    (
+        r,
+        TagUpgrade {
+            version: "v1.17.0".into(),
+            job: job.into(),
+        },
+    )
+}
+
+fn pull_of(uid: &str, image: &str, tag: &str) -> EntryRequest {
+    let mut r = req(uid, 600);
+    r.image = image.into();
+    r.tag = tag.into();
+    r
+}
+
+fn tag_of<'a>(images: &'a BTreeMap<String, ImageSpec>, image: &str) -> &'a ImageTagSpec {
+    &images[image].tags[0]
+}
+
+#[test]
+fn upgrade_entries_run_once_per_upgrade() {
+    let img = "kubeedge/installation-package";
+    // New tag: version from status, carrying the upgrade.
+    let mut images = BTreeMap::new();
+    let (u, up) = upgrader("u1", "up");
+    assert!(upsert_upgrade(&mut images, &u, &up, Some(2), now(1)));
+    assert_eq!(tag_of(&images, img).version, Some(3));
+    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));
+    // Again: nothing changes.
+    assert!(!upsert_upgrade(&mut images, &u, &up, Some(2), now(2)));
+
+    // A pull job joining the upgrade's tag does not bump it (no re-run).
+    assert!(upsert(
+        &mut images,
+        &pull_of("p1", img, "v1.17.0"),
+        None,
+        now(3)
+    ));
+    assert_eq!(tag_of(&images, img).version, Some(3));
+    assert_eq!(
+        tag_of(&images, img).owner_references.as_ref().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));
+
+    // The upgrade job leaves: the tag stays for the pull job, without the upgrade.
+    assert!(release(&mut images, "u1"));
+    assert_eq!(tag_of(&images, img).upgrade, None);
+    assert_eq!(tag_of(&images, img).version, Some(3));
+
+    // An upgrade joining a plain tag bumps it once and marks it.
+    let (u2, up2) = upgrader("u2", "up2");
+    assert!(upsert_upgrade(&mut images, &u2, &up2, None, now(4)));
+    assert_eq!(tag_of(&images, img).version, Some(4));
+    assert_eq!(tag_of(&images, img).created_at, Some(api_time(now(4))));
+    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up2));
+    assert!(!upsert_upgrade(&mut images, &u2, &up2, None, now(5)));
+
+    // Another owner's release keeps the upgrade.
+    assert!(release(&mut images, "p1"));
+    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up2));
+    // The last owner leaves: gone.
+    assert!(release(&mut images, "u2"));
+    assert!(images.is_empty());
+}
+
+#[test]
+fn release_drops_owner_then_tag_then_image() {
+    let mut images = BTreeMap::new();
+    upsert(&mut images, &req("a", 600), None, now(1));
+    upsert(&mut images, &req("b", 600), None, now(2));
+    images
+        .entry("manual".into())
+        .or_default()
+        .tags
+        .push(ImageTagSpec {
+            tag: "v1".into(),
+            ..Default::default()
+        });
+    assert!(owns_any(&images, "a"));
+    assert!(release(&mut images, "a"));
+    assert!(!owns_any(&images, "a"));
+    assert_eq!(images["nginx"].tags.len(), 1, "b still owns it");
+    assert!(release(&mut images, "b"));
+    assert!(!images.contains_key("nginx"), "no owner left: gone");
+    assert!(
+        images.contains_key("manual"),
+        "hand-written tags are not ours to remove"
+    );
+    assert!(!release(&mut images, "b"));
+}

@@ -1,0 +1,173 @@
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PartialObjectMetaExt;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use nodeimage_api::kruise::{ImageSpec, ImageTagSpec};
+
+fn job_meta<K: Resource<DynamicType = ()>>(
+    ns: Option<&str>,
+    name: &str,
+    uid: &str,
+) -> PartialObjectMeta<K> {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: ns.map(Into::into),
+        uid: Some(uid.into()),
+        ..Default::default()
+    }
+    .into_response_partial()
+}
+
+fn cache<K: Resource<DynamicType = ()> + Clone + 'static>(
+    jobs: Vec<PartialObjectMeta<K>>,
+    synced: bool,
+) -> JobCache<K> {
+    let mut writer = Writer::<PartialObjectMeta<K>>::default();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for j in jobs {
+        writer.apply_watcher_event(&watcher::Event::InitApply(j));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    JobCache {
+        store: writer.as_reader(),
+        synced: if synced {
+            Synced::done()
+        } else {
+            Synced::default()
+        },
+    }
+}
+
+fn owner(
+    api_version: Option<&str>,
+    kind: &str,
+    ns: Option<&str>,
+    name: &str,
+    uid: &str,
+) -> ObjectReference {
+    ObjectReference {
+        api_version: api_version.map(Into::into),
+        kind: Some(kind.into()),
+        namespace: ns.map(Into::into),
+        name: Some(name.into()),
+        uid: Some(uid.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn owner_state_table() {
+    let caches = OwnerCaches {
+        image_pull_jobs: cache(vec![job_meta(Some("ns"), "pull", "u1")], true),
+        image_pre_pull_jobs: cache(vec![job_meta(None, "prepull", "u2")], true),
+        node_upgrade_jobs: cache(vec![], false),
+    };
+    use OwnerState::*;
+    let cases = [
+        (
+            "pull job exists",
+            owner(None, "ImagePullJob", Some("ns"), "pull", "u1"),
+            Exists,
+        ),
+        (
+            "with matching apiVersion",
+            owner(
+                Some("apps.kruise.io/v1alpha1"),
+                "ImagePullJob",
+                Some("ns"),
+                "pull",
+                "u1",
+            ),
+            Exists,
+        ),
+        (
+            "recreated with another uid",
+            owner(None, "ImagePullJob", Some("ns"), "pull", "u9"),
+            Gone,
+        ),
+        (
+            "other namespace",
+            owner(None, "ImagePullJob", Some("other"), "pull", "u1"),
+            Gone,
+        ),
+        (
+            "missing",
+            owner(None, "ImagePullJob", Some("ns"), "nope", "u1"),
+            Gone,
+        ),
+        (
+            "namespaced kind without namespace",
+            owner(None, "ImagePullJob", None, "pull", "u1"),
+            Unknown,
+        ),
+        (
+            "cluster-scoped exists",
+            owner(None, "ImagePrePullJob", None, "prepull", "u2"),
+            Exists,
+        ),
+        (
+            "cluster-scoped missing",
+            owner(None, "ImagePrePullJob", None, "x", "u2"),
+            Gone,
+        ),
+        (
+            "store not synced",
+            owner(None, "NodeUpgradeJob", None, "x", "u3"),
+            Unknown,
+        ),
+        (
+            "unknown kind",
+            owner(None, "Deployment", Some("ns"), "d", "u4"),
+            Unknown,
+        ),
+        (
+            "known kind of another group",
+            owner(
+                Some("example.com/v1"),
+                "ImagePullJob",
+                Some("ns"),
+                "nope",
+                "u1",
+            ),
+            Unknown,
+        ),
+    ];
+    for (name, o, want) in cases {
+        assert_eq!(caches.state(&o), want, "{name}");
+    }
+}
+
+#[test]
+fn has_owner_uid_finds_any_tag() {
+    let mut images = std::collections::BTreeMap::new();
+    images.insert(
+        "nginx".to_string(),
+        ImageSpec {
+            tags: vec![
+                ImageTagSpec {
+                    tag: "1".into(),
+                    ..Default::default()
+                },
+                ImageTagSpec {
+                    tag: "2".into(),
+                    owner_references: Some(vec![owner(
+                        None,
+                        "ImagePullJob",
+                        Some("ns"),
+                        "j",
+                        "u1",
+                    )]),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        },
+    );
+    let spec = NodeImageSpec {
+        images: Some(images),
+    };
+    assert!(has_owner_uid(&spec, "u1"));
+    assert!(!has_owner_uid(&spec, "u2"));
+    assert!(!has_owner_uid(&NodeImageSpec::default(), "u1"));
+}

@@ -1,0 +1,86 @@
+use super::*;
+use serde_json::json;
+
+fn ni(tags: serde_json::Value, statuses: serde_json::Value) -> NodeImage {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "NodeImage",
+        "metadata": {"name": "node-1"},
+        "spec": {"images": {"nginx": {"tags": tags}}},
+        "status": {"imageStatuses": {"nginx": {"tags": statuses}}},
+    }))
+    .expect("valid NodeImage")
+}
+
+fn owner(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob", "namespace": "ns", "name": name})
+}
+
+fn owned(names: &[&str]) -> Vec<Owner> {
+    names
+        .iter()
+        .map(|n| (Some("ns".to_string()), n.to_string()))
+        .collect()
+}
+
+#[test]
+fn only_owners_of_changed_tags_are_woken() {
+    let c = TagChanges::new("ImagePullJob", "apps.kruise.io");
+    let spec = json!([
+        {"tag": "1", "version": 0, "ownerReferences": [owner("a")]},
+        {"tag": "2", "version": 0, "ownerReferences": [owner("b"), owner("c")]},
+        {"tag": "3", "version": 0, "ownerReferences": [{"apiVersion": "operations.kubeedge.io/v1alpha1", "kind": "ImagePrePullJob", "name": "x"}]},
+    ]);
+    let pulling = json!([
+        {"tag": "1", "phase": "Pulling", "version": 0, "progress": 10},
+        {"tag": "2", "phase": "Pulling", "version": 0},
+    ]);
+    let cases = [
+        (
+            "first sight wakes every owner of the kind",
+            spec.clone(),
+            pulling.clone(),
+            owned(&["a", "b", "c"]),
+        ),
+        ("nothing changed", spec.clone(), pulling.clone(), owned(&[])),
+        (
+            "progress alone wakes nobody",
+            spec.clone(),
+            json!([
+                {"tag": "1", "phase": "Pulling", "version": 0, "progress": 60},
+                {"tag": "2", "phase": "Pulling", "version": 0},
+            ]),
+            owned(&[]),
+        ),
+        (
+            "a phase change wakes that tag's owners only",
+            spec.clone(),
+            json!([
+                {"tag": "1", "phase": "Pulling", "version": 0, "progress": 60},
+                {"tag": "2", "phase": "Succeeded", "version": 0},
+            ]),
+            owned(&["b", "c"]),
+        ),
+        (
+            "an entry edit wakes its owners",
+            json!([
+                {"tag": "1", "version": 1, "ownerReferences": [owner("a")]},
+                {"tag": "2", "version": 0, "ownerReferences": [owner("b"), owner("c")]},
+            ]),
+            json!([
+                {"tag": "1", "phase": "Pulling", "version": 0, "progress": 60},
+                {"tag": "2", "phase": "Succeeded", "version": 0},
+            ]),
+            owned(&["a"]),
+        ),
+        (
+            "a removed tag wakes its former owners",
+            json!([{"tag": "1", "version": 1, "ownerReferences": [owner("a")]}]),
+            json!([{"tag": "1", "phase": "Pulling", "version": 0, "progress": 60}]),
+            owned(&["b", "c"]),
+        ),
+    ];
+    for (name, spec, status, want) in cases {
+        assert_eq!(c.owners(&ni(spec, status)), want, "{name}");
+    }
+}
