@@ -286,7 +286,7 @@ pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
     let s = j.status.clone().unwrap_or_default();
     let nodes = s.node_status.clone().unwrap_or_default();
     let (desired, active, succeeded, failed) =
-        kubeedge_counts(nodes.iter().map(|n| n.state.as_deref()));
+        kubeedge_counts(nodes.iter().map(|n| n.task.state.as_deref()));
     JobCounts {
         kind: "NodeUpgradeJob",
         namespace: String::new(),

@@ -4,6 +4,12 @@
 //! same schema: upstream's two versions differ only by optional fields, and
 //! our schema is their union, so conversion strategy `None` loses nothing
 //! and manifests written for either version apply.
+//!
+//! KubeEdge kinds are served as `v1alpha1` and `v1alpha2` with one schema,
+//! the union of both (see `kubeedge`), and stored as `v1alpha2` as KubeEdge
+//! 1.21+ stores them: our CRDs apply over upstream's (whose storedVersions
+//! name v1alpha2) and objects upstream stored read on. Conversion `None`
+//! needs no webhook; each version has its own printer columns.
 
 use crate::{ImageListPullJob, ImagePrePullJob, ImagePullJob, NodeImage, NodeUpgradeJob};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -11,6 +17,8 @@ use kube::CustomResourceExt;
 
 /// Extra version served beside `v1alpha1` for the OpenKruise kinds.
 pub const KRUISE_EXTRA_VERSION: &str = "v1beta1";
+/// Version the KubeEdge kinds are stored in, served beside `v1alpha1`.
+pub const KUBEEDGE_STORAGE_VERSION: &str = "v1alpha2";
 
 /// Every CRD nodeimage serves, with a file name for each.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -29,11 +37,11 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ),
         (
             "operations.kubeedge.io_imageprepulljobs.yaml",
-            ImagePrePullJob::crd(),
+            with_kubeedge_versions(ImagePrePullJob::crd()),
         ),
         (
             "operations.kubeedge.io_nodeupgradejobs.yaml",
-            NodeUpgradeJob::crd(),
+            with_kubeedge_versions(NodeUpgradeJob::crd()),
         ),
     ]
 }
@@ -44,5 +52,33 @@ fn with_kruise_versions(mut crd: CustomResourceDefinition) -> CustomResourceDefi
     extra.storage = false;
     extra.served = true;
     crd.spec.versions.push(extra);
+    crd
+}
+
+fn with_kubeedge_versions(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let mut v2 = crd.spec.versions[0].clone();
+    crd.spec.versions[0].storage = false;
+    v2.name = KUBEEDGE_STORAGE_VERSION.to_string();
+    v2.storage = true;
+    v2.served = true;
+    // v1alpha2 users read phase, not state/event.
+    if let Some(cols) = v2.additional_printer_columns.as_mut() {
+        cols.retain(|c| !matches!(c.name.as_str(), "STATE" | "EVENT"));
+        let at = cols
+            .iter()
+            .position(|c| c.name == "VERSION")
+            .map_or(0, |i| i + 1);
+        cols.insert(
+            at,
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition {
+                name: "PHASE".into(),
+                type_: "string".into(),
+                json_path: ".status.phase".into(),
+                description: Some("Phase of the job".into()),
+                ..Default::default()
+            },
+        );
+    }
+    crd.spec.versions.push(v2);
     crd
 }

@@ -11,5 +11,3 @@ pub const PULL_BACKOFF_LIMIT: i32 = 3;
 pub const KUBEEDGE_TIMEOUT_SECONDS: i64 = 300;
 /// `failureTolerate` of the KubeEdge kinds when unset.
 pub const FAILURE_TOLERATE: f64 = 0.1;
-/// `checkItems` of an ImagePrePullJob when unset (KubeEdge's documented default).
-pub const CHECK_ITEMS: &[&str] = &["disk"];

@@ -31,3 +31,9 @@ pub const SELECTOR_VALUES_MAX: u32 = 256;
 
 /// Most tags one NodeImage image may list.
 pub const TAGS_MAX: u32 = 1_024;
+
+/// Most check items a KubeEdge job may list.
+pub const CHECK_ITEMS_MAX: u32 = 16;
+
+/// Longest check item name.
+pub const CHECK_ITEM_CHARS_MAX: u32 = 64;

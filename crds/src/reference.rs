@@ -73,13 +73,12 @@ pub fn image_list_schema(g: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Schema of a list of distinct image references (ImagePrePullJob).
-pub fn image_set_schema(g: &mut SchemaGenerator) -> Schema {
+/// A list of image references that may repeat one (KubeEdge's `images`).
+pub fn image_repeatable_list_schema(g: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
         "minItems": 1,
         "maxItems": 255,
-        "x-kubernetes-list-type": "set",
         "items": image_schema(g),
     })
 }

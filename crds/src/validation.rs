@@ -89,6 +89,17 @@ pub fn upgrade_node_names(_: &mut SchemaGenerator) -> Schema {
     )
 }
 
+/// `checkItems` of the KubeEdge kinds: names as KubeEdge takes them (an
+/// unknown one fails the node, not the manifest), bounded.
+pub fn check_items(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Checks each node passes first: disk, cpu or mem. Another name fails the node.",
+        "type": "array",
+        "maxItems": limits::CHECK_ITEMS_MAX,
+        "items": {"type": "string", "maxLength": limits::CHECK_ITEM_CHARS_MAX},
+    })
+}
+
 /// `spec.pullSecrets` of ImagePullJob and ImageListPullJob: Secret names.
 pub fn job_pull_secrets(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

@@ -293,7 +293,11 @@ pub fn view(inp: &Inputs<'_>) -> View {
             apply_task_statuses(&mut rows, nodes.filter_map(|n| n.node_status.as_ref()));
         }
         Job::Upgrade(j) => {
-            let nodes = j.status.iter().flat_map(|s| s.node_status.iter().flatten());
+            let nodes = j
+                .status
+                .iter()
+                .flat_map(|s| s.node_status.iter().flatten())
+                .map(|n| &n.task);
             apply_task_statuses(&mut rows, nodes);
         }
     }

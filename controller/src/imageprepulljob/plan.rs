@@ -15,7 +15,7 @@
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
 pub use crate::nodes::NodeInfo;
-use crate::nodetasks::{self, Announce, Job, NodeTask, Precheck, Working, action};
+use crate::nodetasks::{self, Announce, Job, NodeTask, Precheck, Working, action, v1alpha2};
 use crate::rollout::{self, Entry, EntryState, NodeState};
 pub use crate::rollout::{cap, rfc3339};
 use chrono::{DateTime, Utc};
@@ -23,7 +23,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, ReferenceObject};
 use nodeimage_api::kubeedge::{
-    ImagePrePullJob, ImagePrePullJobStatus, ImagePrePullStatus, PrePullImageStatus, TaskStatus,
+    ImagePrePullJob, ImagePrePullJobStatus, ImagePrePullNodeStatus, ImagePrePullStatus,
+    PrePullImageStatus, PrePullNodeImageStatus, TaskStatus,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,8 +53,6 @@ pub mod event {
     pub const PULL: &str = "Pull";
 }
 
-/// Checks run when the job does not say (KubeEdge's documented default).
-pub const DEFAULT_CHECK_ITEMS: &[&str] = nodeimage_api::defaults::CHECK_ITEMS;
 /// Longest reason kept in status (longer ones are cut with an ellipsis).
 pub const MAX_REASON_CHARS: usize = 256;
 
@@ -115,6 +114,8 @@ pub enum Summary {
     NoImages,
     /// Nodes list only name, state, event and action.
     Minimal,
+    /// Nodes list only name and state (v1alpha2: name and phase).
+    Tiny,
 }
 
 /// The node timeout: `timeoutSeconds`, where unset or 0 means 300.
@@ -146,12 +147,14 @@ pub fn entry_pull_policy(job: &ImagePrePullJob) -> ImageTagPullPolicy {
     }
 }
 
-/// The checks each node runs: the job's `checkItems`, else `["disk"]`.
+/// The checks each node runs: the job's `checkItems` (KubeEdge documents
+/// `disk` as the default but runs none when unset, and neither do we).
 pub fn check_items(job: &ImagePrePullJob) -> Vec<String> {
-    match &job.spec.image_pre_pull_template.check_items {
-        Some(items) => items.clone(),
-        None => DEFAULT_CHECK_ITEMS.iter().map(|s| s.to_string()).collect(),
-    }
+    job.spec
+        .image_pre_pull_template
+        .check_items
+        .clone()
+        .unwrap_or_default()
 }
 
 /// The nodes a new job selects: `nodeNames` in order (duplicates dropped),
@@ -228,6 +231,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             failure_tolerate: t.failure_tolerate.as_deref(),
             concurrency: t.concurrency,
             timeout_seconds: t.timeout_seconds,
+            status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
         inp.nodes,
         inp.nodeimages,
@@ -235,6 +239,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     );
     let mut status = with_phase(old, step.phase);
     if let Some(rows) = step.rows {
+        status.node_status = Some(v1alpha2_rows(&rows, step.summarised));
         status.status = Some(rows);
     }
     let requests = if step.write_to.is_empty() {
@@ -255,7 +260,10 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
 
 fn phase_of(s: &ImagePrePullJobStatus) -> nodetasks::Phase {
     nodetasks::Phase {
-        state: s.state.clone(),
+        state: s
+            .state
+            .clone()
+            .or_else(|| v1alpha2::state_of_phase(s.phase.as_deref()).map(str::to_string)),
         event: s.event.clone(),
         action: s.action.clone(),
         reason: s.reason.clone(),
@@ -265,6 +273,8 @@ fn phase_of(s: &ImagePrePullJobStatus) -> nodetasks::Phase {
 
 fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJobStatus {
     ImagePrePullJobStatus {
+        phase: v1alpha2::job_phase(p.state.as_deref()).or(old.phase),
+        node_status: old.node_status,
         state: p.state,
         event: p.event,
         action: p.action,
@@ -273,6 +283,37 @@ fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJo
         status: old.status,
         conditions: old.conditions,
     }
+}
+
+/// The actions of ImagePrePullJob's v1alpha2 flow.
+const FLOW: &[v1alpha2::Step] = &[(event::CHECK, "Check"), (event::PULL, "Pull")];
+
+/// The v1alpha2 `nodeStatus` for the v1alpha1 rows, cut as far as they were.
+fn v1alpha2_rows(rows: &[ImagePrePullStatus], summary: Summary) -> Vec<ImagePrePullNodeStatus> {
+    rows.iter()
+        .filter_map(|r| {
+            let t = r.node_status.as_ref()?;
+            let flow = v1alpha2::action_flow(t, FLOW);
+            Some(ImagePrePullNodeStatus {
+                node_name: t.node_name.clone(),
+                phase: Some(v1alpha2::node_phase(t)),
+                action_flow: (summary < Summary::Minimal && !flow.is_empty()).then_some(flow),
+                reason: t.reason.clone(),
+                image_status: r.image_status.as_ref().map(|images| {
+                    images
+                        .iter()
+                        .map(|i| PrePullNodeImageStatus {
+                            image: i.image.clone(),
+                            status: Some(v1alpha2::condition_status(
+                                i.state.as_deref() == Some(state::SUCCESSFUL),
+                            )),
+                            reason: i.reason.clone(),
+                        })
+                        .collect()
+                }),
+            })
+        })
+        .collect()
 }
 
 /// ImagePrePullJob as a node task.
@@ -423,8 +464,8 @@ impl NodeTask for PrePull<'_> {
         }
     }
 
-    fn summarise(rows: &mut [ImagePrePullStatus]) -> Summary {
-        summarise(rows)
+    fn summarise(rows: &mut [ImagePrePullStatus], budget: usize) -> Summary {
+        summarise(rows, budget)
     }
 
     fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
@@ -461,10 +502,21 @@ fn distinct<'a>(messages: &[&'a str]) -> Vec<&'a str> {
     out
 }
 
+/// How far `taken` summarising steps go.
+fn summary_of(taken: usize) -> Summary {
+    match taken {
+        0 => Summary::Full,
+        1 => Summary::NoSuccessfulImages,
+        2 => Summary::NoImages,
+        3 => Summary::Minimal,
+        _ => Summary::Tiny,
+    }
+}
+
 /// Cuts per-node detail, step by step, until the rows fit
-/// [`nodetasks::STATUS_BUDGET_BYTES`]; returns how far it went.
-pub fn summarise(rows: &mut [ImagePrePullStatus]) -> Summary {
-    let steps: [fn(&mut ImagePrePullStatus); 3] = [
+/// `budget` bytes; returns how far it went.
+pub fn summarise(rows: &mut [ImagePrePullStatus], budget: usize) -> Summary {
+    let steps: [fn(&mut ImagePrePullStatus); 4] = [
         |r| {
             if r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::SUCCESSFUL) {
                 r.image_status = None;
@@ -477,13 +529,18 @@ pub fn summarise(rows: &mut [ImagePrePullStatus]) -> Summary {
                 s.time = None;
             }
         },
+        |r| {
+            if let Some(s) = r.node_status.as_mut() {
+                s.event = None;
+                s.action = None;
+            }
+        },
     ];
-    match nodetasks::fit(rows, &steps) {
-        0 => Summary::Full,
-        1 => Summary::NoSuccessfulImages,
-        2 => Summary::NoImages,
-        _ => Summary::Minimal,
-    }
+    // Both shapes count: the v1alpha1 rows and the v1alpha2 rows made from them.
+    let size = |r: &[ImagePrePullStatus], taken: usize| {
+        nodetasks::rows_size(r) + nodetasks::rows_size(&v1alpha2_rows(r, summary_of(taken)))
+    };
+    summary_of(nodetasks::fit(rows, &steps, budget, size))
 }
 
 #[cfg(test)]

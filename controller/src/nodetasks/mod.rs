@@ -22,6 +22,7 @@
 #[cfg(test)]
 pub mod fixtures;
 mod step;
+pub mod v1alpha2;
 
 pub use step::{Node, Planned, step, succeeded, task, timed_out};
 
@@ -39,10 +40,26 @@ use std::time::Duration;
 pub const API_VERSION: &str = "operations.kubeedge.io/v1alpha1";
 /// API group of the KubeEdge kinds.
 pub const GROUP: &str = "operations.kubeedge.io";
-/// Serialised per-node status above which details are summarised, leaving
-/// room in the 1 MiB object for the spec (5,000 node names), kubectl's
-/// last-applied annotation (the spec again) and the managed fields.
-pub const STATUS_BUDGET_BYTES: usize = 512 * 1024;
+/// Serialised size the whole job object is kept under, well inside the
+/// API server's 1.5 MiB request limit: per-node status past what the spec
+/// leaves of it is summarised.
+pub const OBJECT_BUDGET_BYTES: usize = 900 * 1024;
+/// Least room per-node status gets, however large the spec.
+pub const STATUS_BUDGET_MIN_BYTES: usize = 256 * 1024;
+
+/// Room for per-node status in a job whose spec serialises to
+/// `spec_bytes`: the object budget less the spec three times (the spec,
+/// kubectl's last-applied annotation, the managed fields listing it).
+pub fn status_budget(spec_bytes: usize) -> usize {
+    OBJECT_BUDGET_BYTES
+        .saturating_sub(spec_bytes.saturating_mul(3))
+        .max(STATUS_BUDGET_MIN_BYTES)
+}
+
+/// Serialised size of a spec.
+pub fn spec_bytes<S: Serialize>(spec: &S) -> usize {
+    serde_json::to_vec(spec).map(|v| v.len()).unwrap_or(usize::MAX)
+}
 /// Node events published per reconcile; the rest are summed up.
 pub const MAX_NODE_EVENTS: usize = 20;
 /// How soon to look again while a node waits for its NodeImage.
@@ -142,6 +159,8 @@ pub struct Job<'a, R> {
     pub concurrency: Option<i32>,
     /// `timeoutSeconds`.
     pub timeout_seconds: Option<i64>,
+    /// Room for the per-node rows ([`status_budget`]).
+    pub status_budget: usize,
 }
 
 /// How one KubeEdge kind configures the engine.
@@ -200,8 +219,8 @@ pub trait NodeTask {
     fn render_skipped(&self, name: &str) -> Self::Row {
         Self::row(step::task(name, state::SUCCESSFUL, None, None, None, 0))
     }
-    /// Cuts per-node detail until the rows fit [`STATUS_BUDGET_BYTES`].
-    fn summarise(rows: &mut [Self::Row]) -> Self::Summary;
+    /// Cuts per-node detail until the rows fit `budget` bytes.
+    fn summarise(rows: &mut [Self::Row], budget: usize) -> Self::Summary;
     /// The event of a node that finished in this plan, if it gets one.
     fn node_event(&self, t: &TaskStatus) -> Option<JobEvent>;
     /// The event summing up node events past [`MAX_NODE_EVENTS`].
@@ -247,11 +266,16 @@ pub fn rows_size<R: Serialize>(rows: &[R]) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-/// Applies `steps` to every row, one step at a time, until the rows fit
-/// [`STATUS_BUDGET_BYTES`]; returns how many steps it took.
-pub fn fit<R: Serialize>(rows: &mut [R], steps: &[fn(&mut R)]) -> usize {
+/// Applies `steps` to every row, one step at a time, until `size` of the
+/// rows fits `budget`; returns how many steps it took.
+pub fn fit<R>(
+    rows: &mut [R],
+    steps: &[fn(&mut R)],
+    budget: usize,
+    size: impl Fn(&[R], usize) -> usize,
+) -> usize {
     for (taken, step) in steps.iter().enumerate() {
-        if rows_size(rows) <= STATUS_BUDGET_BYTES {
+        if size(rows, taken) <= budget {
             return taken;
         }
         rows.iter_mut().for_each(step);

@@ -207,7 +207,7 @@ pub fn step<K: NodeTask>(
         .map(|(name, row)| render(kind, name, row))
         .map(|r| keep_time::<K>(r, &old_rows, now))
         .collect();
-    let summarised = K::summarise(&mut node_rows);
+    let summarised = K::summarise(&mut node_rows, job.status_budget);
 
     // Job status.
     let total = tally.desired;

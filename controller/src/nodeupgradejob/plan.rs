@@ -23,7 +23,7 @@
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
 use crate::nodes::NodeInfo;
-use crate::nodetasks::{self, Announce, Job, Node, NodeTask, Precheck, Working, action};
+use crate::nodetasks::{self, Announce, Job, Node, NodeTask, Precheck, Working, action, v1alpha2};
 use crate::rollout::{self, Entry, EntryState, NodeState, cap};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -32,15 +32,15 @@ use nodeimage_api::kruise::{
     ImageTagPullPolicy, ImageTagStatus, NodeImage, TagUpgrade, UpgradeState,
 };
 use nodeimage_api::kubeedge::{
-    DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus, is_version,
+    DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus, UpgradeNodeStatus,
+    is_version,
 };
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(test)]
-use nodetasks::{STATUS_BUDGET_BYTES, rows_size};
+use nodetasks::rows_size;
 #[cfg(test)]
 use rollout::rfc3339;
 
@@ -187,13 +187,21 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         }),
         version,
     };
-    let old_rows = old.node_status.clone().unwrap_or_default();
+    let old_rows: Vec<TaskStatus> = old
+        .node_status
+        .iter()
+        .flatten()
+        .map(|r| r.task.clone())
+        .collect();
     let p = nodetasks::step(
         &kind,
         Job {
             uid: uid.clone(),
             old: nodetasks::Phase {
-                state: old.state.clone(),
+                state: old
+                    .state
+                    .clone()
+                    .or_else(|| v1alpha2::state_of_phase(old.phase.as_deref()).map(str::to_string)),
                 event: old.event.clone(),
                 action: old.action.clone(),
                 reason: old.reason.clone(),
@@ -206,6 +214,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             failure_tolerate: spec.failure_tolerate.as_deref(),
             concurrency: spec.concurrency,
             timeout_seconds: spec.timeout_seconds,
+            status_budget: nodetasks::status_budget(nodetasks::spec_bytes(spec)),
         },
         inp.nodes,
         inp.nodeimages,
@@ -227,10 +236,19 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         .into_iter()
         .filter(|n| p.was_finished || (p.rows.is_some() && recorded.contains(n.as_str())))
         .collect();
+    let node_status = match p.rows {
+        Some(rows) => Some(v1alpha2_rows(
+            rows,
+            &kind.version,
+            historic_version.as_deref(),
+        )),
+        None => old.node_status.clone(),
+    };
     let status = NodeUpgradeJobStatus {
+        phase: v1alpha2::job_phase(p.phase.state.as_deref()).or(old.phase.clone()),
         current_version,
         historic_version,
-        node_status: p.rows.or(old.node_status.clone()),
+        node_status,
         ..with_phase(old, p.phase)
     };
     Plan {
@@ -357,6 +375,44 @@ fn task(
 ) -> TaskStatus {
     let reason = reason.filter(|r| !r.is_empty());
     nodetasks::task(name, state, event, action, reason, MAX_REASON_CHARS)
+}
+
+/// The actions of NodeUpgradeJob's v1alpha2 flow, by the v1alpha1 event
+/// that reports each (nodeimage asks for no confirmation in between).
+const FLOW: &[v1alpha2::Step] = &[
+    (event::CHECK, "Check"),
+    (event::BACKUP, "BackUp"),
+    (event::UPGRADE, "Upgrade"),
+    (event::ROLLBACK, "RollBack"),
+];
+
+/// The rows with their v1alpha2 fields: phase, action flow (a rollback
+/// follows a failed upgrade) and, on a node that upgraded, its versions.
+fn v1alpha2_rows(
+    rows: Vec<TaskStatus>,
+    version: &str,
+    historic: Option<&str>,
+) -> Vec<UpgradeNodeStatus> {
+    rows.into_iter()
+        .map(|task| {
+            let mut flow = v1alpha2::action_flow(&task, FLOW);
+            let rolled_back = task.event.as_deref() == Some(event::ROLLBACK);
+            if let Some(upgrade) = flow
+                .iter_mut()
+                .find(|a| rolled_back && a.action.as_deref() == Some("Upgrade"))
+            {
+                upgrade.status = Some(v1alpha2::condition_status(false));
+            }
+            let upgraded = task.state.as_deref() == Some(state::SUCCESSFUL);
+            UpgradeNodeStatus {
+                phase: Some(v1alpha2::node_phase(&task)),
+                action_flow: (!flow.is_empty()).then_some(flow),
+                current_version: upgraded.then(|| version.to_string()),
+                historic_version: historic.filter(|_| upgraded).map(str::to_string),
+                task,
+            }
+        })
+        .collect()
 }
 
 impl NodeTask for Upgrade<'_> {
@@ -487,8 +543,8 @@ impl NodeTask for Upgrade<'_> {
         )
     }
 
-    fn summarise(rows: &mut [TaskStatus]) {
-        summarise(rows)
+    fn summarise(rows: &mut [TaskStatus], budget: usize) {
+        summarise(rows, budget)
     }
 
     fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
@@ -584,10 +640,10 @@ fn failed_step(upgrade: Option<UpgradeState>, reason: &str) -> (&'static str, &'
     }
 }
 
-/// Shortens reasons until the rows fit [`nodetasks::STATUS_BUDGET_BYTES`]: successful
+/// Shortens reasons until the rows fit `budget` bytes: successful
 /// nodes lose theirs, then failure reasons are cut to 64 characters, then
 /// every reason and time goes.
-pub fn summarise(rows: &mut [TaskStatus]) {
+pub fn summarise(rows: &mut [TaskStatus], budget: usize) {
     let steps: [fn(&mut TaskStatus); 3] = [
         |r| {
             if r.state.as_deref() == Some(state::SUCCESSFUL) {
@@ -600,7 +656,8 @@ pub fn summarise(rows: &mut [TaskStatus]) {
             r.time = None;
         },
     ];
-    nodetasks::fit(rows, &steps);
+    // The v1alpha2 fields ride on the same rows, about doubling them.
+    nodetasks::fit(rows, &steps, budget, |r, _| 2 * rows_size(r));
 }
 
 #[cfg(test)]

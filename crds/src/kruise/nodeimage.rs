@@ -126,9 +126,10 @@ pub struct ImageTagSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
     /// nodeimage extension (not in OpenKruise): checks the node runs before
-    /// pulling, any of `disk`, `cpu`, `mem`. Written for ImagePrePullJob.
+    /// pulling: `disk`, `cpu`, `mem`; another name fails the tag, as a KubeEdge
+    /// job's unknown check item fails the node. Written for the KubeEdge kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("items" = {"type": "string", "enum": ["disk", "cpu", "mem"]}))]
+    #[schemars(schema_with = "crate::validation::check_items")]
     pub check_items: Option<Vec<String>>,
     /// nodeimage extension (not in OpenKruise): once the tag is pulled, run the
     /// node-agent upgrade tool it ships (keadm: backup, upgrade, rollback on

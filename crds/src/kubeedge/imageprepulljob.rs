@@ -1,6 +1,6 @@
 //! ImagePrePullJob: KubeEdge's batch image pre-pull over edge nodes.
 
-use super::TaskStatus;
+use super::{ActionFlow, TaskStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
     shortname = "ippj",
     category = "prepull",
     doc = "ImagePrePullJob pre-pulls a list of images onto the nodes it names or selects, with checks, a concurrency limit and a failure tolerance.",
-    printcolumn = r#"{"name":"STATE","type":"string","jsonPath":".status.state","description":"Phase of the job"}"#,
-    printcolumn = r#"{"name":"EVENT","type":"string","jsonPath":".status.event","description":"Step the phase refers to"}"#,
+    printcolumn = r#"{"name":"STATE","type":"string","jsonPath":".status.state","description":"State of the job (v1alpha1)"}"#,
+    printcolumn = r#"{"name":"EVENT","type":"string","jsonPath":".status.event","description":"Step the state refers to (v1alpha1)"}"#,
     printcolumn = r#"{"name":"REASON","type":"string","jsonPath":".status.reason","priority":1}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -35,8 +35,8 @@ pub struct ImagePrePullJobSpec {
     "message": "exactly one of spec.imagePrePullTemplate.nodeNames and spec.imagePrePullTemplate.labelSelector must be set"
 }]))]
 pub struct ImagePrePullTemplate {
-    /// The images to pre-pull.
-    #[schemars(schema_with = "crate::reference::image_set_schema")]
+    /// The images to pre-pull (a repeated image is pulled once).
+    #[schemars(schema_with = "crate::reference::image_repeatable_list_schema")]
     pub images: Vec<String>,
     /// Names of the nodes to pull on. Set this or labelSelector, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -46,14 +46,11 @@ pub struct ImagePrePullTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::validation::prepull_label_selector")]
     pub label_selector: Option<LabelSelector>,
-    /// Checks each node passes before pulling: `disk`, `cpu`, `mem` (default `["disk"]`).
-    /// A check fails when usage is above the daemon's threshold (80% by default).
+    /// Checks each node passes before pulling: `disk`, `cpu`, `mem` (none by
+    /// default). A check fails when usage is above the daemon's threshold (80%
+    /// by default); an item of another name fails the node, as in KubeEdge v1alpha2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend(
-        "default" = ["disk"],
-        "x-kubernetes-list-type" = "set",
-        "items" = {"type": "string", "enum": ["disk", "cpu", "mem"]}
-    ))]
+    #[schemars(schema_with = "crate::validation::check_items")]
     pub check_items: Option<Vec<String>>,
     /// Fraction of nodes that may fail while the job still succeeds, a decimal
     /// in [0, 1] (default "0.1"). "0" tolerates no failure.
@@ -66,9 +63,9 @@ pub struct ImagePrePullTemplate {
         }]
     ))]
     pub failure_tolerate: Option<String>,
-    /// Most nodes working on this job at once (default 1).
+    /// Most nodes working on this job at once (default 1; 0 means 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 1))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 1))]
     pub concurrency: Option<i32>,
     /// Limit for each node (checks and all its images), in seconds.
     /// Unset or 0 means 300; the controller applies that.
@@ -86,11 +83,17 @@ pub struct ImagePrePullTemplate {
     pub retry_times: Option<i32>,
 }
 
-/// Status of an ImagePrePullJob, in the v1alpha1 shape.
+/// Status of an ImagePrePullJob: v1alpha1's fields and v1alpha2's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImagePrePullJobStatus {
-    /// Phase of the job: "", checking, pulling, successful or failed.
+    /// v1alpha2 phase of the job: Init, InProgress, Completed or Failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// v1alpha2: one entry per node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_status: Option<Vec<ImagePrePullNodeStatus>>,
+    /// v1alpha1 state of the job: Init, Pulling, Successful or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// The step the state refers to: Init, Check, Pull or TimeOut.
@@ -105,7 +108,7 @@ pub struct ImagePrePullJobStatus {
     /// When the state last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
-    /// One entry per node.
+    /// v1alpha1: one entry per node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Vec<ImagePrePullStatus>>,
     /// Standard conditions (Complete, Failed, Progressing), for `kubectl wait`.
@@ -136,6 +139,42 @@ pub struct ImageStatus {
     /// successful or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Why the pull failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// v1alpha2: the pre-pull status of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePrePullNodeStatus {
+    /// Name of the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Pending, InProgress, Successful, Failure or Unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The actions the node ran, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_flow: Option<Vec<ActionFlow>>,
+    /// Why the node failed, or other details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// One entry per image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_status: Option<Vec<NodeImageStatus>>,
+}
+
+/// v1alpha2: the pull of one image on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeImageStatus {
+    /// The image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Whether it was pulled: "True" or "False".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
     /// Why the pull failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

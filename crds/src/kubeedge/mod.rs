@@ -1,15 +1,22 @@
-//! The KubeEdge node-task kinds, group `operations.kubeedge.io`, version v1alpha1.
+//! The KubeEdge node-task kinds, group `operations.kubeedge.io`, served as
+//! v1alpha1 and v1alpha2 (stored, as KubeEdge 1.21+ stores them) with one
+//! schema, the union of both: the specs are alike, and each status carries
+//! v1alpha1's state/event/action fields beside v1alpha2's phase and
+//! per-node action flow, so an object reads in either version and tools of
+//! either see the fields they know.
 
 pub mod imageprepulljob;
 pub mod nodeupgradejob;
 
 pub use imageprepulljob::{
-    ImagePrePullJob, ImagePrePullJobSpec, ImagePrePullJobStatus, ImagePrePullStatus,
-    ImagePrePullTemplate, ImageStatus as PrePullImageStatus,
+    ImagePrePullJob, ImagePrePullJobSpec, ImagePrePullJobStatus, ImagePrePullNodeStatus,
+    ImagePrePullStatus, ImagePrePullTemplate, ImageStatus as PrePullImageStatus,
+    NodeImageStatus as PrePullNodeImageStatus,
 };
 pub use nodeupgradejob::{
     DEFAULT_UPGRADE_IMAGE, ImageDigestGatter, NodeUpgradeJob, NodeUpgradeJobSpec,
-    NodeUpgradeJobStatus, RegistryApi, first_version_in, is_version, kubeedge_version_of_kubelet,
+    NodeUpgradeJobStatus, RegistryApi, UpgradeNodeStatus, first_version_in, is_version,
+    kubeedge_version_of_kubelet,
 };
 
 use schemars::JsonSchema;
@@ -37,4 +44,49 @@ pub struct TaskStatus {
     /// When the state last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+}
+
+/// One action a node ran, in v1alpha2's per-node `actionFlow`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionFlow {
+    /// The action: Check or Pull (ImagePrePullJob); Check, WaitingConfirmation,
+    /// BackUp, Upgrade or RollBack (NodeUpgradeJob).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Whether it succeeded: "True" or "False".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Why it failed, or other details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it finished (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
+/// v1alpha2 job phases.
+pub mod phase {
+    /// Nodes selected, none started.
+    pub const INIT: &str = "Init";
+    /// Nodes working.
+    pub const IN_PROGRESS: &str = "InProgress";
+    /// Done within the failure tolerance.
+    pub const COMPLETED: &str = "Completed";
+    /// Done beyond the failure tolerance, or could not start.
+    pub const FAILURE: &str = "Failure";
+}
+
+/// v1alpha2 node phases.
+pub mod node_phase {
+    /// Waiting to start.
+    pub const PENDING: &str = "Pending";
+    /// Working.
+    pub const IN_PROGRESS: &str = "InProgress";
+    /// Done.
+    pub const SUCCESSFUL: &str = "Successful";
+    /// Failed.
+    pub const FAILURE: &str = "Failure";
+    /// Did not report in time.
+    pub const UNKNOWN: &str = "Unknown";
 }

@@ -1,6 +1,6 @@
 //! NodeUpgradeJob: KubeEdge's rolling upgrade of the node agent.
 
-use super::TaskStatus;
+use super::{ActionFlow, TaskStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -20,8 +20,8 @@ pub const DEFAULT_UPGRADE_IMAGE: &str = "kubeedge/installation-package";
     category = "prepull",
     doc = "NodeUpgradeJob upgrades the node agent on the nodes it names or selects, with checks, a backup first and a rollback on failure.",
     printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".spec.version","description":"Target version"}"#,
-    printcolumn = r#"{"name":"STATE","type":"string","jsonPath":".status.state","description":"Phase of the job"}"#,
-    printcolumn = r#"{"name":"EVENT","type":"string","jsonPath":".status.event","description":"Step the phase refers to"}"#,
+    printcolumn = r#"{"name":"STATE","type":"string","jsonPath":".status.state","description":"State of the job (v1alpha1)"}"#,
+    printcolumn = r#"{"name":"EVENT","type":"string","jsonPath":".status.event","description":"Step the state refers to (v1alpha1)"}"#,
     printcolumn = r#"{"name":"REASON","type":"string","jsonPath":".status.reason","priority":1}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -60,16 +60,14 @@ pub struct NodeUpgradeJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "kubeedge/installation-package"))]
     pub image: Option<String>,
-    /// Most nodes upgrading at once (default 1).
+    /// Most nodes upgrading at once (default 1; 0 means 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = crate::limits::INT32_MAX), extend("default" = 1))]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 1))]
     pub concurrency: Option<i32>,
-    /// Checks each node passes first: `disk`, `cpu`, `mem` (none by default).
+    /// Checks each node passes first: `disk`, `cpu`, `mem` (none by default);
+    /// an item of another name fails the node, as in KubeEdge v1alpha2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend(
-        "x-kubernetes-list-type" = "set",
-        "items" = {"type": "string", "enum": ["disk", "cpu", "mem"]}
-    ))]
+    #[schemars(schema_with = "crate::validation::check_items")]
     pub check_items: Option<Vec<String>>,
     /// Fraction of nodes that may fail while the job still succeeds, a decimal in [0, 1] (default "0.1").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,13 +87,20 @@ pub struct NodeUpgradeJobSpec {
     pub image_digest_gatter: Option<ImageDigestGatter>,
 }
 
-/// How upstream KubeEdge resolves the upgrade image's digest.
+/// How upstream KubeEdge checks the upgrade image's digest: v1alpha1's
+/// `value` and v1alpha2's per-architecture digests.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageDigestGatter {
-    /// A digest given directly.
+    /// v1alpha1: a digest given directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// v1alpha2: the digest for arm64 nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm64: Option<String>,
+    /// v1alpha2: the digest for amd64 nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amd64: Option<String>,
     /// A registry API to ask for the digest.
     #[serde(
         rename = "registryAPI",
@@ -115,11 +120,14 @@ pub struct RegistryApi {
     pub token: String,
 }
 
-/// Status of a NodeUpgradeJob, in the v1alpha1 shape.
+/// Status of a NodeUpgradeJob: v1alpha1's fields and v1alpha2's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeUpgradeJobStatus {
-    /// Phase of the job.
+    /// v1alpha2 phase of the job: Init, InProgress, Completed or Failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// v1alpha1 state of the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// The version the nodes were upgraded to.
@@ -140,13 +148,35 @@ pub struct NodeUpgradeJobStatus {
     /// When the state last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
-    /// One entry per node.
+    /// One entry per node (v1alpha1's and v1alpha2's fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_status: Option<Vec<TaskStatus>>,
+    pub node_status: Option<Vec<UpgradeNodeStatus>>,
     /// Standard conditions (Complete, Failed, Progressing), for `kubectl wait`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::conditions::schema")]
     pub conditions: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
+}
+
+/// The upgrade status of one node: v1alpha1's task status and v1alpha2's
+/// phase, action flow and versions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeNodeStatus {
+    /// v1alpha1 fields: nodeName, state, event, action, reason, time.
+    #[serde(flatten)]
+    pub task: TaskStatus,
+    /// v1alpha2: Pending, InProgress, Successful, Failure or Unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// v1alpha2: the actions the node ran, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_flow: Option<Vec<ActionFlow>>,
+    /// v1alpha2: the version the node runs now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// v1alpha2: the version the node ran before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub historic_version: Option<String>,
 }
 
 /// Whether `s` is a node-agent version as `spec.version` takes it:

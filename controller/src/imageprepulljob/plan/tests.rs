@@ -441,6 +441,16 @@ fn status_shape_matches_the_guide() {
         "action": "Success",
         "event": "Pull",
         "state": "Successful",
+        "phase": "Completed",
+        "nodeStatus": [{
+            "nodeName": "edge-1",
+            "phase": "Successful",
+            "actionFlow": [
+                {"action": "Check", "status": "True"},
+                {"action": "Pull", "status": "True", "time": "2023-11-14T22:13:27Z"}
+            ],
+            "imageStatus": [{"image": IMG_A, "status": "True"}]
+        }],
         "status": [{
             "imageStatus": [{"image": IMG_A, "state": "Successful"}],
             "nodeStatus": {
@@ -673,7 +683,7 @@ fn status_of_5000_nodes_fits_in_1_mib() {
             .map(|v| v.len())
             .unwrap_or(usize::MAX)
             + managed;
-        assert!(size < 1000 * 1024, "{case}: {size} bytes");
+        assert!(size < 1000 * 1024, "{case}: {size} bytes, {:?}", p.summarised);
         eprintln!("{case}: {size} bytes, {:?}", p.summarised);
     }
     // A successful job of 1,000 nodes lists everything.
