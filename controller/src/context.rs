@@ -27,6 +27,8 @@ pub struct Context {
     pub response_timeout: TimeDelta,
     /// Namespace of the pull-secret copies the daemons read.
     pub secrets_namespace: String,
+    /// KubeEdge kinds run only on edge nodes.
+    pub kubeedge_edge_only: bool,
     /// Reconcile metrics and the caches read at scrape time.
     pub metrics: crate::metrics::Metrics,
     /// Writes every job's tag entries, batched per node.
@@ -52,6 +54,7 @@ impl Context {
             client,
             response_timeout,
             secrets_namespace: flags.secrets_namespace.clone(),
+            kubeedge_edge_only: !flags.kubeedge_all_nodes,
             metrics: crate::metrics::Metrics::default(),
         })
     }

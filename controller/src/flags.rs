@@ -38,6 +38,12 @@ pub struct Flags {
     )]
     pub secrets_namespace: String,
 
+    /// Let ImagePrePullJob and NodeUpgradeJob run on every node they name or
+    /// select. By default, as in KubeEdge, they run only on edge nodes
+    /// (label node-role.kubernetes.io/edge).
+    #[arg(long, env = "NODEIMAGE_KUBEEDGE_ALL_NODES")]
+    pub kubeedge_all_nodes: bool,
+
     /// Run for a Lease and reconcile only while holding it, so several
     /// replicas can run for availability. Off: this process always reconciles.
     #[arg(long, env = "NODEIMAGE_LEADER_ELECT")]

@@ -25,11 +25,13 @@ pub const NOT_FOUND: &str = "not found";
 pub const NOT_READY: &str = "not ready";
 
 /// The nodes a job names or selects: `names` in their order (duplicates
-/// dropped), else the nodes whose labels match `selector`, sorted by name.
+/// dropped), else the nodes whose labels match `selector` (with
+/// `edge_only`, only edge nodes), sorted by name.
 pub fn select_nodes(
     names: Option<&[String]>,
     label_selector: Option<&LabelSelector>,
     nodes: &BTreeMap<String, NodeInfo>,
+    edge_only: bool,
 ) -> Result<Vec<String>, String> {
     if let Some(names) = names.filter(|n| !n.is_empty()) {
         let mut seen = BTreeSet::new();
@@ -46,6 +48,7 @@ pub fn select_nodes(
     Ok(nodes
         .iter()
         .filter(|(_, node)| sel.matches(&node.labels))
+        .filter(|(_, node)| !edge_only || is_edge_node(node))
         .map(|(name, _)| name.clone())
         .collect())
 }
@@ -381,10 +384,20 @@ pub fn parse_tolerance(s: Option<&str>) -> Result<f64, String> {
     }
 }
 
-/// Whether `failed` of `total` nodes exceeds the tolerance. "0" tolerates no
-/// failure but does not fail a job without failures (unlike upstream v1alpha1).
-pub fn exceeds_tolerance(failed: usize, total: usize, tolerance: f64) -> bool {
-    total > 0 && failed > 0 && (failed as f64 / total as f64) > tolerance + 1e-9
+/// Whether `failed` of `total` nodes reach the tolerance, KubeEdge
+/// v1alpha1's rule (`failed >= total × tolerance`): the job starts no more
+/// nodes and fails. "0" tolerates no failure but does not fail a job
+/// without failures (upstream fails every job with "0").
+pub fn tolerance_reached(failed: usize, total: usize, tolerance: f64) -> bool {
+    total > 0 && failed > 0 && (failed as f64) + 1e-9 >= (total as f64) * tolerance
+}
+
+/// The label KubeEdge's edge nodes carry; its node tasks select only them.
+pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+
+/// Whether a Node is a KubeEdge edge node.
+pub fn is_edge_node(node: &NodeInfo) -> bool {
+    node.labels.contains_key(EDGE_NODE_LABEL)
 }
 
 #[cfg(test)]

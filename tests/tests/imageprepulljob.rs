@@ -399,7 +399,7 @@ fn a_failed_disk_check_against_the_failure_tolerance() {
         (str_of(&status["state"]), str_of(&status["reason"])),
         (
             "Successful",
-            "1 of 3 nodes failed (33.3%), within failureTolerate 0.5"
+            "1 of 3 nodes failed (33.3%), below failureTolerate 0.5"
         ),
         "{status}"
     );
@@ -448,7 +448,7 @@ fn a_failed_disk_check_against_the_failure_tolerance() {
             "Failed",
             "Check",
             "Failure",
-            "1 of 3 nodes failed (33.3%), above failureTolerate 0.1"
+            "1 of 3 nodes failed (33.3%), reaching failureTolerate 0.1"
         ),
         "{status}"
     );
@@ -478,7 +478,7 @@ fn a_missing_image_is_tried_retry_times_plus_one_then_fails() {
         (str_of(&status["state"]), str_of(&status["reason"])),
         (
             "Failed",
-            "1 of 1 nodes failed (100.0%), above failureTolerate 0.1"
+            "1 of 1 nodes failed (100.0%), reaching failureTolerate 0.1"
         ),
         "{status}"
     );
@@ -543,7 +543,7 @@ fn a_node_whose_daemon_stopped_times_out_and_the_job_finishes() {
         &manifest(
             &name,
             &format!(
-                "images:\n{}nodeNames:\n  - {}\n  - {node}\nconcurrency: 2\ntimeoutSeconds: 20\nfailureTolerate: '0.5'\n",
+                "images:\n{}nodeNames:\n  - {}\n  - {node}\nconcurrency: 2\ntimeoutSeconds: 20\nfailureTolerate: '0.6'\n",
                 yaml_list(std::slice::from_ref(&image)),
                 silent.name
             ),
@@ -571,7 +571,7 @@ fn a_node_whose_daemon_stopped_times_out_and_the_job_finishes() {
         (str_of(&status["state"]), str_of(&status["reason"])),
         (
             "Successful",
-            "1 of 2 nodes failed (50.0%), within failureTolerate 0.5"
+            "1 of 2 nodes failed (50.0%), below failureTolerate 0.6"
         ),
         "{status}"
     );
@@ -640,7 +640,7 @@ fn named_nodes_that_do_not_exist_or_are_not_ready_are_listed_as_failed() {
         (str_of(&status["state"]), str_of(&status["reason"])),
         (
             "Failed",
-            "2 of 3 nodes failed (66.7%), above failureTolerate 0.1"
+            "2 of 3 nodes failed (66.7%), reaching failureTolerate 0.1"
         ),
         "{status}"
     );

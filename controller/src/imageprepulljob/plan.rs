@@ -76,6 +76,8 @@ pub struct Inputs<'a> {
     pub nodes: &'a BTreeMap<String, NodeInfo>,
     /// Every NodeImage, by name.
     pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
+    /// Only KubeEdge edge nodes take part.
+    pub edge_only: bool,
     /// The job's image secret.
     pub secrets: Secrets,
     /// The time.
@@ -165,7 +167,12 @@ fn select_nodes(
     nodes: &BTreeMap<String, NodeInfo>,
 ) -> Result<Vec<String>, String> {
     let t = &job.spec.image_pre_pull_template;
-    rollout::select_nodes(t.node_names.as_deref(), t.label_selector.as_ref(), nodes)
+    rollout::select_nodes(
+        t.node_names.as_deref(),
+        t.label_selector.as_ref(),
+        nodes,
+        true,
+    )
 }
 
 /// The step a node's failure message belongs to: the daemon's checks say
@@ -231,6 +238,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             failure_tolerate: t.failure_tolerate.as_deref(),
             concurrency: t.concurrency,
             timeout_seconds: t.timeout_seconds,
+            edge_only: inp.edge_only,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
         inp.nodes,

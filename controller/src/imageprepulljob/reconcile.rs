@@ -54,6 +54,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             job: &job,
             nodes: &nodes,
             nodeimages: &nodeimages,
+            edge_only: ctx.kubeedge_edge_only,
             secrets,
             now,
         });

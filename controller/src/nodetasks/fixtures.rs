@@ -12,8 +12,16 @@ pub fn at(s: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap_or_default()
 }
 
-/// A Ready node that gets a NodeImage, with `labels`.
+/// A Ready edge node that gets a NodeImage, with `labels` besides the edge label.
 pub fn ready(labels: &[(&str, &str)]) -> NodeInfo {
+    let mut n = cloud(labels);
+    n.labels
+        .insert(crate::rollout::EDGE_NODE_LABEL.into(), String::new());
+    n
+}
+
+/// A Ready node that is no edge node, with `labels`.
+pub fn cloud(labels: &[(&str, &str)]) -> NodeInfo {
     NodeInfo {
         labels: labels
             .iter()

@@ -16,14 +16,21 @@
 //!   are written and fails with event TimeOut when it has not finished
 //!   `timeoutSeconds` (0 or unset: 300) after its entries' `createdAt`.
 //! - A node's result, once in status, is final; a finished job is final.
-//! - Once every node has finished, the job fails when
-//!   `failed / total > failureTolerate`, and succeeds otherwise.
+//! - With `edge_only` (KubeEdge's rule, the default), a label selector
+//!   selects only edge nodes (label `node-role.kubernetes.io/edge`) and a
+//!   named node without the label fails at once (event Init).
+//! - Once `failed >= total × failureTolerate` (KubeEdge v1alpha1's
+//!   boundary; "0" with no failure does not count), no further node
+//!   starts, and the job fails when its working nodes have finished.
+//!   Otherwise it succeeds when every node has finished.
 
 #[cfg(test)]
 pub mod fixtures;
 mod step;
 pub mod v1alpha2;
 
+#[cfg(test)]
+pub use step::NOT_EDGE;
 pub use step::{Node, Planned, step, succeeded, task, timed_out};
 
 use crate::jobevents::JobEvent;
@@ -58,7 +65,9 @@ pub fn status_budget(spec_bytes: usize) -> usize {
 
 /// Serialised size of a spec.
 pub fn spec_bytes<S: Serialize>(spec: &S) -> usize {
-    serde_json::to_vec(spec).map(|v| v.len()).unwrap_or(usize::MAX)
+    serde_json::to_vec(spec)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX)
 }
 /// Node events published per reconcile; the rest are summed up.
 pub const MAX_NODE_EVENTS: usize = 20;
@@ -161,6 +170,8 @@ pub struct Job<'a, R> {
     pub timeout_seconds: Option<i64>,
     /// Room for the per-node rows ([`status_budget`]).
     pub status_budget: usize,
+    /// Only KubeEdge edge nodes take part (the controller's default).
+    pub edge_only: bool,
 }
 
 /// How one KubeEdge kind configures the engine.

@@ -15,6 +15,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Why a named node that is no edge node does not run a KubeEdge task.
+pub const NOT_EDGE: &str =
+    "not an edge node: KubeEdge node tasks run only on nodes labelled node-role.kubernetes.io/edge";
+
 /// One node's situation in this step.
 pub enum Node<K: NodeTask> {
     /// Finished before: kept verbatim.
@@ -131,7 +135,7 @@ pub fn step<K: NodeTask>(
         .filter_map(|r| K::task(r)?.node_name.clone())
         .collect();
     let names = if recorded.is_empty() {
-        match rollout::select_nodes(job.node_names, job.label_selector, nodes) {
+        match rollout::select_nodes(job.node_names, job.label_selector, nodes, job.edge_only) {
             Ok(n) => n,
             Err(e) => return fail_at_init(events, e, now),
         }
@@ -158,6 +162,7 @@ pub fn step<K: NodeTask>(
 
     let track = Tracker {
         kind,
+        edge_only: job.edge_only,
         nodes,
         nodeimages,
         entries: &entries,
@@ -182,9 +187,19 @@ pub fn step<K: NodeTask>(
         .filter(|(_, r)| !matches!(r, Node::NoNodeImage))
         .map(|(n, r)| (n.clone(), r.node_state()))
         .collect();
-    let start: BTreeSet<String> = rollout::to_start(&budget, concurrency)
-        .into_iter()
-        .collect();
+    // Fail fast: once failures reach the tolerance, no further node starts.
+    let failed_before = budget
+        .iter()
+        .filter(|(_, s)| matches!(s, NodeState::Failed(_)))
+        .count();
+    let stopping = rollout::tolerance_reached(failed_before, names.len(), tolerance);
+    let start: BTreeSet<String> = if stopping {
+        BTreeSet::new()
+    } else {
+        rollout::to_start(&budget, concurrency)
+            .into_iter()
+            .collect()
+    };
     for (name, row) in rows.iter_mut() {
         if start.contains(name) {
             *row = Node::Tracked {
@@ -199,7 +214,8 @@ pub fn step<K: NodeTask>(
         .map(|(n, r)| (n.clone(), r.node_state()))
         .collect();
     let tally = rollout::tally(&states);
-    let finished = tally.finished();
+    let reached = rollout::tolerance_reached(tally.failed.len(), tally.desired, tolerance);
+    let finished = tally.finished() || (reached && tally.active == 0);
 
     // Per-node status.
     let mut node_rows: Vec<K::Row> = rows
@@ -220,28 +236,38 @@ pub fn step<K: NodeTask>(
             "{failed} of {total} nodes failed ({:.1}%)",
             failed as f64 * 100.0 / total as f64
         );
-        if rollout::exceeds_tolerance(failed, total, tolerance) {
+        if reached {
             (
                 state::FAILED,
                 failed_job_event::<K>(&node_rows),
                 Some(action::FAILURE),
-                Some(format!("{ratio}, above failureTolerate {tolerate_text}")),
+                Some(match tally.not_started {
+                    0 => format!("{ratio}, reaching failureTolerate {tolerate_text}"),
+                    n => format!(
+                        "{ratio}, reaching failureTolerate {tolerate_text}; {n} nodes not started"
+                    ),
+                }),
             )
         } else {
             (
                 state::SUCCESSFUL,
                 working.event,
                 Some(action::SUCCESS),
-                (failed > 0).then(|| format!("{ratio}, within failureTolerate {tolerate_text}")),
+                (failed > 0).then(|| format!("{ratio}, below failureTolerate {tolerate_text}")),
             )
         }
     } else if started {
+        let stopping = if reached {
+            ", failureTolerate reached: starting no more nodes"
+        } else {
+            ""
+        };
         (
             working.state,
             working.event,
             None,
             Some(format!(
-                "{} of {total} nodes finished ({failed} failed), {} {}",
+                "{} of {total} nodes finished ({failed} failed), {} {}{stopping}",
                 tally.succeeded + failed,
                 tally.active,
                 working.verb
@@ -336,6 +362,7 @@ pub fn step<K: NodeTask>(
 /// What tracking a node reads.
 struct Tracker<'a, K> {
     kind: &'a K,
+    edge_only: bool,
     nodes: &'a BTreeMap<String, NodeInfo>,
     nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
     entries: &'a [Entry],
@@ -355,6 +382,14 @@ impl<K: NodeTask> Tracker<'_, K> {
         if !started {
             if let Some(why) = rollout::unstartable(self.nodes.get(name)) {
                 return Node::Rejected(why);
+            }
+            if self.edge_only
+                && self
+                    .nodes
+                    .get(name)
+                    .is_some_and(|n| !rollout::is_edge_node(n))
+            {
+                return Node::Rejected(NOT_EDGE.into());
             }
             match self.kind.precheck(name) {
                 Some(Precheck::Reject(why)) => return Node::Rejected(why),

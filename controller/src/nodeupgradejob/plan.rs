@@ -90,6 +90,8 @@ pub struct Inputs<'a> {
     pub versions: &'a BTreeMap<String, String>,
     /// Every NodeImage, by name.
     pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
+    /// Only KubeEdge edge nodes take part.
+    pub edge_only: bool,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -214,6 +216,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             failure_tolerate: spec.failure_tolerate.as_deref(),
             concurrency: spec.concurrency,
             timeout_seconds: spec.timeout_seconds,
+            edge_only: inp.edge_only,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(spec)),
         },
         inp.nodes,

@@ -57,6 +57,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             nodes: &nodes,
             versions: &versions,
             nodeimages: &nodeimages,
+            edge_only: ctx.kubeedge_edge_only,
             now,
         });
         if let Some((req, upgrade)) = &p.request {

@@ -282,20 +282,26 @@ fn tolerance_table() {
     assert_eq!(parse_tolerance(Some("0.5")), Ok(0.5));
     assert!(parse_tolerance(Some("1.5")).is_err());
     assert!(parse_tolerance(Some("x")).is_err());
+    // KubeEdge v1alpha1's boundary: failed >= total × tolerance.
     let cases = [
         (0, 3, 0.0, false),
         (1, 3, 0.0, true),
         (1, 3, 0.5, false),
         (2, 3, 0.5, true),
-        (1, 10, 0.1, false),
+        (1, 2, 0.5, true),
+        (1, 10, 0.1, true),
+        (1, 11, 0.1, false),
         (2, 10, 0.1, true),
+        (3, 10, 0.3, true),
         (0, 0, 0.1, false),
+        (1, 1, 1.0, true),
+        (0, 5, 0.0, false),
     ];
     for (failed, total, tol, want) in cases {
         assert_eq!(
-            exceeds_tolerance(failed, total, tol),
+            tolerance_reached(failed, total, tol),
             want,
-            "{failed}/{total} > {tol}"
+            "{failed}/{total} >= {tol}"
         );
     }
 }

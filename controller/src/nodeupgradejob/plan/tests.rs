@@ -1,6 +1,6 @@
 use super::*;
 use crate::clock::api_time;
-use crate::nodetasks::fixtures::{at, nodeimage_of, ready, sea_of, tuple};
+use crate::nodetasks::fixtures::{at, cloud, nodeimage_of, ready, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec};
 use nodeimage_api::kubeedge::NodeUpgradeJobSpec;
@@ -127,6 +127,7 @@ impl World {
             nodes: &self.nodes,
             versions: &self.versions,
             nodeimages: &self.nodeimages,
+            edge_only: true,
             now: at(now),
         })
     }
@@ -216,7 +217,8 @@ fn selection_and_nodes_that_cannot_start() {
     }
 
     let j = with(job(&["n3", "missing", "n2", "n3", "n4"]), |s| {
-        s.concurrency = Some(5)
+        s.concurrency = Some(5);
+        s.failure_tolerate = Some("1".into());
     });
     let p = w.plan(&j, 0);
     let order: Vec<String> = p
@@ -513,7 +515,10 @@ fn nodes_at_the_version_are_skipped_and_versions_recorded() {
 #[test]
 fn timeouts_free_the_slot_and_the_job_still_finishes() {
     let mut w = World::ready(&["n1", "n2"]);
-    let j = with(job(&["n1", "n2"]), |s| s.timeout_seconds = Some(30));
+    let j = with(job(&["n1", "n2"]), |s| {
+        s.timeout_seconds = Some(30);
+        s.failure_tolerate = Some("0.6".into());
+    });
     let p = w.plan(&j, 0);
     assert_eq!(p.write_to, vec!["n1"]);
     assert_eq!(p.requeue_after, Some(Duration::from_secs(30)));
@@ -546,15 +551,14 @@ fn timeouts_free_the_slot_and_the_job_still_finishes() {
     let p = w.plan(&j, 40);
     assert!(p.finished);
     assert_eq!(p.release_from, vec!["n1"], "the timed-out node stops");
-    // Default tolerance 0.1: 1 of 2 failed is too many; the failed nodes
-    // share the event TimeOut.
+    // Tolerance 0.6: 1 of 2 failed is tolerated.
     assert_eq!(
         job_sea(&p),
-        ("Failed".into(), "TimeOut".into(), "Failure".into())
+        ("Successful".into(), "Upgrade".into(), "Success".into())
     );
     assert_eq!(
         p.status.reason.as_deref(),
-        Some("1 of 2 nodes failed (50.0%), above failureTolerate 0.1")
+        Some("1 of 2 nodes failed (50.0%), below failureTolerate 0.6")
     );
     let j = recorded(j, &p);
     // Finished: nothing more, every entry goes back.
@@ -565,8 +569,10 @@ fn timeouts_free_the_slot_and_the_job_still_finishes() {
 
 #[test]
 fn failure_tolerance_table() {
+    // 1 of 2 nodes fails: KubeEdge fails the job at exactly the tolerance.
     for (tolerate, want) in [
-        (Some("0.5"), "Successful"),
+        (Some("0.5"), "Failed"),
+        (Some("0.51"), "Successful"),
         (Some("0"), "Failed"),
         (None, "Failed"),
         (Some("1"), "Successful"),
@@ -652,4 +658,131 @@ fn long_reasons_are_capped_and_summarised() {
         rows.iter()
             .all(|r| r.node_name.is_some() && r.state.is_some())
     );
+}
+
+/// n1 failed its upgrade (rolled back).
+fn rolled_back() -> Option<Report> {
+    Some(Report {
+        message: Some("upgrade failed, rolled back: x"),
+        ..rep(ImagePullPhase::Failed, Some(UpgradeState::RolledBack))
+    })
+}
+
+#[test]
+fn failures_at_the_tolerance_start_no_more_nodes() {
+    // Three nodes one at a time, tolerance 0.3: the first failure (1 >= 0.9)
+    // stops the rollout, as KubeEdge v1alpha1 does; the job fails at once
+    // since no node is working.
+    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let j = with(job(&["n1", "n2", "n3"]), |s| {
+        s.failure_tolerate = Some("0.3".into());
+    });
+    let p = w.plan(&j, 0);
+    assert_eq!(p.write_to, vec!["n1"]);
+    let j = recorded(j, &p);
+    w.set(nodeimage("n1", Some(0), rolled_back()));
+    let p = w.plan(&j, 5);
+    assert!(p.write_to.is_empty(), "no node starts past the tolerance");
+    assert!(p.finished);
+    assert_eq!(job_sea(&p).0, "Failed");
+    assert_eq!(
+        p.status.reason.as_deref(),
+        Some("1 of 3 nodes failed (33.3%), reaching failureTolerate 0.3; 2 nodes not started")
+    );
+    assert_eq!(sea(&p, "n2").0, "Init");
+    let row = |n: &str| {
+        p.status
+            .node_status
+            .iter()
+            .flatten()
+            .find(|r| r.task.node_name.as_deref() == Some(n))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(row("n2").phase.as_deref(), Some("Pending"));
+    assert_eq!(row("n1").phase.as_deref(), Some("Failure"));
+    assert_eq!(p.status.phase.as_deref(), Some("Failure"));
+
+    // Two at a time: n1 fails while n2 works; n2 finishes, n3 never starts.
+    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let j = with(job(&["n1", "n2", "n3"]), |s| {
+        s.failure_tolerate = Some("0.3".into());
+        s.concurrency = Some(2);
+    });
+    let p = w.plan(&j, 0);
+    assert_eq!(p.write_to, vec!["n1", "n2"]);
+    let j = recorded(j, &p);
+    w.set(nodeimage("n1", Some(0), rolled_back()));
+    w.set(nodeimage(
+        "n2",
+        Some(0),
+        Some(rep(ImagePullPhase::Pulling, None)),
+    ));
+    let p = w.plan(&j, 5);
+    assert!(!p.finished, "n2 still works");
+    assert_eq!(p.write_to, vec!["n2"]);
+    assert!(
+        p.status
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.ends_with("failureTolerate reached: starting no more nodes")),
+        "{:?}",
+        p.status.reason
+    );
+    let j = recorded(j, &p);
+    w.set(nodeimage(
+        "n2",
+        Some(0),
+        Some(rep(
+            ImagePullPhase::Succeeded,
+            Some(UpgradeState::Successful),
+        )),
+    ));
+    let p = w.plan(&j, 10);
+    assert!(p.finished && p.write_to.is_empty());
+    assert_eq!(job_sea(&p).0, "Failed");
+    assert_eq!(sea(&p, "n3").0, "Init");
+}
+
+#[test]
+fn only_edge_nodes_unless_told_otherwise() {
+    let mut w = World::ready(&["n1", "n2"]);
+    w.nodes.insert("cloud".into(), cloud(&[]));
+    w.set(nodeimage("cloud", None, None));
+    // A selector matching every node takes only the edge nodes.
+    let j = with(job(&[]), |s| {
+        s.node_names = None;
+        s.label_selector = Some(LabelSelector::default());
+        s.concurrency = Some(5);
+    });
+    let p = w.plan(&j, 0);
+    let order: Vec<String> = p
+        .status
+        .node_status
+        .iter()
+        .flatten()
+        .filter_map(|t| t.task.node_name.clone())
+        .collect();
+    assert_eq!(order, vec!["n1", "n2"]);
+    // A named cloud node fails at once with the reason.
+    let j = with(job(&["cloud", "n1"]), |s| {
+        s.concurrency = Some(5);
+        s.failure_tolerate = Some("1".into());
+    });
+    let p = w.plan(&j, 0);
+    assert_eq!(
+        sea(&p, "cloud"),
+        tuple("Failed", "Init", "Failure", crate::nodetasks::NOT_EDGE)
+    );
+    assert_eq!(p.write_to, vec!["n1"]);
+    // Opted in (--kubeedge-all-nodes): the cloud node runs.
+    let p = plan(Inputs {
+        job: &j,
+        nodes: &w.nodes,
+        versions: &w.versions,
+        nodeimages: &w.nodeimages,
+        edge_only: false,
+        now: at(0),
+    });
+    assert_eq!(p.write_to, vec!["cloud", "n1"]);
 }
