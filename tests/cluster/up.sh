@@ -541,6 +541,7 @@ metadata:
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
     nodeimage.dev/index: "$idx"
+    node-role.kubernetes.io/edge: ""
 EOF
   # Status as a kubelet would report it (nothing will mark it NotReady: the
   # node-lifecycle controller is not running).
