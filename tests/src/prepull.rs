@@ -14,6 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The label of KubeEdge edge nodes.
+pub const EDGE_LABEL: &str = "node-role.kubernetes.io/edge";
+
 /// The resource name kubectl users type in the KubeEdge guide.
 pub const RESOURCE: &str = "imageprepulljobs.operations.kubeedge.io";
 
@@ -168,9 +171,22 @@ pub struct TestNode {
 }
 
 impl TestNode {
-    /// Creates Node `prefix-<random>` with `labels`, marks it Ready, and
+    /// Creates edge Node `prefix-<random>` (label node-role.kubernetes.io/edge,
+    /// as KubeEdge's node tasks require) with `labels`, marks it Ready, and
     /// waits for its NodeImage.
     pub fn create(c: &Cluster, prefix: &str, labels: &BTreeMap<String, String>) -> TestNode {
+        let mut all = labels.clone();
+        all.insert(EDGE_LABEL.into(), String::new());
+        Self::create_exactly(c, prefix, &all)
+    }
+
+    /// Creates Node `prefix-<random>` with only `labels` (and the hostname),
+    /// marks it Ready, and waits for its NodeImage.
+    pub fn create_exactly(
+        c: &Cluster,
+        prefix: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> TestNode {
         let name = unique(prefix);
         let mut all = labels.clone();
         all.insert("kubernetes.io/hostname".into(), name.clone());
