@@ -318,18 +318,36 @@ pub async fn set_finalizer<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let has = obj.finalizers().iter().any(|f| f == finalizer);
-    if has == present {
-        return Ok(());
+    if present {
+        edit_finalizers(api, obj, Some(finalizer), &[]).await
+    } else {
+        edit_finalizers(api, obj, None, &[finalizer]).await
     }
+}
+
+/// Adds `add` and removes `remove` from `obj`'s finalizers in one write,
+/// guarded by its resourceVersion; nothing when nothing changes. A removal
+/// from an object that is gone succeeds.
+pub async fn edit_finalizers<K>(
+    api: &Api<K>,
+    obj: &K,
+    add: Option<&str>,
+    remove: &[&str],
+) -> Result<(), WriteError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
     let mut fins: Vec<String> = obj
         .finalizers()
         .iter()
-        .filter(|f| *f != finalizer)
+        .filter(|f| !remove.contains(&f.as_str()))
         .cloned()
         .collect();
-    if present {
-        fins.push(finalizer.to_string());
+    if let Some(f) = add.filter(|f| !fins.iter().any(|x| x == f)) {
+        fins.push(f.to_string());
+    }
+    if fins == obj.finalizers() {
+        return Ok(());
     }
     let name = obj.name_any();
     let body = serde_json::json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": fins}});
@@ -338,13 +356,13 @@ where
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 && !present => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 && add.is_none() => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(name)),
         Err(source) => Err(WriteError::Api {
-            action: format!(
-                "{} finalizer {finalizer} of {name}",
-                if present { "adding" } else { "removing" }
-            ),
+            action: match add {
+                Some(f) => format!("adding finalizer {f} to {name}"),
+                None => format!("removing finalizers {} of {name}", remove.join(", ")),
+            },
             source,
         }),
     }

@@ -63,7 +63,16 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
 async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile("ImageListPullJob");
     if job.meta().deletion_timestamp.is_some() {
-        // Children go with it through garbage collection (owner references).
+        // Children go with it through garbage collection (owner references);
+        // OpenKruise's finalizer, on a list it ran, goes as OpenKruise lets it go.
+        let api = ImageListPullJob::api(ctx.client.clone(), &job);
+        crate::tagwrites::edit_finalizers(
+            &api,
+            job.as_ref(),
+            None,
+            &[nodeimage_api::kruise::DELETION_PROTECTION_FINALIZER],
+        )
+        .await?;
         return Ok(Action::await_change());
     }
     let ns = job.namespace().unwrap_or_default();

@@ -29,6 +29,8 @@ fn job_key(job: &ImagePrePullJob) -> String {
 impl JobReconciler for NodeJobs<ImagePrePullJob> {
     type Job = ImagePrePullJob;
     const FINALIZER: &'static str = FINALIZER;
+    const UPSTREAM_FINALIZERS: &'static [&'static str] =
+        &["kubeedge.io/imageprepulljob-controller"];
 
     /// Takes the job's entries out of every NodeImage and releases its secret copy.
     async fn cleanup(&self, job: &ImagePrePullJob) -> Result<(), Error> {

@@ -93,6 +93,8 @@ impl Caches for State {
 impl JobReconciler for State {
     type Job = ImagePullJob;
     const FINALIZER: &'static str = FINALIZER;
+    const UPSTREAM_FINALIZERS: &'static [&'static str] =
+        &[nodeimage_api::kruise::DELETION_PROTECTION_FINALIZER];
 
     /// Takes the job's entries out of every NodeImage and releases its
     /// secrets. The entries of every other ImagePullJob being deleted go in

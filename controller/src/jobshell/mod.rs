@@ -98,6 +98,10 @@ pub trait JobReconciler: Caches + Send + Sync + 'static {
     type Job: JobKind;
     /// Finalizer that lets a deleted job take its entries back.
     const FINALIZER: &'static str;
+    /// Finalizers the upstream controller puts on jobs it ran; a deleted job
+    /// lets them go as upstream would once it is cleaned up (that controller
+    /// is stopped when nodeimage takes over: docs/migration.md).
+    const UPSTREAM_FINALIZERS: &'static [&'static str];
     /// Takes a deleted job's entries (and secrets) back.
     fn cleanup(&self, job: &Self::Job) -> impl Future<Output = Result<(), Error>> + Send;
     /// Plans a live job and writes what the plan says.

@@ -29,17 +29,25 @@ pub async fn reconcile<R: JobReconciler>(job: Arc<R::Job>, r: Arc<R>) -> Result<
     let api = R::Job::api(shared.ctx.client.clone(), &job);
     let has_finalizer = job.finalizers().iter().any(|f| f == R::FINALIZER);
     if job.meta().deletion_timestamp.is_some() {
-        if !has_finalizer {
+        let upstream = job
+            .finalizers()
+            .iter()
+            .any(|f| R::UPSTREAM_FINALIZERS.contains(&f.as_str()));
+        if !has_finalizer && !upstream {
             return Ok(Action::await_change());
         }
-        // Cleanup reads the NodeImage cache: an empty cache that has not
-        // been listed yet would release nothing.
-        if !shared.nodeimages_synced.get() {
-            return Ok(Action::requeue(NOT_SYNCED_RETRY));
+        if has_finalizer {
+            // Cleanup reads the NodeImage cache: an empty cache that has not
+            // been listed yet would release nothing.
+            if !shared.nodeimages_synced.get() {
+                return Ok(Action::requeue(NOT_SYNCED_RETRY));
+            }
+            r.cleanup(&job).await?;
         }
-        r.cleanup(&job).await?;
-        tagwrites::set_finalizer(&api, job.as_ref(), R::FINALIZER, false).await?;
-        tracing::info!(kind = R::Job::KIND, job = %ObjectRef::from_obj(job.as_ref()), "job deleted: its entries are released");
+        let mut remove = vec![R::FINALIZER];
+        remove.extend(R::UPSTREAM_FINALIZERS);
+        tagwrites::edit_finalizers(&api, job.as_ref(), None, &remove).await?;
+        tracing::info!(kind = R::Job::KIND, job = %ObjectRef::from_obj(job.as_ref()), upstream_finalizers = upstream, "job deleted: its entries are released");
         return Ok(Action::await_change());
     }
     if !has_finalizer {

@@ -33,6 +33,8 @@ pub fn node_version(n: &Node) -> Option<String> {
 impl JobReconciler for NodeJobs<NodeUpgradeJob> {
     type Job = NodeUpgradeJob;
     const FINALIZER: &'static str = FINALIZER;
+    const UPSTREAM_FINALIZERS: &'static [&'static str] =
+        &[nodeimage_api::kubeedge::NODEUPGRADEJOB_FINALIZER];
 
     async fn cleanup(&self, job: &NodeUpgradeJob) -> Result<(), Error> {
         if let Some(uid) = job.uid() {

@@ -15,3 +15,7 @@ pub use nodeimage::{
     ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SyncStatus,
     TagUpgrade, UpgradeState,
 };
+
+/// The finalizer OpenKruise's controller puts on the jobs it runs; nodeimage
+/// lets it go when such a job is deleted.
+pub const DELETION_PROTECTION_FINALIZER: &str = "apps.kruise.io/deletion-protection";

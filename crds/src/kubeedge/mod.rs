@@ -46,6 +46,11 @@ pub struct TaskStatus {
     pub time: Option<String>,
 }
 
+/// The finalizer KubeEdge's controller-manager puts on ImagePrePullJobs.
+pub const IMAGEPREPULLJOB_FINALIZER: &str = "kubeedge.io/imageprepulljob-controller";
+/// The finalizer KubeEdge's controller-manager puts on NodeUpgradeJobs.
+pub const NODEUPGRADEJOB_FINALIZER: &str = "kubeedge.io/nodeupgradejob-controller";
+
 /// One action a node ran, in v1alpha2's per-node `actionFlow`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
