@@ -297,7 +297,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             });
         }
     }
-    let mut message = status_message(&tally, complete, limit, past_deadline);
+    let mut message = status_message(&tally, complete, past_deadline);
     if !inp.missing_secrets.is_empty() {
         message.push_str(&format!(
             "; pull secret(s) not found, pulling without them: {}",
@@ -360,23 +360,17 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     }
 }
 
-fn status_message(t: &Tally, complete: bool, limit: usize, past_deadline: bool) -> String {
-    if complete {
-        if t.desired == 0 {
-            return "job has completed: no node matched".into();
-        }
-        let mut m = format!(
-            "job has completed: {} succeeded, {} failed",
-            t.succeeded,
-            t.failed.len()
-        );
-        if past_deadline {
-            m.push_str(" (activeDeadlineSeconds exceeded)");
-        }
-        return m;
+/// `status.message`, word for word as OpenKruise writes it (scripts and the
+/// MESSAGE column match it); the counts are in the status fields.
+fn status_message(t: &Tally, complete: bool, past_deadline: bool) -> String {
+    if complete && past_deadline {
+        return "job exceeds activeDeadlineSeconds".into();
     }
-    if limit == 0 && t.active == 0 && t.not_started > 0 {
-        return "job is paused: parallelism is 0".into();
+    if complete {
+        return "job has completed".into();
+    }
+    if t.desired == 0 {
+        return "job is running, no progress".into();
     }
     format!("job is running, progress {:.1}%", t.percent_done())
 }

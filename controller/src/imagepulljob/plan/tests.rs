@@ -204,9 +204,10 @@ fn paused_deadline_and_never() {
     let fresh = vec![node("n1", &[], None), node("n2", &[], None)];
     let p = run(&job(0, CompletionPolicy::default()), &fresh, 10);
     assert!(p.write_to.is_empty());
+    // OpenKruise's words: a paused job is running with no progress yet.
     assert_eq!(
         p.status.message.as_deref(),
-        Some("job is paused: parallelism is 0")
+        Some("job is running, progress 0.0%")
     );
 
     let mut j = job(
@@ -230,11 +231,9 @@ fn paused_deadline_and_never() {
     );
     assert!(p.status.completion_time.is_some());
     assert_eq!(p.status.failed, 1);
-    assert!(
-        p.status
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("activeDeadlineSeconds"))
+    assert_eq!(
+        p.status.message.as_deref(),
+        Some("job exceeds activeDeadlineSeconds")
     );
 
     let never = job(
@@ -304,4 +303,30 @@ fn missing_secrets_are_named() {
             .as_deref()
             .is_some_and(|m| m.contains("ns/absent"))
     );
+}
+
+#[test]
+fn messages_are_openkruise_words() {
+    let t = |desired: usize, succeeded: usize, failed: usize| Tally {
+        desired,
+        succeeded,
+        failed: (0..failed).map(|i| (format!("f{i}"), "x".into())).collect(),
+        ..Default::default()
+    };
+    let cases = [
+        (t(3, 1, 1), false, false, "job is running, progress 66.7%"),
+        (t(3, 0, 0), false, false, "job is running, progress 0.0%"),
+        (t(0, 0, 0), false, false, "job is running, no progress"),
+        (t(2, 2, 0), true, false, "job has completed"),
+        (t(2, 1, 1), true, false, "job has completed"),
+        (t(0, 0, 0), true, false, "job has completed"),
+        (t(2, 1, 1), true, true, "job exceeds activeDeadlineSeconds"),
+    ];
+    for (tally, complete, deadline, want) in cases {
+        assert_eq!(
+            status_message(&tally, complete, deadline),
+            want,
+            "{tally:?}"
+        );
+    }
 }
