@@ -20,8 +20,23 @@ pub const KRUISE_EXTRA_VERSION: &str = "v1beta1";
 /// Version the KubeEdge kinds are stored in, served beside `v1alpha1`.
 pub const KUBEEDGE_STORAGE_VERSION: &str = "v1alpha2";
 
+/// Label on nodeimage's CRDs: the chart refuses to install over CRDs
+/// without it (another controller's) unless told to take over.
+pub const OWNER_LABEL: (&str, &str) = ("app.kubernetes.io/part-of", "nodeimage");
+
 /// Every CRD nodeimage serves, with a file name for each.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
+    let mut all = unlabelled();
+    for (_, crd) in all.iter_mut() {
+        crd.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(OWNER_LABEL.0.into(), OWNER_LABEL.1.into());
+    }
+    all
+}
+
+fn unlabelled() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         (
             "apps.kruise.io_nodeimages.yaml",

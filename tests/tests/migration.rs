@@ -1,0 +1,196 @@
+//! docs/migration.md, the OpenKruise half, step by step on the local cluster
+//! (nodeimage already running, as after the guide's install step): jobs
+//! OpenKruise created (its `apps.kruise.io/deletion-protection` finalizer,
+//! its status) are taken over and finish, a NodeImage entry OpenKruise's
+//! daemon had pulled is kept and served, and deleting such jobs works (no
+//! job stays Terminating). The KubeEdge half (CRD ownership, stored
+//! v1alpha2 objects, KubeEdge's finalizer) is tests/tests/kubeedge_crds.rs;
+//! the chart's refusal to install over another controller's CRDs is in
+//! tests/chart.sh.
+
+use nodeimage_tests::kruise::{self, IPJ, TestNs};
+use nodeimage_tests::{Cleanup, Cluster, prepull, unique, wait_for};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(180);
+const KRUISE_FINALIZER: &str = "apps.kruise.io/deletion-protection";
+
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+fn entries_owned_by(c: &Cluster, node: &str, uid: &str) -> usize {
+    nodeimage_tests::nodeimage::get(c, node)
+        .map(|ni| {
+            ni["spec"]["images"]
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.values())
+                .flat_map(|i| i["tags"].as_array().cloned().unwrap_or_default())
+                .filter(|t| {
+                    t["ownerReferences"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|o| o["uid"] == uid)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
+    let c = Cluster::load();
+    let nodes = c.nodes();
+    let ns = TestNs::create(&c, "e2e-migrate");
+    let image = prepull::unique_image(&c, "migrate");
+    let mut cleanup = Cleanup::default();
+    let (s, i) = (
+        (0..nodes.len()).map(|i| c.socket(i)).collect::<Vec<_>>(),
+        image.clone(),
+    );
+    cleanup.defer("remove the image", move || {
+        prepull::remove_from_nodes(&s, &i)
+    });
+
+    // A job as OpenKruise left it: its finalizer, and a running status.
+    let name = "made-by-kruise";
+    let job = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": ns.name, "finalizers": [KRUISE_FINALIZER]},
+        "spec": {
+            "image": image,
+            "selector": {"names": [nodes[0], nodes[1]]},
+            "parallelism": 2,
+            "completionPolicy": {"type": "Always"},
+        },
+    });
+    kruise::create(&c, &job);
+    let _ = c.kubectl(
+        &[
+            "patch",
+            IPJ,
+            name,
+            "-n",
+            &ns.name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"desired":2,"active":2,"message":"job is running, progress 0.0%"}}"#,
+        ],
+        None,
+    );
+    // Step "what happens to running jobs": nodeimage finishes them.
+    let done = wait_for("the taken-over job to complete", WAIT, || {
+        let j = kruise::get(&c, IPJ, Some(&ns.name), name)?;
+        kruise::completed(&j).then_some(j)
+    });
+    assert_eq!(
+        str_of(&done["status"]["message"]),
+        "job has completed",
+        "{done}"
+    );
+    assert_eq!(done["status"]["succeeded"], 2, "{}", done["status"]);
+    let fins: Vec<&str> = done["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(fins.contains(&KRUISE_FINALIZER), "{fins:?}");
+    let uid = str_of(&done["metadata"]["uid"]).to_string();
+    assert!(entries_owned_by(&c, &nodes[0], &uid) > 0);
+
+    // Step "deleting jobs OpenKruise created": the delete completes, the
+    // entries go.
+    c.kubectl_ok(
+        &[
+            "delete",
+            IPJ,
+            name,
+            "-n",
+            &ns.name,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    assert!(kruise::get(&c, IPJ, Some(&ns.name), name).is_none());
+    wait_for("the job's entries to be released", WAIT, || {
+        (entries_owned_by(&c, &nodes[0], &uid) + entries_owned_by(&c, &nodes[1], &uid) == 0)
+            .then_some(())
+    });
+
+    // A job deleted while it still waits (never started here: parallelism
+    // 0) also goes.
+    let waiting = "kruise-paused";
+    let mut paused = job.clone();
+    paused["metadata"]["name"] = json!(waiting);
+    paused["spec"]["parallelism"] = json!(0);
+    kruise::create(&c, &paused);
+    std::thread::sleep(Duration::from_secs(2));
+    c.kubectl_ok(
+        &[
+            "delete",
+            IPJ,
+            waiting,
+            "-n",
+            &ns.name,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    );
+
+    // Step "NodeImages": an entry OpenKruise wrote by hand (no owner), with
+    // the status its daemon left, is kept and served by nodeimage's daemon.
+    let node = &nodes[2];
+    let repo = image
+        .rsplit_once(':')
+        .map(|(r, _)| r)
+        .unwrap_or(&image)
+        .to_string();
+    let tag = unique("kept");
+    prepull::copy_image(&image, &format!("{repo}:{tag}"), None);
+    let (s, i) = (vec![c.node_socket(node)], format!("{repo}:{tag}"));
+    cleanup.defer("remove the kept tag", move || {
+        prepull::remove_from_nodes(&s, &i)
+    });
+    let patch = json!({"spec": {"images": {repo.clone(): {"tags": [{"tag": tag, "version": 0}]}}}});
+    c.kubectl_ok(
+        &[
+            "patch",
+            "nodeimage",
+            node,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    );
+    let (rc, cc, n) = (repo.clone(), c.clone(), node.clone());
+    cleanup.defer("drop the kept entry", move || {
+        let p = json!({"spec": {"images": {rc: null}}});
+        let _ = cc.kubectl(
+            &[
+                "patch",
+                "nodeimage",
+                &n,
+                "--type=merge",
+                "-p",
+                &p.to_string(),
+            ],
+            None,
+        );
+    });
+    wait_for("the kept entry to be pulled on the node", WAIT, || {
+        let ni = nodeimage_tests::nodeimage::get(&c, node)?;
+        let st = kruise::status_tag(&ni, &repo, &tag)?;
+        (st["phase"] == "Succeeded").then_some(())
+    });
+    drop(ns);
+}
