@@ -11,6 +11,9 @@
 #      applied with `kubectl apply --dry-run=server` (stand-in Prometheus
 #      Operator CRDs from tests/manifests/monitoring-crds.yaml, installed
 #      only if absent; the nodeimage CRDs are installed only if absent);
+#   4b. the chart refuses to install (helm install --dry-run=server) over
+#      a CRD that is not nodeimage's, unless takeOver=true, and installs
+#      once nodeimage's CRDs are applied as docs/migration.md says;
 #   5. the RBAC, for real: the chart applied as release "chart-test" in
 #      namespace nodeimage-chart-test (no kubelet here, so its pods never
 #      run), then as the daemon's ServiceAccount (a token from the API
@@ -387,6 +390,45 @@ dry_run() {
 dry_run "default values"
 dry_run "every optional part on, ServiceMonitor" "${ALL_ON[@]}"
 dry_run "every optional part on, PodMonitor" "${ALL_ON_POD[@]}"
+
+# ---------------------------------------------------------------------------
+# 4b. Taking over from another controller
+# ---------------------------------------------------------------------------
+step "the chart refuses another controller's CRDs unless takeOver=true"
+# --dry-run=server lets the chart's lookups see the cluster, as an install does.
+takeover() { "$HELM" install takeover-check "$CHART" -n default --dry-run=server "${IMAGES[@]}" --set secretsNamespace=takeover-check-secrets "$@"; }
+OWNER_LABEL=app.kubernetes.io/part-of
+restore_owner() { kc label crd imagepulljobs.apps.kruise.io "$OWNER_LABEL=nodeimage" --overwrite >/dev/null; }
+takeover >"$WORK/takeover-ours.out" 2>&1 || {
+  cat "$WORK/takeover-ours.out" >&2
+  fail "the chart refuses to install over nodeimage's own CRDs"
+}
+pass "installs over nodeimage's own CRDs (label $OWNER_LABEL=nodeimage)"
+kc label crd imagepulljobs.apps.kruise.io "$OWNER_LABEL-" >/dev/null
+if takeover >"$WORK/takeover-theirs.out" 2>&1; then
+  restore_owner
+  fail "the chart installed over a CRD that is not nodeimage's"
+fi
+if ! grep -q "CRD imagepulljobs.apps.kruise.io exists and is not nodeimage's" "$WORK/takeover-theirs.out"; then
+  restore_owner
+  cat "$WORK/takeover-theirs.out" >&2
+  fail "the refusal does not name the CRD"
+fi
+pass "refuses another controller's CRD, naming it and docs/migration.md"
+if ! takeover --set takeOver=true >"$WORK/takeover-forced.out" 2>&1; then
+  restore_owner
+  cat "$WORK/takeover-forced.out" >&2
+  fail "takeOver=true does not let the chart install"
+fi
+pass "installs with takeOver=true"
+# docs/migration.md's CRD step makes the CRDs nodeimage's again.
+kc apply --server-side --force-conflicts -f "$CHART/crds" >/dev/null
+takeover >"$WORK/takeover-applied.out" 2>&1 || {
+  restore_owner
+  cat "$WORK/takeover-applied.out" >&2
+  fail "after applying nodeimage's CRDs the chart still refuses"
+}
+pass "after docs/migration.md's CRD step the chart installs without takeOver"
 
 # ---------------------------------------------------------------------------
 # 5. RBAC, for real
