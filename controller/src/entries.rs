@@ -118,7 +118,9 @@ pub fn upsert(
 
 /// Writes a NodeUpgradeJob's entry: `req` as [`upsert`] writes it, carrying
 /// `upgrade`. A tag that did not carry this upgrade yet gets a new version
-/// (unless it is new, or `upsert` just bumped it) so that the node runs it.
+/// (unless it is new, or `upsert` just bumped it) so that the node runs it;
+/// a confirmation (only `awaitConfirmation` changes) keeps the version and
+/// restarts the node's timeout.
 pub fn upsert_upgrade(
     images: &mut BTreeMap<String, ImageSpec>,
     req: &EntryRequest,
@@ -140,7 +142,8 @@ pub fn upsert_upgrade(
     else {
         return changed;
     };
-    if tag.upgrade.as_ref() != Some(upgrade) {
+    let same_run = tag.upgrade.as_ref().is_some_and(|u| u.same_run(upgrade));
+    if !same_run {
         if prior.is_some_and(|v| v == tag.version) {
             tag.version = Some(
                 tag.version
@@ -148,6 +151,15 @@ pub fn upsert_upgrade(
                     .saturating_add(1)
                     .min(nodeimage_api::limits::VERSION_MAX),
             );
+            tag.created_at = Some(api_time(now));
+        }
+        tag.upgrade = Some(upgrade.clone());
+        changed = true;
+    } else if tag.upgrade.as_ref() != Some(upgrade) {
+        // A confirmation: the same run goes on, with a fresh node timeout
+        // for the steps after it (KubeEdge times a node from its last action).
+        if tag.upgrade.as_ref().is_some_and(|u| u.await_confirmation) && !upgrade.await_confirmation
+        {
             tag.created_at = Some(api_time(now));
         }
         tag.upgrade = Some(upgrade.clone());

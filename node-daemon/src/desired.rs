@@ -532,6 +532,7 @@ mod tests {
         let up = |version: &str, job: &str| {
             let mut t = tag("v1.17.0");
             t.upgrade = Some(TagUpgrade {
+                await_confirmation: false,
                 version: version.into(),
                 job: job.into(),
             });

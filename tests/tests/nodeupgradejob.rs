@@ -829,3 +829,81 @@ fn a_restarted_daemon_does_not_run_an_upgrade_again() {
         ]
     );
 }
+
+/// `requireConfirmation`: each node checks and pulls, then waits
+/// (WaitingConfirmation, nothing run on the host) until the job's
+/// `nodeimage.dev/confirm-upgrade` annotation names it; then it backs up and
+/// upgrades. Confirming one node leaves the other waiting.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn require_confirmation_waits_for_the_annotation() {
+    let c = cluster();
+    let image = push_package(&c, &[NEW]);
+    let _pulled = pulled(&c, &image);
+    let run_id = unique("run");
+    let a = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&c.socket(0)), true);
+    let b = UpgradeNode::create(
+        &c,
+        &run_id,
+        Some(OLD),
+        Some(&c.socket(1 % c.nodes().len())),
+        true,
+    );
+    let job = Job::apply(
+        &c,
+        &image,
+        &[&a, &b],
+        "  concurrency: 2\n  timeoutSeconds: 240\n  requireConfirmation: true\n",
+    );
+    let waiting = |n: &UpgradeNode| {
+        let status = job.get()["status"].clone();
+        (sea(&status, n.name()).0 == "WaitingConfirmation").then_some(status)
+    };
+    let status = wait_for("both nodes to wait for confirmation", WAIT, || {
+        waiting(&a)?;
+        waiting(&b)
+    });
+    assert!(
+        reason(&status, a.name()).contains("nodeimage.dev/confirm-upgrade"),
+        "{status}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        a.commands().is_empty() && b.commands().is_empty(),
+        "nothing ran unconfirmed"
+    );
+
+    // Confirm a only.
+    c.kubectl_ok(
+        &[
+            "annotate",
+            RESOURCE,
+            &job.name,
+            &format!("nodeimage.dev/confirm-upgrade={}", a.name()),
+        ],
+        None,
+    );
+    wait_for("a to upgrade", WAIT, || {
+        let status = job.get()["status"].clone();
+        (sea(&status, a.name()).0 == "Successful").then_some(())
+    });
+    assert_eq!(a.version(), NEW);
+    assert!(waiting(&b).is_some(), "b still waits");
+    assert!(b.commands().is_empty());
+
+    // Confirm all.
+    c.kubectl_ok(
+        &[
+            "annotate",
+            "--overwrite",
+            RESOURCE,
+            &job.name,
+            "nodeimage.dev/confirm-upgrade=*",
+        ],
+        None,
+    );
+    let (status, _) = job.wait_finished();
+    assert_eq!(status["state"], "Successful", "{status}");
+    assert_eq!(b.version(), NEW);
+    assert!(b.commands().iter().any(|c| c == "backup edge"));
+}

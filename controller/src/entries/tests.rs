@@ -103,6 +103,7 @@ fn upgrader(uid: &str, job: &str) -> (EntryRequest, TagUpgrade) {
     (
         r,
         TagUpgrade {
+            await_confirmation: false,
             version: "v1.17.0".into(),
             job: job.into(),
         },
@@ -191,4 +192,29 @@ fn release_drops_owner_then_tag_then_image() {
         "hand-written tags are not ours to remove"
     );
     assert!(!release(&mut images, "b"));
+}
+
+#[test]
+fn a_confirmation_keeps_the_run_and_restarts_its_timeout() {
+    let img = "kubeedge/installation-package";
+    let mut images = BTreeMap::new();
+    let (u, mut up) = upgrader("u1", "up");
+    up.await_confirmation = true;
+    assert!(upsert_upgrade(&mut images, &u, &up, None, now(1)));
+    let first = tag_of(&images, img).clone();
+    assert!(first.upgrade.as_ref().is_some_and(|u| u.await_confirmation));
+    // Still waiting: nothing changes.
+    assert!(!upsert_upgrade(&mut images, &u, &up, None, now(2)));
+    // Confirmed: same version (no second run), a fresh createdAt.
+    up.await_confirmation = false;
+    assert!(upsert_upgrade(&mut images, &u, &up, None, now(9)));
+    let confirmed = tag_of(&images, img);
+    assert_eq!(confirmed.version, first.version);
+    assert_eq!(confirmed.created_at, Some(api_time(now(9))));
+    assert_eq!(confirmed.upgrade.as_ref(), Some(&up));
+    // Another version is another run: bumped.
+    let (_, mut other) = upgrader("u1", "up");
+    other.version = "v1.18.0".into();
+    assert!(upsert_upgrade(&mut images, &u, &other, None, now(10)));
+    assert_eq!(tag_of(&images, img).version, first.version.map(|v| v + 1));
 }

@@ -32,8 +32,8 @@ use nodeimage_api::kruise::{
     ImageTagPullPolicy, ImageTagStatus, NodeImage, TagUpgrade, UpgradeState,
 };
 use nodeimage_api::kubeedge::{
-    DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus, UpgradeNodeStatus,
-    is_version,
+    CONFIRM_ANNOTATION, DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
+    UpgradeNodeStatus, is_version,
 };
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,6 +52,8 @@ pub mod state {
     pub use crate::nodetasks::state::{FAILED, INIT, SUCCESSFUL};
     /// Checks, the version check and the pull of the image.
     pub const CHECKING: &str = "Checking";
+    /// Checked and pulled; waiting for the job's confirmation.
+    pub const WAITING_CONFIRMATION: &str = "WaitingConfirmation";
     /// Backing up the node agent.
     pub const BACKING_UP: &str = "BackingUp";
     /// Upgrading (job: nodes are being upgraded).
@@ -106,6 +108,9 @@ pub struct Plan {
     /// Nodes to write the entry to: newly started ones, and working ones
     /// (whose entry follows a policy change).
     pub write_to: Vec<String>,
+    /// Those of `write_to` whose entry asks them to wait for confirmation
+    /// (`requireConfirmation` and not confirmed yet).
+    pub awaiting: Vec<String>,
     /// Nodes to take the job's entry back from: their result was already
     /// recorded (or the job has finished).
     pub release_from: Vec<String>,
@@ -115,6 +120,20 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
     /// The job has finished (now or before).
     pub finished: bool,
+}
+
+/// Whether `node` must wait for confirmation before its backup: the job
+/// asks for it (`requireConfirmation`) and its annotation
+/// [`CONFIRM_ANNOTATION`] names neither the node nor `*`.
+pub fn awaits_confirmation(job: &NodeUpgradeJob, node: &str) -> bool {
+    if job.spec.require_confirmation != Some(true) {
+        return false;
+    }
+    let confirmed = job
+        .annotations()
+        .get(CONFIRM_ANNOTATION)
+        .is_some_and(|v| v.split(',').map(str::trim).any(|n| n == "*" || n == node));
+    !confirmed
 }
 
 /// The node timeout: `timeoutSeconds`, where unset or 0 means 300.
@@ -228,6 +247,12 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         None => (old.current_version.clone(), old.historic_version.clone()),
     };
     let request = (!p.write_to.is_empty()).then(|| kind.request());
+    let awaiting: Vec<String> = p
+        .write_to
+        .iter()
+        .filter(|n| awaits_confirmation(job, n))
+        .cloned()
+        .collect();
     // Only results already recorded (in the status we read) release entries;
     // a job that had finished releases every entry.
     let recorded: BTreeSet<&str> = old_rows
@@ -258,6 +283,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         status,
         request,
         write_to: p.write_to,
+        awaiting,
         release_from,
         events: p.events,
         requeue_after: p.requeue_after,
@@ -317,6 +343,7 @@ impl Upgrade<'_> {
             TagUpgrade {
                 version: self.version.clone(),
                 job: self.job.name_any(),
+                await_confirmation: false,
             },
         )
     }
@@ -611,6 +638,13 @@ fn active_row(
                 }),
             )
         }
+        Some(UpgradeState::WaitingConfirmation) => (
+            state::WAITING_CONFIRMATION,
+            event::CHECK,
+            Some(format!(
+                "checked and pulled; waiting for confirmation (annotate the job {CONFIRM_ANNOTATION}={name} or '*')"
+            )),
+        ),
         Some(UpgradeState::BackingUp) => (state::BACKING_UP, event::BACKUP, message),
         Some(UpgradeState::Upgrading) => (state::UPGRADING, event::UPGRADE, message),
         Some(UpgradeState::RollingBack | UpgradeState::RolledBack) => {
@@ -630,7 +664,9 @@ fn failed_step(upgrade: Option<UpgradeState>, reason: &str) -> (&'static str, &'
             (event::UPGRADE, action::FAILURE)
         }
         Some(UpgradeState::BackingUp) => (event::BACKUP, action::FAILURE),
-        Some(UpgradeState::Checking | UpgradeState::Pulling) => (event::CHECK, action::FAILURE),
+        Some(
+            UpgradeState::Checking | UpgradeState::Pulling | UpgradeState::WaitingConfirmation,
+        ) => (event::CHECK, action::FAILURE),
         None => {
             let ev =
                 if reason.contains("did not respond") || reason.contains("activeDeadlineSeconds") {

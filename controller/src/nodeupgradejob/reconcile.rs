@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use nodeimage_api::NodeUpgradeJob;
+use nodeimage_api::kruise::TagUpgrade;
 use nodeimage_api::kubeedge::kubeedge_version_of_kubelet;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,7 +65,21 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
         });
         if let Some((req, upgrade)) = &p.request {
             let reqs = std::slice::from_ref(req);
-            jobshell::write_entries(&self.shared, &p.write_to, reqs, Some(upgrade), now).await?;
+            // Nodes still waiting for confirmation get the entry that says so.
+            let (waiting, going): (Vec<String>, Vec<String>) = p
+                .write_to
+                .iter()
+                .cloned()
+                .partition(|n| p.awaiting.contains(n));
+            let wait = TagUpgrade {
+                await_confirmation: true,
+                ..upgrade.clone()
+            };
+            for (nodes, up) in [(&going, upgrade), (&waiting, &wait)] {
+                if !nodes.is_empty() {
+                    jobshell::write_entries(&self.shared, nodes, reqs, Some(up), now).await?;
+                }
+            }
         }
         jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
             (s.state.as_deref(), s.reason.as_deref())

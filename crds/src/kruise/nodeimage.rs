@@ -156,6 +156,18 @@ pub struct TagUpgrade {
         length(min = 1, max = 253)
     )]
     pub job: String,
+    /// The node waits, once it has pulled and checked, until this is false
+    /// before it backs up and upgrades (NodeUpgradeJob `requireConfirmation`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub await_confirmation: bool,
+}
+
+impl TagUpgrade {
+    /// Whether `other` asks for the same upgrade (confirmation aside): a
+    /// confirmation changes the entry without asking for a new run.
+    pub fn same_run(&self, other: &TagUpgrade) -> bool {
+        self.version == other.version && self.job == other.job
+    }
 }
 
 /// Timeouts, retries and lifetime of one tag's pull.
@@ -293,6 +305,9 @@ pub enum UpgradeState {
     Checking,
     /// Pulling the image that ships the tool.
     Pulling,
+    /// Pulled and checked; waiting for the job's confirmation
+    /// (`requireConfirmation`) before the backup.
+    WaitingConfirmation,
     /// Taking the tool out of the image and backing up (`keadm backup edge`).
     BackingUp,
     /// Upgrading (`keadm upgrade edge`).
@@ -311,6 +326,7 @@ impl UpgradeState {
         match self {
             UpgradeState::Checking => "Checking",
             UpgradeState::Pulling => "Pulling",
+            UpgradeState::WaitingConfirmation => "WaitingConfirmation",
             UpgradeState::BackingUp => "BackingUp",
             UpgradeState::Upgrading => "Upgrading",
             UpgradeState::RollingBack => "RollingBack",

@@ -14,9 +14,9 @@ pub use imageprepulljob::{
     NodeImageStatus as PrePullNodeImageStatus,
 };
 pub use nodeupgradejob::{
-    DEFAULT_UPGRADE_IMAGE, ImageDigestGatter, NodeUpgradeJob, NodeUpgradeJobSpec,
-    NodeUpgradeJobStatus, RegistryApi, UpgradeNodeStatus, first_version_in, is_version,
-    kubeedge_version_of_kubelet,
+    CONFIRM_ANNOTATION, DEFAULT_UPGRADE_IMAGE, ImageDigestGatter, NodeUpgradeJob,
+    NodeUpgradeJobSpec, NodeUpgradeJobStatus, RegistryApi, UpgradeNodeStatus, first_version_in,
+    is_version, kubeedge_version_of_kubelet,
 };
 
 use schemars::JsonSchema;

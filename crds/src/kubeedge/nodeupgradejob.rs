@@ -6,6 +6,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Annotation on a NodeUpgradeJob with `requireConfirmation` that confirms
+/// the upgrade of the nodes it names (comma-separated), or of all (`*`):
+/// nodeimage's stand-in for `keadm ctl confirm` on each node.
+pub const CONFIRM_ANNOTATION: &str = "nodeimage.dev/confirm-upgrade";
+
 /// Default upgrade image; its tag is replaced by `version`.
 pub const DEFAULT_UPGRADE_IMAGE: &str = "kubeedge/installation-package";
 
@@ -79,7 +84,9 @@ pub struct NodeUpgradeJobSpec {
         }]
     ))]
     pub failure_tolerate: Option<String>,
-    /// Accepted for compatibility with KubeEdge; nodeimage does not pause for confirmation.
+    /// Each node waits, after its checks and pull, for confirmation before it
+    /// backs up and upgrades: annotate the job `nodeimage.dev/confirm-upgrade`
+    /// with the node names (comma-separated) or `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_confirmation: Option<bool>,
     /// Accepted for compatibility with KubeEdge (the name keeps upstream's spelling); unused.

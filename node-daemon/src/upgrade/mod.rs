@@ -98,14 +98,72 @@ fn state_of(rep: &Reporter<'_>) -> UpgradeReport {
         .clone()
 }
 
-/// Whether the NodeImage still asks for this upgrade (same entry version).
-pub fn still_wanted(ni: &NodeImage, key: &TagKey, version: i64, upgrade: &TagUpgrade) -> bool {
+/// The upgrade the NodeImage's entry asks for now, if it is still this run
+/// (same entry version, same upgrade; a confirmation may have changed it).
+fn current<'a>(
+    ni: &'a NodeImage,
+    key: &TagKey,
+    version: i64,
+    upgrade: &TagUpgrade,
+) -> Option<&'a TagUpgrade> {
     ni.spec
         .images
         .as_ref()
         .and_then(|m| m.get(&key.image))
         .and_then(|i| i.tags.iter().find(|t| t.tag == key.tag))
-        .is_some_and(|t| t.version.unwrap_or(0) == version && t.upgrade.as_ref() == Some(upgrade))
+        .filter(|t| t.version.unwrap_or(0) == version)
+        .and_then(|t| t.upgrade.as_ref())
+        .filter(|u| u.same_run(upgrade))
+}
+
+/// Whether the NodeImage still asks for this upgrade (same entry version).
+pub fn still_wanted(ni: &NodeImage, key: &TagKey, version: i64, upgrade: &TagUpgrade) -> bool {
+    current(ni, key, version, upgrade).is_some()
+}
+
+/// How long one wait for confirmation lasts before it looks again.
+const CONFIRMATION_POLL: Duration = Duration::from_secs(60);
+
+/// Waits while the entry asks the node to wait for confirmation
+/// (`requireConfirmation`), reporting WaitingConfirmation; true once
+/// confirmed (or never asked), false when the entry is removed or
+/// superseded meanwhile (the controller timed the node out, the job went).
+async fn confirmed(
+    deps: &Deps,
+    rep: &Reporter<'_>,
+    key: &TagKey,
+    version: i64,
+    up: &TagUpgrade,
+) -> bool {
+    let mut announced = false;
+    loop {
+        let Some(ni) = deps.status.observed() else {
+            return false;
+        };
+        match current(&ni, key, version, up) {
+            None => return false,
+            Some(u) if !u.await_confirmation => {
+                if announced {
+                    tracing::info!(tag = %key, job = %up.job, "upgrade confirmed");
+                }
+                return true;
+            }
+            Some(_) => {}
+        }
+        if !announced {
+            announced = true;
+            set(rep, |u| u.state = Some(UpgradeState::WaitingConfirmation));
+            rep.send(
+                ImagePullPhase::Pulling,
+                100,
+                Some("checked and pulled; waiting for the job's confirmation".into()),
+            );
+            tracing::info!(tag = %key, job = %up.job, "upgrade waits for confirmation");
+        }
+        let waiting =
+            |ni: &NodeImage| current(ni, key, version, up).is_none_or(|u| !u.await_confirmation);
+        deps.status.wait_observed(waiting, CONFIRMATION_POLL).await;
+    }
 }
 
 /// Whether the NodeImage's status records `state` for this entry version.
@@ -208,6 +266,12 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
             .await;
         }
     };
+
+    // requireConfirmation: nothing touches the host before the job says so.
+    if !confirmed(&deps, &rep, &task.key, task.version, &up).await {
+        tracing::info!(tag = %task.key, "upgrade entry removed or superseded while waiting for confirmation; nothing run");
+        return;
+    }
 
     // The host steps run in their own task: once started they are not
     // cancelled with this worker (an entry removed or superseded mid-way).

@@ -149,7 +149,10 @@ pub enum Resume {
 /// rollback fails.
 pub fn resume(recorded: Option<UpgradeState>, log: &str) -> Resume {
     match recorded {
-        None | Some(UpgradeState::Checking | UpgradeState::Pulling) => Resume::Fresh,
+        None
+        | Some(
+            UpgradeState::Checking | UpgradeState::Pulling | UpgradeState::WaitingConfirmation,
+        ) => Resume::Fresh,
         Some(UpgradeState::BackingUp) => Resume::Done(Verdict::failed(
             UpgradeState::BackingUp,
             format!(

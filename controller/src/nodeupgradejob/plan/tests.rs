@@ -67,6 +67,7 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
                     ..Default::default()
                 }]),
                 upgrade: Some(TagUpgrade {
+                    await_confirmation: false,
                     version: V.into(),
                     job: "up".into(),
                 }),
@@ -286,6 +287,7 @@ fn concurrency_one_upgrades_in_order_and_maps_each_step() {
     assert_eq!(
         up,
         TagUpgrade {
+            await_confirmation: false,
             version: V.into(),
             job: "up".into()
         }
@@ -785,4 +787,42 @@ fn only_edge_nodes_unless_told_otherwise() {
         now: at(0),
     });
     assert_eq!(p.write_to, vec!["cloud", "n1"]);
+}
+
+#[test]
+fn confirmation_table() {
+    let mk = |require: Option<bool>, annotation: Option<&str>| {
+        let mut j = with(job(&["n1", "n2"]), |s| s.require_confirmation = require);
+        if let Some(a) = annotation {
+            j.metadata.annotations = Some(BTreeMap::from([(
+                CONFIRM_ANNOTATION.to_string(),
+                a.to_string(),
+            )]));
+        }
+        j
+    };
+    let cases = [
+        (None, None, "n1", false),
+        (Some(false), None, "n1", false),
+        (Some(true), None, "n1", true),
+        (Some(true), Some("n1"), "n1", false),
+        (Some(true), Some("n1"), "n2", true),
+        (Some(true), Some("n2, n1"), "n1", false),
+        (Some(true), Some("*"), "n2", false),
+        (Some(true), Some(""), "n1", true),
+        (Some(true), Some("n10"), "n1", true),
+    ];
+    for (require, annotation, node, want) in cases {
+        assert_eq!(
+            awaits_confirmation(&mk(require, annotation), node),
+            want,
+            "{require:?} {annotation:?} {node}"
+        );
+    }
+    // The plan marks the started nodes that must wait.
+    let w = World::ready(&["n1", "n2"]);
+    let j = with(mk(Some(true), Some("n2")), |s| s.concurrency = Some(2));
+    let p = w.plan(&j, 0);
+    assert_eq!(p.write_to, vec!["n1", "n2"]);
+    assert_eq!(p.awaiting, vec!["n1"]);
 }
