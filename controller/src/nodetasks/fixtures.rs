@@ -65,3 +65,19 @@ pub fn sea_of(s: &TaskStatus) -> (String, String, String, String) {
 pub fn tuple(s: &str, e: &str, a: &str, r: &str) -> (String, String, String, String) {
     (s.into(), e.into(), a.into(), r.into())
 }
+
+/// Feeds a plan's status back into the job, as the API would.
+pub fn recorded<J: kube::core::object::HasStatus>(mut job: J, status: &J::Status) -> J
+where
+    J::Status: Clone,
+{
+    *job.status_mut() = Some(status.clone());
+    job
+}
+
+/// The task status of node `name` among `tasks`; panics naming the node.
+pub fn task_of<'a>(mut tasks: impl Iterator<Item = &'a TaskStatus>, name: &str) -> &'a TaskStatus {
+    tasks
+        .find(|s| s.node_name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("{name} not in the status"))
+}

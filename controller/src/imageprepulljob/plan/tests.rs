@@ -1,6 +1,6 @@
 use super::*;
 use crate::clock::api_time;
-use crate::nodetasks::fixtures::{at, nodeimage_of, ready, sea_of, tuple};
+use crate::nodetasks::fixtures::{self, at, nodeimage_of, ready, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobSpec, ImagePrePullTemplate};
@@ -110,20 +110,13 @@ impl World {
     }
 }
 
-/// Feeds a plan's status back into the job, as the API would.
-fn recorded(mut j: ImagePrePullJob, p: &Plan) -> ImagePrePullJob {
-    j.status = Some(p.status.clone());
-    j
+fn recorded(j: ImagePrePullJob, p: &Plan) -> ImagePrePullJob {
+    fixtures::recorded(j, &p.status)
 }
 
 fn node<'a>(p: &'a Plan, name: &str) -> &'a TaskStatus {
-    p.status
-        .status
-        .iter()
-        .flatten()
-        .filter_map(|r| r.node_status.as_ref())
-        .find(|s| s.node_name.as_deref() == Some(name))
-        .unwrap_or_else(|| panic!("{name} not in status: {:?}", p.status))
+    let rows = p.status.status.iter().flatten();
+    fixtures::task_of(rows.filter_map(|r| r.node_status.as_ref()), name)
 }
 
 fn row<'a>(p: &'a Plan, name: &str) -> &'a ImagePrePullStatus {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::clock::api_time;
-use crate::nodetasks::fixtures::{at, cloud, nodeimage_of, ready, sea_of, tuple};
+use crate::nodetasks::fixtures::{self, at, cloud, nodeimage_of, ready, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec};
 use nodeimage_api::kubeedge::NodeUpgradeJobSpec;
@@ -134,20 +134,13 @@ impl World {
     }
 }
 
-/// Feeds a plan's status back into the job, as the API would.
-fn recorded(mut j: NodeUpgradeJob, p: &Plan) -> NodeUpgradeJob {
-    j.status = Some(p.status.clone());
-    j
+fn recorded(j: NodeUpgradeJob, p: &Plan) -> NodeUpgradeJob {
+    fixtures::recorded(j, &p.status)
 }
 
 fn node<'a>(p: &'a Plan, name: &str) -> &'a TaskStatus {
-    p.status
-        .node_status
-        .iter()
-        .flatten()
-        .map(|s| &s.task)
-        .find(|s| s.node_name.as_deref() == Some(name))
-        .unwrap_or_else(|| panic!("{name} not in status: {:?}", p.status))
+    let rows = p.status.node_status.iter().flatten();
+    fixtures::task_of(rows.map(|s| &s.task), name)
 }
 
 /// (state, event, action, reason) of a node.
