@@ -21,7 +21,7 @@ unit:
 	cargo test --workspace
 
 # Regenerate crds/yaml from the Rust types, and the Helm chart's copy of it
-# (tests/chart.sh fails when the two differ).
+# (the chart tests, tests/tests/chart.rs, fail when the two differ).
 crds:
 	UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml
 	rm -f charts/nodeimage/crds/*.yaml && cp crds/yaml/*.yaml charts/nodeimage/crds/

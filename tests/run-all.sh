@@ -53,7 +53,7 @@ tests/nodeimage.sh start
 
 step "end-to-end tests"
 cargo build --quiet -p nodeimage-kubectl  # the kubectl plugin tests/tests/kubectl_plugin.rs runs
-NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds
+NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_
 
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test kubeedge_crds -- --ignored upstream_crds

@@ -15,6 +15,7 @@
 //! copies, an ordered watch of NodeImages).
 
 pub mod cri;
+pub mod helm;
 pub mod http;
 pub mod kruise;
 pub mod nodeimage;
@@ -73,6 +74,14 @@ impl Cluster {
             .get(name)
             .cloned()
             .unwrap_or_else(|| panic!("{name} is not set in the cluster env file"))
+    }
+
+    /// The same cluster with `name` set to `value` (for example another
+    /// KUBECONFIG, to act as someone else).
+    pub fn with_var(&self, name: &str, value: &str) -> Cluster {
+        let mut vars = self.vars.clone();
+        vars.insert(name.to_string(), value.to_string());
+        Cluster { vars }
     }
 
     /// Node names, in order.
