@@ -57,7 +57,7 @@ done
 install_crds
 
 # ---------------------------------------------------------------------------
-# Fresh nodes: a containerd with its own root (config of node-1, other dirs)
+# Fresh nodes: a containerd with its own root (the nodes' config, other dirs)
 # ---------------------------------------------------------------------------
 FRESH_NAMES=()
 fresh_containerd() {
@@ -66,7 +66,7 @@ fresh_containerd() {
   mkdir -p "$d/root" "$d/state" "$d/opt" "$d/cni/bin" "$d/cni/net.d"
   cp -r "$src/certs.d" "$d/certs.d"
   rm -f "$LOGS/ctrd-$name.log" # start_daemon appends: keep only this run's lines
-  sed "s#$src#$d#g" "$src/config.toml" >"$d/config.toml"
+  containerd_config "$d" "$NODEIMAGE_SNAPSHOTTER" "$NODEIMAGE_REGISTRY/pause:3.6" >"$d/config.toml"
   bench_start "ctrd-$name" "$(command -v containerd)" --config "$d/config.toml"
   FRESH_NAMES+=("$name")
   wait_until 30 "containerd of $name" "ctrd-$name" "$NI_CRI_BIN" --socket "$d/containerd.sock" --timeout 5 version
