@@ -404,6 +404,27 @@ impl Drop for Watch {
     }
 }
 
+/// The tag entries of `node`'s NodeImage owned by `uid` (none when the
+/// NodeImage is missing).
+pub fn entries_owned_by(c: &Cluster, node: &str, uid: &str) -> Vec<Value> {
+    let Some(ni) = get(c, node) else {
+        return vec![];
+    };
+    ni["spec"]["images"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .flat_map(|i| i["tags"].as_array().cloned().unwrap_or_default())
+        .filter(|t| {
+            t["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["uid"] == uid)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,26 +71,6 @@ fn v2_nodes(status: &Value) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// The job's tag entries on `node`'s NodeImage (by the job's uid).
-fn entries_of(c: &Cluster, node: &str, uid: &str) -> Vec<Value> {
-    let Some(ni) = nodeimage_tests::nodeimage::get(c, node) else {
-        return vec![];
-    };
-    ni["spec"]["images"]
-        .as_object()
-        .into_iter()
-        .flat_map(|m| m.values())
-        .flat_map(|i| i["tags"].as_array().cloned().unwrap_or_default())
-        .filter(|t| {
-            t["ownerReferences"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|o| o["uid"] == uid)
-        })
-        .collect()
-}
-
 #[test]
 #[ignore = "needs the local cluster (make test)"]
 fn a_v1alpha2_job_runs_and_reads_in_both_versions() {
@@ -247,7 +227,7 @@ fn what_kubeedge_accepts_is_accepted() {
         "{ns}"
     );
     // The repeated image is one entry on the node.
-    let entries = entries_of(&c, &nodes[0], &uid);
+    let entries = nodeimage_tests::nodeimage::entries_owned_by(&c, &nodes[0], &uid);
     assert_eq!(entries.len(), 1, "{entries:?}");
 
     // NodeUpgradeJob: concurrency 0 and another check item, accepted.
@@ -298,7 +278,7 @@ fn only_edge_nodes_take_part() {
         str_of(&prepull::node_entry(&status, &nodes[0]).0["state"]),
         "Successful"
     );
-    assert!(entries_of(&c, &cloud.name, &uid).is_empty());
+    assert!(nodeimage_tests::nodeimage::entries_owned_by(&c, &cloud.name, &uid).is_empty());
 
     // Selected: a selector matching both takes only the edge node.
     let name = unique("ke-selected");
@@ -364,6 +344,9 @@ fn failures_reaching_the_tolerance_start_no_more_nodes() {
             "{status}"
         );
         assert_eq!(v2_nodes(&status)[n]["phase"], "Pending", "{status}");
-        assert!(entries_of(&c, n, &uid).is_empty(), "{n} never started");
+        assert!(
+            nodeimage_tests::nodeimage::entries_owned_by(&c, n, &uid).is_empty(),
+            "{n} never started"
+        );
     }
 }

@@ -20,26 +20,6 @@ fn str_of(v: &Value) -> &str {
     v.as_str().unwrap_or_default()
 }
 
-fn entries_owned_by(c: &Cluster, node: &str, uid: &str) -> usize {
-    nodeimage_tests::nodeimage::get(c, node)
-        .map(|ni| {
-            ni["spec"]["images"]
-                .as_object()
-                .into_iter()
-                .flat_map(|m| m.values())
-                .flat_map(|i| i["tags"].as_array().cloned().unwrap_or_default())
-                .filter(|t| {
-                    t["ownerReferences"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|o| o["uid"] == uid)
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 #[test]
 #[ignore = "needs the local cluster (make test)"]
 fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
@@ -103,7 +83,7 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
         .collect();
     assert!(fins.contains(&KRUISE_FINALIZER), "{fins:?}");
     let uid = str_of(&done["metadata"]["uid"]).to_string();
-    assert!(entries_owned_by(&c, &nodes[0], &uid) > 0);
+    assert!(!nodeimage_tests::nodeimage::entries_owned_by(&c, &nodes[0], &uid).is_empty());
 
     // Step "deleting jobs OpenKruise created": the delete completes, the
     // entries go.
@@ -121,7 +101,9 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
     );
     assert!(kruise::get(&c, IPJ, Some(&ns.name), name).is_none());
     wait_for("the job's entries to be released", WAIT, || {
-        (entries_owned_by(&c, &nodes[0], &uid) + entries_owned_by(&c, &nodes[1], &uid) == 0)
+        (nodeimage_tests::nodeimage::entries_owned_by(&c, &nodes[0], &uid).len()
+            + nodeimage_tests::nodeimage::entries_owned_by(&c, &nodes[1], &uid).len()
+            == 0)
             .then_some(())
     });
 
