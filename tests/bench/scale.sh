@@ -26,6 +26,21 @@
 # NODES NodeImages included). After a scenario the jobs are deleted and the
 # script waits until the NodeImages hold no tags again.
 #
+# Side by side: the same scenarios against another controller (for example
+# OpenKruise's kruise-manager built from its source), named by
+#   CONTROLLER_BIN      the binary (default: nodeimage-controller)
+#   CONTROLLER_ARGS     its flags; {kubeconfig} and {health} are replaced by
+#                       the benchmark's kubeconfig and a loopback host:port
+#   CONTROLLER_CRDS     a directory of its CRDs (default: crds/yaml)
+#   CONTROLLER_METRICS  its Prometheus endpoint (default http://{health}/metrics;
+#                       CPU and RSS are read from /proc either way)
+#   CONTROLLER_READY    a command that succeeds once it is ready (default:
+#                       curl its /readyz)
+#   CONTROLLER_RECONCILES_METRIC  its reconcile counter (default
+#                       nodeimage_controller_reconciles_total; for
+#                       controller-runtime: controller_runtime_reconcile_total)
+# See docs/benchmarks.md for kruise-manager's settings.
+#
 # Settings: NODES (1000), JOBS (100), PARALLELISM (100), PREPULL_CONCURRENCY
 # (100), SIM_CONCURRENCY (64 nodes written at once), PULL_MS (0: simulated
 # pull time), SETTLE_SECONDS (60: window for the reconcile rate),
@@ -70,17 +85,25 @@ fi
 RESULTS_FILE=$RESULTS/scale-$(date -u +%Y%m%dT%H%M%SZ)-$NODES.txt
 trap bench_cleanup EXIT
 
-for b in nodeimage-controller ni-sim; do
-  [[ -x $BIN/$b ]] || die "$BIN/$b missing: cargo build --release -p nodeimage-controller -p nodeimage-tests"
-done
+CONTROLLER_BIN=${CONTROLLER_BIN:-$BIN/nodeimage-controller}
+CONTROLLER_ARGS=${CONTROLLER_ARGS:-"--kubeconfig {kubeconfig} --health-addr {health} --log-format json"}
+CONTROLLER_CRDS=${CONTROLLER_CRDS:-$SRC/crds/yaml}
+CONTROLLER_METRICS=${CONTROLLER_METRICS:-"http://{health}/metrics"}
+CONTROLLER_READY=${CONTROLLER_READY:-"curl -fsS http://{health}/readyz"}
+CONTROLLER_RECONCILES_METRIC=${CONTROLLER_RECONCILES_METRIC:-nodeimage_controller_reconciles_total}
+[[ -x $CONTROLLER_BIN ]] || die "$CONTROLLER_BIN missing: cargo build --release -p nodeimage-controller"
+[[ -x $BIN/ni-sim ]] || die "$BIN/ni-sim missing: cargo build --release -p nodeimage-tests"
+[[ -d $CONTROLLER_CRDS ]] || die "CONTROLLER_CRDS $CONTROLLER_CRDS is not a directory"
 
 {
   echo "# tests/bench/scale.sh ${SCENARIOS[*]} $(date -u +%FT%TZ) on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   echo "# NODES=$NODES JOBS=$JOBS PARALLELISM=$PARALLELISM PREPULL_CONCURRENCY=$PREPULL_CONCURRENCY SIM_CONCURRENCY=$SIM_CONCURRENCY PULL_MS=$PULL_MS"
   echo "# binaries: $BIN ($(code_version)), cluster $STATE"
+  echo "# controller: $CONTROLLER_BIN $CONTROLLER_ARGS (CRDs $CONTROLLER_CRDS)"
 } | tee "$RESULTS_FILE"
 
-install_crds
+kc apply --server-side --force-conflicts -f "$CONTROLLER_CRDS" >/dev/null
+kc wait --for=condition=Established --timeout=60s -f "$CONTROLLER_CRDS" >/dev/null
 bench_identity nodeimage-controller 50
 bench_identity ni-sim 60
 kc get namespace "$NS" >/dev/null 2>&1 || kc create namespace "$NS" >/dev/null
@@ -89,12 +112,25 @@ CTRL_KUBECONFIG=$RESULTS/nodeimage-controller.kubeconfig
 SIM_KUBECONFIG=$RESULTS/ni-sim.kubeconfig
 SIM_STATS=$RESULTS/ni-sim.stats
 
-start_controller() {
-  bench_start scale-controller "$BIN/nodeimage-controller" --kubeconfig "$CTRL_KUBECONFIG" \
-    --health-addr "$CTRL_HEALTH" --log-format json
-  wait_until 300 "controller ready" scale-controller curl -fsS "http://$CTRL_HEALTH/readyz"
+# fill TEXT: TEXT with {kubeconfig} and {health} replaced.
+fill() {
+  local t=${1//\{kubeconfig\}/$CTRL_KUBECONFIG}
+  printf '%s' "${t//\{health\}/$CTRL_HEALTH}"
 }
-ctrl_metric() { metric "http://$CTRL_HEALTH/metrics" "$@"; }
+start_controller() {
+  local args
+  read -r -a args <<<"$(fill "$CONTROLLER_ARGS")"
+  bench_start scale-controller "$CONTROLLER_BIN" "${args[@]}"
+  wait_until 300 "controller ready" scale-controller bash -c "$(fill "$CONTROLLER_READY")"
+}
+ctrl_metric() {
+  case $1 in
+    process_cpu_seconds_total) proc_cpu "$(ctrl_pid)" ;;
+    process_resident_memory_bytes) awk -v kb="$(vm_kb "$(ctrl_pid)" VmRSS)" 'BEGIN { printf "%d", kb * 1024 }' ;;
+    nodeimage_controller_reconciles_total) metric "$(fill "$CONTROLLER_METRICS")" "$CONTROLLER_RECONCILES_METRIC" "${2:-}" || echo 0 ;;
+    *) metric "$(fill "$CONTROLLER_METRICS")" "$@" ;;
+  esac
+}
 ctrl_pid() { bench_pid scale-controller; }
 # Number of simulated NodeImages, and how many tag entries they hold.
 sim_nodeimages() { kc get nodeimages -l "$SIM_SEL" -o name | wc -l; }
