@@ -128,7 +128,7 @@ fn kubeedge_verdict(state: Option<&str>, reason: Option<&str>) -> Verdict {
 
 impl Judged for ImagePrePullJobStatus {
     fn verdict(&self) -> Verdict {
-        kubeedge_verdict(self.state.as_deref(), self.reason.as_deref())
+        kubeedge_verdict(self.job.state.as_deref(), self.job.reason.as_deref())
     }
     fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
         &mut self.conditions
@@ -140,7 +140,7 @@ impl Judged for ImagePrePullJobStatus {
 
 impl Judged for NodeUpgradeJobStatus {
     fn verdict(&self) -> Verdict {
-        kubeedge_verdict(self.state.as_deref(), self.reason.as_deref())
+        kubeedge_verdict(self.job.state.as_deref(), self.job.reason.as_deref())
     }
     fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
         &mut self.conditions

@@ -277,7 +277,7 @@ pub fn image_pre_pull_job_counts(j: &ImagePrePullJob) -> JobCounts {
         active,
         succeeded,
         failed,
-        phase: kubeedge_phase(s.state.as_deref()),
+        phase: kubeedge_phase(s.job.state.as_deref()),
     }
 }
 
@@ -295,7 +295,7 @@ pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
         active,
         succeeded,
         failed,
-        phase: kubeedge_phase(s.state.as_deref()),
+        phase: kubeedge_phase(s.job.state.as_deref()),
     }
 }
 

@@ -550,11 +550,11 @@ fn summary(job: &Job, uid: &str) -> JobSummary {
             (
                 j.spec.image_pre_pull_template.images.clone(),
                 JobStatus {
-                    state: s.state.filter(|x| !x.is_empty()),
-                    event: s.event.filter(|x| !x.is_empty()),
-                    action: s.action.filter(|x| !x.is_empty()),
-                    message: s.reason.filter(|x| !x.is_empty()),
-                    completion_time: s.time.as_deref().and_then(|t| t.parse().ok()),
+                    state: s.job.state.filter(|x| !x.is_empty()),
+                    event: s.job.event.filter(|x| !x.is_empty()),
+                    action: s.job.action.filter(|x| !x.is_empty()),
+                    message: s.job.reason.filter(|x| !x.is_empty()),
+                    completion_time: s.job.time.as_deref().and_then(|t| t.parse().ok()),
                     ..JobStatus::default()
                 },
             )
@@ -573,11 +573,11 @@ fn summary(job: &Job, uid: &str) -> JobSummary {
             (
                 images,
                 JobStatus {
-                    state: s.state.filter(|x| !x.is_empty()),
-                    event: s.event.filter(|x| !x.is_empty()),
-                    action: s.action.filter(|x| !x.is_empty()),
-                    message: s.reason.filter(|x| !x.is_empty()),
-                    completion_time: s.time.as_deref().and_then(|t| t.parse().ok()),
+                    state: s.job.state.filter(|x| !x.is_empty()),
+                    event: s.job.event.filter(|x| !x.is_empty()),
+                    action: s.job.action.filter(|x| !x.is_empty()),
+                    message: s.job.reason.filter(|x| !x.is_empty()),
+                    completion_time: s.job.time.as_deref().and_then(|t| t.parse().ok()),
                     ..JobStatus::default()
                 },
             )

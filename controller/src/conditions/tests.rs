@@ -82,7 +82,10 @@ fn verdicts_from_upstream_status_fields() {
         assert_eq!((k, r), (kind, reason), "{s:?}");
     }
     let ke = |state: &str| ImagePrePullJobStatus {
-        state: Some(state.into()),
+        job: nodeimage_api::kubeedge::JobState {
+            state: Some(state.into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert!(matches!(ke("Successful").verdict(), Verdict::Complete(..)));

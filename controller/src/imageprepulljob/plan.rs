@@ -190,7 +190,7 @@ pub fn failure_event(message: &str) -> &'static str {
 
 /// Whether a job status is final.
 pub fn is_finished(status: &ImagePrePullJobStatus) -> bool {
-    nodetasks::is_final(status.state.as_deref())
+    nodetasks::is_final(status.job.state.as_deref())
 }
 
 #[cfg(test)]
@@ -230,7 +230,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         &kind,
         Job {
             uid: job.uid().unwrap_or_default(),
-            old: phase_of(&old),
+            old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
             entries: images.map(|_| entries.clone()),
             node_names: t.node_names.as_deref(),
@@ -266,30 +266,11 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     }
 }
 
-fn phase_of(s: &ImagePrePullJobStatus) -> nodetasks::Phase {
-    nodetasks::Phase {
-        state: s
-            .state
-            .clone()
-            .or_else(|| v1alpha2::state_of_phase(s.phase.as_deref()).map(str::to_string)),
-        event: s.event.clone(),
-        action: s.action.clone(),
-        reason: s.reason.clone(),
-        time: s.time.clone(),
-    }
-}
-
 fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJobStatus {
     ImagePrePullJobStatus {
-        phase: v1alpha2::job_phase(p.state.as_deref()).or(old.phase),
-        node_status: old.node_status,
-        state: p.state,
-        event: p.event,
-        action: p.action,
-        reason: p.reason,
-        time: p.time,
-        status: old.status,
-        conditions: old.conditions,
+        phase: v1alpha2::job_phase(p.state.as_deref()).or(old.phase.clone()),
+        job: p,
+        ..old
     }
 }
 

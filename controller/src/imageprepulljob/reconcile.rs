@@ -62,7 +62,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
         });
         jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now).await?;
         jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
-            (s.state.as_deref(), s.reason.as_deref())
+            (s.job.state.as_deref(), s.job.reason.as_deref())
         })
         .await?;
         if p.summarised != plan::Summary::Full {

@@ -33,7 +33,10 @@ fn job_counts_and_phases() {
         image_status: None,
     };
     p.status = Some(ImagePrePullJobStatus {
-        state: Some("Failed".into()),
+        job: nodeimage_api::kubeedge::JobState {
+            state: Some("Failed".into()),
+            ..Default::default()
+        },
         status: Some(vec![node("Successful"), node("failed"), node("pulling")]),
         ..Default::default()
     });

@@ -103,20 +103,8 @@ pub mod action {
 }
 
 /// The job-level `state`, `event`, `action`, `reason` and `time` both
-/// KubeEdge statuses carry.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Phase {
-    /// Job state.
-    pub state: Option<String>,
-    /// The step the state refers to.
-    pub event: Option<String>,
-    /// The step's outcome.
-    pub action: Option<String>,
-    /// Details or why the job failed.
-    pub reason: Option<String>,
-    /// When the job entered its state (RFC 3339).
-    pub time: Option<String>,
-}
+/// KubeEdge statuses carry (the API's type).
+pub use nodeimage_api::kubeedge::JobState as Phase;
 
 /// When the kind announces its start (event Started).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! `actionFlow`. Both shapes live in one object (see the API crate), so one
 //! engine serves both versions; this is the one place that maps them. Pure.
 
-use super::{action, event, state};
+use super::{Phase, action, event, state};
 use nodeimage_api::kubeedge::{ActionFlow, TaskStatus, node_phase, phase};
 
 /// One action of a kind's v1alpha2 flow: the v1alpha1 event that reports
@@ -30,6 +30,16 @@ pub fn state_of_phase(job_phase: Option<&str>) -> Option<&'static str> {
         phase::FAILURE => Some(state::FAILED),
         _ => None,
     }
+}
+
+/// The job-level status the engine starts from: as recorded, with the
+/// v1alpha1 state of a job whose status only has v1alpha2's phase.
+pub fn recorded(job: &Phase, job_phase: Option<&str>) -> Phase {
+    let mut p = job.clone();
+    if p.state.is_none() {
+        p.state = state_of_phase(job_phase).map(str::to_string);
+    }
+    p
 }
 
 /// A node's v1alpha2 phase: a node that ran out of time is Unknown, as

@@ -184,7 +184,7 @@ pub fn entry_pull_policy(job: &NodeUpgradeJob) -> ImageTagPullPolicy {
 
 /// Whether a job status is final.
 pub fn is_finished(status: &NodeUpgradeJobStatus) -> bool {
-    nodetasks::is_final(status.state.as_deref())
+    nodetasks::is_final(status.job.state.as_deref())
 }
 
 /// Decides the job's next step.
@@ -218,16 +218,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         &kind,
         Job {
             uid: uid.clone(),
-            old: nodetasks::Phase {
-                state: old
-                    .state
-                    .clone()
-                    .or_else(|| v1alpha2::state_of_phase(old.phase.as_deref()).map(str::to_string)),
-                event: old.event.clone(),
-                action: old.action.clone(),
-                reason: old.reason.clone(),
-                time: old.time.clone(),
-            },
+            old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
             entries: entry.map(|e| vec![e]),
             node_names: spec.node_names.as_deref(),
@@ -292,14 +283,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
 }
 
 fn with_phase(old: NodeUpgradeJobStatus, p: nodetasks::Phase) -> NodeUpgradeJobStatus {
-    NodeUpgradeJobStatus {
-        state: p.state,
-        event: p.event,
-        action: p.action,
-        reason: p.reason,
-        time: p.time,
-        ..old
-    }
+    NodeUpgradeJobStatus { job: p, ..old }
 }
 
 /// Nodes whose NodeImage holds an entry owned by `uid`.

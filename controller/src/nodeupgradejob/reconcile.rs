@@ -82,7 +82,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             }
         }
         jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
-            (s.state.as_deref(), s.reason.as_deref())
+            (s.job.state.as_deref(), s.job.reason.as_deref())
         })
         .await?;
         jobshell::publish(ctx, job.as_ref(), &p.events).await;

@@ -1,6 +1,6 @@
 //! ImagePrePullJob: KubeEdge's batch image pre-pull over edge nodes.
 
-use super::{ActionFlow, TaskStatus};
+use super::{ActionFlow, JobState, TaskStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -93,21 +93,9 @@ pub struct ImagePrePullJobStatus {
     /// v1alpha2: one entry per node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_status: Option<Vec<ImagePrePullNodeStatus>>,
-    /// v1alpha1 state of the job: Init, Pulling, Successful or Failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-    /// The step the state refers to: Init, Check, Pull or TimeOut.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    /// Outcome: Success or Failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<String>,
-    /// Why the job failed, or how far along it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// When the state last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<String>,
+    /// v1alpha1: state, event, action, reason, time.
+    #[serde(flatten)]
+    pub job: JobState,
     /// v1alpha1: one entry per node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Vec<ImagePrePullStatus>>,

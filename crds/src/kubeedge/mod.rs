@@ -51,6 +51,28 @@ pub const IMAGEPREPULLJOB_FINALIZER: &str = "kubeedge.io/imageprepulljob-control
 /// The finalizer KubeEdge's controller-manager puts on NodeUpgradeJobs.
 pub const NODEUPGRADEJOB_FINALIZER: &str = "kubeedge.io/nodeupgradejob-controller";
 
+/// The v1alpha1 job-level status both KubeEdge kinds carry: state, event,
+/// action, reason and time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobState {
+    /// v1alpha1 state of the job, such as Init, Pulling, Upgrading, Successful or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// The step the state refers to, such as Init, Check, Pull, Upgrade or TimeOut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Outcome: Success or Failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Why the job failed, or how far along it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the state last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
 /// One action a node ran, in v1alpha2's per-node `actionFlow`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,6 @@
 //! NodeUpgradeJob: KubeEdge's rolling upgrade of the node agent.
 
-use super::{ActionFlow, TaskStatus};
+use super::{ActionFlow, JobState, TaskStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -134,27 +134,15 @@ pub struct NodeUpgradeJobStatus {
     /// v1alpha2 phase of the job: Init, InProgress, Completed or Failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// v1alpha1 state of the job.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    /// v1alpha1: state, event, action, reason, time.
+    #[serde(flatten)]
+    pub job: JobState,
     /// The version the nodes were upgraded to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
     /// The version the nodes ran before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub historic_version: Option<String>,
-    /// The step the state refers to: Init, Check, BackUp, Upgrade, TimeOut or Rollback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    /// Outcome: Success or Failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<String>,
-    /// Why the job failed, or how far along it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// When the state last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<String>,
     /// One entry per node (v1alpha1's and v1alpha2's fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_status: Option<Vec<UpgradeNodeStatus>>,

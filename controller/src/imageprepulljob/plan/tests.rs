@@ -200,7 +200,7 @@ fn selection_table() {
     assert!(sea(&p, "virtual").3.starts_with("not ready"));
     assert_eq!(sea(&p, "n1"), tuple("Pulling", "Pull", "", ""));
     assert_eq!(p.write_to, vec!["n1", "n2"]);
-    assert_eq!(p.status.state.as_deref(), Some("Pulling"));
+    assert_eq!(p.status.job.state.as_deref(), Some("Pulling"));
     let failed: Vec<&JobEvent> = p
         .events
         .iter()
@@ -219,9 +219,9 @@ fn selection_table() {
         });
     });
     let p = w.plan(&j, 0);
-    assert_eq!(p.status.state.as_deref(), Some("Failed"));
+    assert_eq!(p.status.job.state.as_deref(), Some("Failed"));
     assert_eq!(
-        p.status.reason.as_deref(),
+        p.status.job.reason.as_deref(),
         Some("no node matches labelSelector")
     );
 
@@ -284,7 +284,7 @@ fn concurrency_budget() {
     assert_eq!(p.write_to, vec!["n2"]);
     assert_eq!(sea(&p, "n1"), tuple("Successful", "Pull", "Success", ""));
     assert_eq!(sea(&p, "n2").0, "Pulling");
-    assert_eq!(p.status.state.as_deref(), Some("Pulling"));
+    assert_eq!(p.status.job.state.as_deref(), Some("Pulling"));
 
     // concurrency 2: two at once.
     let j2 = with(job(&[IMG_A], &["n1", "n2", "n3"]), |t| {
@@ -388,8 +388,8 @@ fn failure_tolerance_table() {
         });
         let p = w.plan(&j, 50);
         assert!(p.finished, "{tol:?}");
-        assert_eq!(p.status.state.as_deref(), Some(want_state), "{tol:?}");
-        assert_eq!(p.status.reason.as_deref(), want_reason, "{tol:?}");
+        assert_eq!(p.status.job.state.as_deref(), Some(want_state), "{tol:?}");
+        assert_eq!(p.status.job.reason.as_deref(), want_reason, "{tol:?}");
         assert_eq!(
             sea(&p, "n3"),
             tuple(
@@ -407,7 +407,7 @@ fn failure_tolerance_table() {
         );
         if want_state == "Failed" {
             assert_eq!(
-                p.status.event.as_deref(),
+                p.status.job.event.as_deref(),
                 Some("Check"),
                 "all failures were checks"
             );
@@ -418,9 +418,9 @@ fn failure_tolerance_table() {
         t.failure_tolerate = Some("0".into())
     });
     let p = w.plan(&j, 50);
-    assert_eq!(p.status.state.as_deref(), Some("Successful"));
-    assert_eq!(p.status.reason, None);
-    assert_eq!(p.status.action.as_deref(), Some("Success"));
+    assert_eq!(p.status.job.state.as_deref(), Some("Successful"));
+    assert_eq!(p.status.job.reason, None);
+    assert_eq!(p.status.job.action.as_deref(), Some("Success"));
 }
 
 #[test]
@@ -479,7 +479,7 @@ fn status_shape_matches_the_guide() {
         (Some("Failed"), Some(why))
     );
     assert_eq!(
-        p.status.reason.as_deref(),
+        p.status.job.reason.as_deref(),
         Some("1 of 1 nodes failed (100.0%), reaching failureTolerate 0.1")
     );
 }
@@ -546,8 +546,8 @@ fn missing_secret_fails_nodes_not_started() {
         1,
         Secrets::Missing(why.into()),
     );
-    assert_eq!(p.status.state.as_deref(), Some("Failed"));
-    assert_eq!(p.status.event.as_deref(), Some("Init"));
+    assert_eq!(p.status.job.state.as_deref(), Some("Failed"));
+    assert_eq!(p.status.job.event.as_deref(), Some("Init"));
     assert!(p.write_to.is_empty());
 }
 
@@ -585,7 +585,7 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
     w.set(nodeimage("n2", 10, &[(IMG_A, Some((Some(Succeeded), "")))]));
     let p = w.plan(&j, 30);
     assert!(p.finished);
-    assert_eq!(p.status.state.as_deref(), Some("Successful"));
+    assert_eq!(p.status.job.state.as_deref(), Some("Successful"));
     assert_eq!(p.requeue_after, None);
     assert!(p.events.iter().any(|e| e.reason == "Finished"));
     assert!(!p.events.iter().any(|e| e.reason == "Started"));
@@ -607,7 +607,10 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
     });
     let mut running = running;
     running.status = Some(ImagePrePullJobStatus {
-        state: Some("Pulling".into()),
+        job: nodeimage_api::kubeedge::JobState {
+            state: Some("Pulling".into()),
+            ..Default::default()
+        },
         status: Some(vec![ImagePrePullStatus {
             node_status: Some(TaskStatus {
                 node_name: Some("n2".into()),

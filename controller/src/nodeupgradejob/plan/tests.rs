@@ -150,9 +150,9 @@ fn sea(p: &Plan, name: &str) -> (String, String, String, String) {
 
 fn job_sea(p: &Plan) -> (String, String, String) {
     (
-        p.status.state.clone().unwrap_or_default(),
-        p.status.event.clone().unwrap_or_default(),
-        p.status.action.clone().unwrap_or_default(),
+        p.status.job.state.clone().unwrap_or_default(),
+        p.status.job.event.clone().unwrap_or_default(),
+        p.status.job.action.clone().unwrap_or_default(),
     )
 }
 
@@ -252,7 +252,7 @@ fn selection_and_nodes_that_cannot_start() {
     assert_eq!(order, vec!["n1", "n3"]);
 
     let j = with(job(&[]), |s| s.node_names = None);
-    assert_eq!(w.plan(&j, 0).status.state.as_deref(), Some("Failed"));
+    assert_eq!(w.plan(&j, 0).status.job.state.as_deref(), Some("Failed"));
     let j = with(job(&[]), |s| {
         s.node_names = None;
         s.label_selector = Some(LabelSelector {
@@ -262,7 +262,7 @@ fn selection_and_nodes_that_cannot_start() {
     });
     let p = w.plan(&j, 0);
     assert_eq!(
-        p.status.reason.as_deref(),
+        p.status.job.reason.as_deref(),
         Some("no node matches labelSelector")
     );
 }
@@ -450,7 +450,7 @@ fn failures_map_to_their_step_and_rollback_is_a_failure() {
         let expected_reason = report.message.unwrap_or(NO_UPGRADE_SUPPORT);
         assert_eq!(got.3, expected_reason, "{name}");
         assert_eq!(reasons(&p), vec![event, "Finished"], "{name}");
-        assert_eq!(p.status.state.as_deref(), Some("Failed"), "{name}");
+        assert_eq!(p.status.job.state.as_deref(), Some("Failed"), "{name}");
         assert_eq!(p.status.current_version, None, "{name}");
     }
 }
@@ -504,7 +504,7 @@ fn nodes_at_the_version_are_skipped_and_versions_recorded() {
         ("Successful".into(), "Upgrade".into(), "Success".into())
     );
     assert_eq!(p.status.historic_version.as_deref(), Some("v1.15.1"));
-    assert_eq!(p.status.reason, None);
+    assert_eq!(p.status.job.reason, None);
 }
 
 #[test]
@@ -552,7 +552,7 @@ fn timeouts_free_the_slot_and_the_job_still_finishes() {
         ("Successful".into(), "Upgrade".into(), "Success".into())
     );
     assert_eq!(
-        p.status.reason.as_deref(),
+        p.status.job.reason.as_deref(),
         Some("1 of 2 nodes failed (50.0%), below failureTolerate 0.6")
     );
     let j = recorded(j, &p);
@@ -595,7 +595,7 @@ fn failure_tolerance_table() {
             }),
         ));
         let p = w.plan(&j, 5);
-        assert_eq!(p.status.state.as_deref(), Some(want), "{tolerate:?}");
+        assert_eq!(p.status.job.state.as_deref(), Some(want), "{tolerate:?}");
         assert_eq!(
             reasons(&p),
             vec!["NodeUpgraded", "NodeRolledBack", "Finished"]
@@ -627,8 +627,8 @@ fn node_times_stay_while_the_phase_does() {
     let p = w.plan(&j, 9);
     assert_eq!(node(&p, "n1").time, Some(rfc3339(at(9))));
     assert_eq!(
-        p.status.time,
-        j.status.as_ref().and_then(|s| s.time.clone())
+        p.status.job.time,
+        j.status.as_ref().and_then(|s| s.job.time.clone())
     );
 }
 
@@ -681,7 +681,7 @@ fn failures_at_the_tolerance_start_no_more_nodes() {
     assert!(p.finished);
     assert_eq!(job_sea(&p).0, "Failed");
     assert_eq!(
-        p.status.reason.as_deref(),
+        p.status.job.reason.as_deref(),
         Some("1 of 3 nodes failed (33.3%), reaching failureTolerate 0.3; 2 nodes not started")
     );
     assert_eq!(sea(&p, "n2").0, "Init");
@@ -718,11 +718,12 @@ fn failures_at_the_tolerance_start_no_more_nodes() {
     assert_eq!(p.write_to, vec!["n2"]);
     assert!(
         p.status
+            .job
             .reason
             .as_deref()
             .is_some_and(|r| r.ends_with("failureTolerate reached: starting no more nodes")),
         "{:?}",
-        p.status.reason
+        p.status.job.reason
     );
     let j = recorded(j, &p);
     w.set(nodeimage(
