@@ -45,10 +45,12 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
         "spec": {
             "image": image,
             "selector": {"names": [nodes[0], nodes[1]]},
-            "parallelism": 2,
+            "parallelism": 0,
             "completionPolicy": {"type": "Always"},
         },
     });
+    // Paused (parallelism 0) until OpenKruise's status is in place: nodeimage
+    // must not finish the job before the takeover is set up.
     kruise::create(&c, &job);
     let _ = c.kubectl(
         &[
@@ -61,6 +63,19 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
             "--type=merge",
             "-p",
             r#"{"status":{"desired":2,"active":2,"message":"job is running, progress 0.0%"}}"#,
+        ],
+        None,
+    );
+    c.kubectl_ok(
+        &[
+            "patch",
+            IPJ,
+            name,
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"parallelism":2}}"#,
         ],
         None,
     );
@@ -112,7 +127,6 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
     let waiting = "kruise-paused";
     let mut paused = job.clone();
     paused["metadata"]["name"] = json!(waiting);
-    paused["spec"]["parallelism"] = json!(0);
     kruise::create(&c, &paused);
     std::thread::sleep(Duration::from_secs(2));
     c.kubectl_ok(
