@@ -116,7 +116,9 @@ impl StatusHandle {
             let spec_changed = g.observed.as_ref().is_none_or(|o| o.spec != ni.spec);
             g.observed = Some(ni);
             self.seen.notify_waiters();
-            if !matches!(source, Source::OwnWrite) {
+            // Our own write may carry a spec newer than any event seen yet
+            // (the events before it are then skipped): rebuild for it too.
+            if !matches!(source, Source::OwnWrite) || spec_changed {
                 g.pending = true;
                 g.urgent |= spec_changed;
                 drop(g);
