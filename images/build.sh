@@ -22,6 +22,8 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO_ROOT"
 # shellcheck source=images/spec.sh
 . images/spec.sh
+# shellcheck source=images/oci.sh
+. images/oci.sh
 STATE=${NODEIMAGE_STATE:-$REPO_ROOT/.state}
 log() { printf '[%s] images: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -105,10 +107,7 @@ if ((PUSH)); then
     dest=$IMAGE_REGISTRY/$n:$TAG
     tls=${IMAGE_TLS_VERIFY:-true}
     case $dest in 127.0.0.1:* | localhost:* | localhost/* | "[::1]":*) tls=false ;; esac
-    creds=()
-    [[ -n ${IMAGE_DEST_CREDS:-} ]] && creds=(--dest-creds "$IMAGE_DEST_CREDS")
-    skopeo --insecure-policy copy --quiet --dest-tls-verify="$tls" "${creds[@]}" \
-      "oci:$LAYOUT:$n" "docker://$dest"
+    push_oci "$LAYOUT:$n" "$dest" "${IMAGE_DEST_CREDS:-}" "$tls"
     log "pushed $dest"
   done
   printf "export NODEIMAGE_IMAGE_PREFIX='%s'\nexport NODEIMAGE_IMAGE_TAG='%s'\n" \

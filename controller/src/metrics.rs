@@ -264,11 +264,11 @@ fn kubeedge_counts<'a>(states: impl Iterator<Item = Option<&'a str>>) -> (i64, i
 pub fn image_pre_pull_job_counts(j: &ImagePrePullJob) -> JobCounts {
     let s = j.status.clone().unwrap_or_default();
     let nodes = s.status.clone().unwrap_or_default();
-    let (desired, active, succeeded, failed) = kubeedge_counts(
-        nodes
-            .iter()
-            .map(|n| n.node_status.as_ref().and_then(|t| t.state.as_deref())),
-    );
+    let (desired, active, succeeded, failed) = kubeedge_counts(nodes.iter().map(|n| {
+        n.node_status
+            .as_ref()
+            .and_then(|t| t.phase.state.as_deref())
+    }));
     JobCounts {
         kind: "ImagePrePullJob",
         namespace: String::new(),
@@ -286,7 +286,7 @@ pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
     let s = j.status.clone().unwrap_or_default();
     let nodes = s.node_status.clone().unwrap_or_default();
     let (desired, active, succeeded, failed) =
-        kubeedge_counts(nodes.iter().map(|n| n.task.state.as_deref()));
+        kubeedge_counts(nodes.iter().map(|n| n.task.phase.state.as_deref()));
     JobCounts {
         kind: "NodeUpgradeJob",
         namespace: String::new(),

@@ -55,7 +55,8 @@ fn subdomain_item(_field: &str, what: &str) -> Value {
     })
 }
 
-fn node_names(field: &str, description: &str) -> Schema {
+/// A list of node names, as the field named.
+pub(crate) fn node_names(field: &str, description: &str) -> Schema {
     json_schema!({
         "description": description,
         "type": "array",
@@ -70,22 +71,6 @@ pub fn job_node_names(_: &mut SchemaGenerator) -> Schema {
     node_names(
         "spec.selector.names",
         "Node names; duplicates are rejected.",
-    )
-}
-
-/// `spec.imagePrePullTemplate.nodeNames` of ImagePrePullJob.
-pub fn prepull_node_names(_: &mut SchemaGenerator) -> Schema {
-    node_names(
-        "spec.imagePrePullTemplate.nodeNames",
-        "Names of the nodes to pull on. Set this or labelSelector, not both.",
-    )
-}
-
-/// `spec.nodeNames` of NodeUpgradeJob.
-pub fn upgrade_node_names(_: &mut SchemaGenerator) -> Schema {
-    node_names(
-        "spec.nodeNames",
-        "Names of the nodes to upgrade. Set this or labelSelector, not both.",
     )
 }
 
@@ -192,7 +177,8 @@ fn match_expressions(field: &str) -> Value {
     })
 }
 
-fn label_selector(field: &str, description: &str) -> Schema {
+/// A label selector, as the field named.
+pub(crate) fn label_selector(field: &str, description: &str) -> Schema {
     json_schema!({
         "description": description,
         "type": "object",
@@ -221,22 +207,6 @@ pub fn job_pod_selector(_: &mut SchemaGenerator) -> Schema {
     label_selector(
         "spec.podSelector",
         "Pull on the nodes running active, scheduled pods that match these labels in the job's namespace. Mutually exclusive with selector.",
-    )
-}
-
-/// `spec.imagePrePullTemplate.labelSelector` of ImagePrePullJob.
-pub fn prepull_label_selector(_: &mut SchemaGenerator) -> Schema {
-    label_selector(
-        "spec.imagePrePullTemplate.labelSelector",
-        "Labels selecting the nodes to pull on. Set this or nodeNames, not both.",
-    )
-}
-
-/// `spec.labelSelector` of NodeUpgradeJob.
-pub fn upgrade_label_selector(_: &mut SchemaGenerator) -> Schema {
-    label_selector(
-        "spec.labelSelector",
-        "Labels selecting the nodes to upgrade. Set this or nodeNames, not both.",
     )
 }
 

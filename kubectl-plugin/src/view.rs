@@ -462,8 +462,8 @@ fn apply_task_statuses<'a>(
         let Some(node) = t.node_name.clone().filter(|n| !n.is_empty()) else {
             continue;
         };
-        let state = t.state.as_deref().unwrap_or_default();
-        let reason = t.reason.clone().filter(|r| !r.is_empty());
+        let state = t.phase.state.as_deref().unwrap_or_default();
+        let reason = t.phase.reason.clone().filter(|r| !r.is_empty());
         let final_phase = if state.eq_ignore_ascii_case("successful") {
             Some(Phase::Succeeded)
         } else if state.eq_ignore_ascii_case("failed") {

@@ -303,13 +303,6 @@ server = "http://$1"
 EOF
 }
 
-# push_oci LAYOUT:TAG DEST [USER:PASSWORD] [TLS_VERIFY]: the one image pusher
-# of the shell scripts: copies an OCI layout image to docker://DEST with
-# skopeo, the manifest byte for byte (its digest stays the layout's);
-# TLS_VERIFY defaults to false (the test registries are plain HTTP).
-push_oci() {
-  local src=$1 dest=$2 creds=() tls=${4:-false}
-  [[ -n ${3:-} ]] && creds=(--dest-creds "$3")
-  skopeo --insecure-policy copy --quiet --preserve-digests --dest-tls-verify="$tls" "${creds[@]}" \
-    "oci:$src" "docker://$dest"
-}
+# push_oci (the one image pusher) comes from images/oci.sh.
+# shellcheck source=images/oci.sh
+. "$REPO_ROOT/images/oci.sh"

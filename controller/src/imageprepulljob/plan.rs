@@ -122,7 +122,7 @@ pub enum Summary {
 
 /// The node timeout: `timeoutSeconds`, where unset or 0 means 300.
 pub fn node_timeout(job: &ImagePrePullJob) -> i64 {
-    nodetasks::node_timeout(job.spec.image_pre_pull_template.timeout_seconds)
+    nodetasks::node_timeout(job.spec.image_pre_pull_template.task.timeout_seconds)
 }
 
 /// The job as an owner of tag entries (cluster-scoped: no namespace).
@@ -154,6 +154,7 @@ pub fn entry_pull_policy(job: &ImagePrePullJob) -> ImageTagPullPolicy {
 pub fn check_items(job: &ImagePrePullJob) -> Vec<String> {
     job.spec
         .image_pre_pull_template
+        .task
         .check_items
         .clone()
         .unwrap_or_default()
@@ -168,8 +169,8 @@ fn select_nodes(
 ) -> Result<Vec<String>, String> {
     let t = &job.spec.image_pre_pull_template;
     rollout::select_nodes(
-        t.node_names.as_deref(),
-        t.label_selector.as_ref(),
+        t.task.node_names.as_deref(),
+        t.task.label_selector.as_ref(),
         nodes,
         true,
     )
@@ -233,11 +234,11 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
             entries: images.map(|_| entries.clone()),
-            node_names: t.node_names.as_deref(),
-            label_selector: t.label_selector.as_ref(),
-            failure_tolerate: t.failure_tolerate.as_deref(),
-            concurrency: t.concurrency,
-            timeout_seconds: t.timeout_seconds,
+            node_names: t.task.node_names.as_deref(),
+            label_selector: t.task.label_selector.as_ref(),
+            failure_tolerate: t.task.failure_tolerate.as_deref(),
+            concurrency: t.task.concurrency,
+            timeout_seconds: t.task.timeout_seconds,
             edge_only: inp.edge_only,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
@@ -287,7 +288,7 @@ fn v1alpha2_rows(rows: &[ImagePrePullStatus], summary: Summary) -> Vec<ImagePreP
                 node_name: t.node_name.clone(),
                 phase: Some(v1alpha2::node_phase(t)),
                 action_flow: (summary < Summary::Minimal && !flow.is_empty()).then_some(flow),
-                reason: t.reason.clone(),
+                reason: t.phase.reason.clone(),
                 image_status: r.image_status.as_ref().map(|images| {
                     images
                         .iter()
@@ -422,7 +423,7 @@ impl NodeTask for PrePull<'_> {
         let node_status = match node_state {
             NodeState::Active(since) => {
                 let mut s = nodetasks::task(name, state::PULLING, Some(event::PULL), None, None, 0);
-                s.time = since.map(rfc3339);
+                s.phase.time = since.map(rfc3339);
                 s
             }
             NodeState::Succeeded => nodetasks::succeeded(name, event::PULL, None, 0),
@@ -458,14 +459,14 @@ impl NodeTask for PrePull<'_> {
     }
 
     fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
-        (t.state.as_deref() == Some(state::FAILED)).then(|| {
+        (t.phase.state.as_deref() == Some(state::FAILED)).then(|| {
             JobEvent::warning(
                 "NodeFailed",
                 format!(
                     "Node {} failed ({}): {}",
                     t.node_name.as_deref().unwrap_or_default(),
-                    t.event.as_deref().unwrap_or_default(),
-                    t.reason.as_deref().unwrap_or_default()
+                    t.phase.event.as_deref().unwrap_or_default(),
+                    t.phase.reason.as_deref().unwrap_or_default()
                 ),
             )
         })
@@ -507,21 +508,25 @@ fn summary_of(taken: usize) -> Summary {
 pub fn summarise(rows: &mut [ImagePrePullStatus], budget: usize) -> Summary {
     let steps: [fn(&mut ImagePrePullStatus); 4] = [
         |r| {
-            if r.node_status.as_ref().and_then(|s| s.state.as_deref()) == Some(state::SUCCESSFUL) {
+            if r.node_status
+                .as_ref()
+                .and_then(|s| s.phase.state.as_deref())
+                == Some(state::SUCCESSFUL)
+            {
                 r.image_status = None;
             }
         },
         |r| r.image_status = None,
         |r| {
             if let Some(s) = r.node_status.as_mut() {
-                s.reason = None;
-                s.time = None;
+                s.phase.reason = None;
+                s.phase.time = None;
             }
         },
         |r| {
             if let Some(s) = r.node_status.as_mut() {
-                s.event = None;
-                s.action = None;
+                s.phase.event = None;
+                s.phase.action = None;
             }
         },
     ];

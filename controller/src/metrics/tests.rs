@@ -27,7 +27,10 @@ fn job_counts_and_phases() {
     let mut p = ImagePrePullJob::new("p", Default::default());
     let node = |state: &str| ImagePrePullStatus {
         node_status: Some(TaskStatus {
-            state: Some(state.into()),
+            phase: nodeimage_api::kubeedge::JobState {
+                state: Some(state.into()),
+                ..Default::default()
+            },
             ..Default::default()
         }),
         image_status: None,

@@ -2,10 +2,55 @@
 
 use crate::nodes::NodeInfo;
 use chrono::{DateTime, Utc};
-use nodeimage_api::kruise::{ImageSpec, ImageStatus, NodeImage, NodeImageSpec, NodeImageStatus};
-use nodeimage_api::kubeedge::TaskStatus;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use nodeimage_api::kruise::{
+    ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
+};
+use nodeimage_api::kubeedge::{NodeTask, TaskStatus};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The nodes, node versions and NodeImages a plan test runs over.
+pub struct World {
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, NodeInfo>,
+    /// The node agent's version per node (NodeUpgradeJob).
+    pub versions: BTreeMap<String, String>,
+    /// NodeImages by name.
+    pub nodeimages: BTreeMap<String, Arc<NodeImage>>,
+}
+
+impl World {
+    /// Ready edge nodes `names`, each with the NodeImage `empty` makes for it.
+    pub fn ready(names: &[&str], empty: impl Fn(&str) -> Arc<NodeImage>) -> World {
+        World {
+            nodes: names.iter().map(|n| (n.to_string(), ready(&[]))).collect(),
+            versions: BTreeMap::new(),
+            nodeimages: names.iter().map(|n| (n.to_string(), empty(n))).collect(),
+        }
+    }
+
+    /// Puts (or replaces) a NodeImage.
+    pub fn set(&mut self, ni: Arc<NodeImage>) -> &mut Self {
+        self.nodeimages.insert(ni.name_any(), ni);
+        self
+    }
+
+    /// Sets a node's agent version.
+    pub fn version(&mut self, node: &str, v: &str) -> &mut Self {
+        self.versions.insert(node.into(), v.into());
+        self
+    }
+}
+
+/// A node task over the nodes `names`, everything else default.
+pub fn on_nodes<P>(names: &[&str]) -> NodeTask<P> {
+    NodeTask {
+        node_names: Some(names.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    }
+}
 
 /// `s` seconds after a fixed instant.
 pub fn at(s: i64) -> DateTime<Utc> {
@@ -51,13 +96,51 @@ pub fn nodeimage_of(
     Arc::new(ni)
 }
 
+/// A NodeImage `name` holding, per (image, entry, report), the tag entry and,
+/// where given, the status the node reported for it.
+pub fn nodeimage_with(
+    name: &str,
+    tags: Vec<(String, ImageTagSpec, Option<ImageTagStatus>)>,
+) -> Arc<NodeImage> {
+    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    for (image, spec, status) in tags {
+        if let Some(status) = status {
+            statuses.entry(image.clone()).or_default().tags.push(status);
+        }
+        images.entry(image).or_default().tags.push(spec);
+    }
+    nodeimage_of(name, images, statuses)
+}
+
+/// A tag entry written `created` seconds after [`at`]'s instant, owned by `owner`.
+pub fn tag_entry(tag: &str, created: i64, owner: ObjectReference) -> ImageTagSpec {
+    ImageTagSpec {
+        tag: tag.into(),
+        version: Some(0),
+        created_at: Some(crate::clock::api_time(at(created))),
+        owner_references: Some(vec![owner]),
+        ..Default::default()
+    }
+}
+
+/// (state, event, action, reason) of a node that timed out after `secs`.
+pub fn timed_out(secs: u64) -> (String, String, String, String) {
+    tuple(
+        "Failed",
+        "TimeOut",
+        "Failure",
+        &format!("timed out: the node did not finish within {secs}s"),
+    )
+}
+
 /// (state, event, action, reason) of a node row.
 pub fn sea_of(s: &TaskStatus) -> (String, String, String, String) {
     (
-        s.state.clone().unwrap_or_default(),
-        s.event.clone().unwrap_or_default(),
-        s.action.clone().unwrap_or_default(),
-        s.reason.clone().unwrap_or_default(),
+        s.phase.state.clone().unwrap_or_default(),
+        s.phase.event.clone().unwrap_or_default(),
+        s.phase.action.clone().unwrap_or_default(),
+        s.phase.reason.clone().unwrap_or_default(),
     )
 }
 

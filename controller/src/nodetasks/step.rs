@@ -45,10 +45,10 @@ impl<K: NodeTask> Node<K> {
         match self {
             Node::Final(r) => {
                 let t = K::task(r).cloned().unwrap_or_default();
-                if t.state.as_deref() == Some(state::SUCCESSFUL) {
+                if t.phase.state.as_deref() == Some(state::SUCCESSFUL) {
                     NodeState::Succeeded
                 } else {
-                    NodeState::Failed(t.reason.unwrap_or_default())
+                    NodeState::Failed(t.phase.reason.unwrap_or_default())
                 }
             }
             Node::Rejected(reason) => NodeState::Failed(reason.clone()),
@@ -157,7 +157,7 @@ pub fn step<K: NodeTask>(
         old_rows
             .get(name)
             .and_then(|r| K::task(r))
-            .is_some_and(|t| is_final(t.state.as_deref()))
+            .is_some_and(|t| is_final(t.phase.state.as_deref()))
     };
 
     let track = Tracker {
@@ -300,7 +300,7 @@ pub fn step<K: NodeTask>(
     let node_events: Vec<JobEvent> = node_rows
         .iter()
         .filter_map(|r| K::task(r))
-        .filter(|t| is_final(t.state.as_deref()))
+        .filter(|t| is_final(t.phase.state.as_deref()))
         .filter(|t| !t.node_name.as_deref().is_some_and(old_final))
         .filter_map(|t| kind.node_event(t))
         .collect();
@@ -424,11 +424,13 @@ pub fn task(
 ) -> TaskStatus {
     TaskStatus {
         node_name: Some(name.to_string()),
-        state: Some(state.to_string()),
-        event: event.map(str::to_string),
-        action: action.map(str::to_string),
-        reason: reason.map(|r| cap(&r, max_reason)),
-        time: None,
+        phase: Phase {
+            state: Some(state.to_string()),
+            event: event.map(str::to_string),
+            action: action.map(str::to_string),
+            reason: reason.map(|r| cap(&r, max_reason)),
+            time: None,
+        },
     }
 }
 
@@ -494,7 +496,7 @@ fn keep_time<K: NodeTask>(
     let Some(ns) = K::task_mut(&mut row) else {
         return row;
     };
-    if ns.state.as_deref() == Some(state::INIT) {
+    if ns.phase.state.as_deref() == Some(state::INIT) {
         return row;
     }
     let old = ns
@@ -502,10 +504,14 @@ fn keep_time<K: NodeTask>(
         .as_deref()
         .and_then(|n| old_rows.get(n))
         .and_then(|r| K::task(r));
-    let own = ns.time.take();
-    ns.time = match old {
-        Some(o) if o.state == ns.state && o.event == ns.event && o.action == ns.action => {
-            o.time.clone().or(own)
+    let own = ns.phase.time.take();
+    ns.phase.time = match old {
+        Some(o)
+            if o.phase.state == ns.phase.state
+                && o.phase.event == ns.phase.event
+                && o.phase.action == ns.phase.action =>
+        {
+            o.phase.time.clone().or(own)
         }
         _ => own,
     }
@@ -519,8 +525,8 @@ fn failed_job_event<K: NodeTask>(rows: &[K::Row]) -> &'static str {
     let events: BTreeSet<&str> = rows
         .iter()
         .filter_map(|r| K::task(r))
-        .filter(|s| s.state.as_deref() == Some(state::FAILED))
-        .filter_map(|s| s.event.as_deref())
+        .filter(|s| s.phase.state.as_deref() == Some(state::FAILED))
+        .filter_map(|s| s.phase.event.as_deref())
         .collect();
     match events.into_iter().collect::<Vec<_>>().as_slice() {
         [one] => K::FAILURE_EVENTS

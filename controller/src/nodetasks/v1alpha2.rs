@@ -45,10 +45,12 @@ pub fn recorded(job: &Phase, job_phase: Option<&str>) -> Phase {
 /// A node's v1alpha2 phase: a node that ran out of time is Unknown, as
 /// KubeEdge marks it.
 pub fn node_phase(t: &TaskStatus) -> String {
-    let p = match t.state.as_deref() {
+    let p = match t.phase.state.as_deref() {
         None | Some("") | Some(state::INIT) => node_phase::PENDING,
         Some(state::SUCCESSFUL) => node_phase::SUCCESSFUL,
-        Some(state::FAILED) if t.event.as_deref() == Some(event::TIMEOUT) => node_phase::UNKNOWN,
+        Some(state::FAILED) if t.phase.event.as_deref() == Some(event::TIMEOUT) => {
+            node_phase::UNKNOWN
+        }
         Some(state::FAILED) => node_phase::FAILURE,
         Some(_) => node_phase::IN_PROGRESS,
     };
@@ -62,7 +64,7 @@ pub fn node_phase(t: &TaskStatus) -> String {
 pub fn action_flow(t: &TaskStatus, flow: &[Step]) -> Vec<ActionFlow> {
     let Some(at) = flow
         .iter()
-        .position(|(ev, _)| Some(*ev) == t.event.as_deref())
+        .position(|(ev, _)| Some(*ev) == t.phase.event.as_deref())
     else {
         return vec![];
     };
@@ -72,7 +74,7 @@ pub fn action_flow(t: &TaskStatus, flow: &[Step]) -> Vec<ActionFlow> {
         ..Default::default()
     };
     let mut out: Vec<ActionFlow> = flow[..at].iter().map(|(_, a)| done(a)).collect();
-    let ok = match t.action.as_deref() {
+    let ok = match t.phase.action.as_deref() {
         Some(action::SUCCESS) => "True",
         Some(action::FAILURE) => "False",
         _ => return out,
@@ -80,8 +82,8 @@ pub fn action_flow(t: &TaskStatus, flow: &[Step]) -> Vec<ActionFlow> {
     out.push(ActionFlow {
         action: Some(flow[at].1.to_string()),
         status: Some(ok.into()),
-        reason: t.reason.clone().filter(|_| ok == "False"),
-        time: t.time.clone(),
+        reason: t.phase.reason.clone().filter(|_| ok == "False"),
+        time: t.phase.time.clone(),
     });
     out
 }
@@ -100,11 +102,13 @@ mod tests {
     fn t(state: &str, event: Option<&str>, action: Option<&str>) -> TaskStatus {
         TaskStatus {
             node_name: Some("n".into()),
-            state: Some(state.into()),
-            event: event.map(str::to_string),
-            action: action.map(str::to_string),
-            reason: Some("why".into()),
-            time: Some("2026-11-25T00:00:00Z".into()),
+            phase: Phase {
+                state: Some(state.into()),
+                event: event.map(str::to_string),
+                action: action.map(str::to_string),
+                reason: Some("why".into()),
+                time: Some("2026-11-25T00:00:00Z".into()),
+            },
         }
     }
 

@@ -138,7 +138,7 @@ pub fn awaits_confirmation(job: &NodeUpgradeJob, node: &str) -> bool {
 
 /// The node timeout: `timeoutSeconds`, where unset or 0 means 300.
 pub fn node_timeout(job: &NodeUpgradeJob) -> i64 {
-    nodetasks::node_timeout(job.spec.timeout_seconds)
+    nodetasks::node_timeout(job.spec.task.timeout_seconds)
 }
 
 /// The job as an owner of tag entries (cluster-scoped: no namespace).
@@ -221,11 +221,11 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
             entries: entry.map(|e| vec![e]),
-            node_names: spec.node_names.as_deref(),
-            label_selector: spec.label_selector.as_ref(),
-            failure_tolerate: spec.failure_tolerate.as_deref(),
-            concurrency: spec.concurrency,
-            timeout_seconds: spec.timeout_seconds,
+            node_names: spec.task.node_names.as_deref(),
+            label_selector: spec.task.label_selector.as_ref(),
+            failure_tolerate: spec.task.failure_tolerate.as_deref(),
+            concurrency: spec.task.concurrency,
+            timeout_seconds: spec.task.timeout_seconds,
             edge_only: inp.edge_only,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(spec)),
         },
@@ -248,7 +248,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     // a job that had finished releases every entry.
     let recorded: BTreeSet<&str> = old_rows
         .iter()
-        .filter(|t| nodetasks::is_final(t.state.as_deref()))
+        .filter(|t| nodetasks::is_final(t.phase.state.as_deref()))
         .filter_map(|t| t.node_name.as_deref())
         .collect();
     let release_from: Vec<String> = owning_nodes(inp.nodeimages, &uid)
@@ -312,7 +312,13 @@ struct Upgrade<'a> {
 impl Upgrade<'_> {
     /// The entry every working node gets.
     fn request(&self) -> (EntryRequest, TagUpgrade) {
-        let checks = self.job.spec.check_items.clone().filter(|c| !c.is_empty());
+        let checks = self
+            .job
+            .spec
+            .task
+            .check_items
+            .clone()
+            .filter(|c| !c.is_empty());
         (
             EntryRequest {
                 image: self.entry.image.clone(),
@@ -368,7 +374,7 @@ impl Upgrade<'_> {
             .rows
             .iter()
             .flatten()
-            .any(|t| t.state.as_deref() == Some(state::SUCCESSFUL));
+            .any(|t| t.phase.state.as_deref() == Some(state::SUCCESSFUL));
         let current = if any_successful {
             Some(version.clone())
         } else {
@@ -410,14 +416,14 @@ fn v1alpha2_rows(
     rows.into_iter()
         .map(|task| {
             let mut flow = v1alpha2::action_flow(&task, FLOW);
-            let rolled_back = task.event.as_deref() == Some(event::ROLLBACK);
+            let rolled_back = task.phase.event.as_deref() == Some(event::ROLLBACK);
             if let Some(upgrade) = flow
                 .iter_mut()
                 .find(|a| rolled_back && a.action.as_deref() == Some("Upgrade"))
             {
                 upgrade.status = Some(v1alpha2::condition_status(false));
             }
-            let upgraded = task.state.as_deref() == Some(state::SUCCESSFUL);
+            let upgraded = task.phase.state.as_deref() == Some(state::SUCCESSFUL);
             UpgradeNodeStatus {
                 phase: Some(v1alpha2::node_phase(&task)),
                 action_flow: (!flow.is_empty()).then_some(flow),
@@ -563,11 +569,11 @@ impl NodeTask for Upgrade<'_> {
 
     fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
         let name = t.node_name.clone().unwrap_or_default();
-        let reason = t.reason.clone().unwrap_or_default();
-        Some(if t.state.as_deref() == Some(state::SUCCESSFUL) {
+        let reason = t.phase.reason.clone().unwrap_or_default();
+        Some(if t.phase.state.as_deref() == Some(state::SUCCESSFUL) {
             JobEvent::normal("NodeUpgraded", format!("Node {name}: {reason}"))
-        } else if t.event.as_deref() == Some(event::ROLLBACK)
-            && t.action.as_deref() == Some(action::SUCCESS)
+        } else if t.phase.event.as_deref() == Some(event::ROLLBACK)
+            && t.phase.action.as_deref() == Some(action::SUCCESS)
         {
             JobEvent::warning(
                 "NodeRolledBack",
@@ -578,7 +584,7 @@ impl NodeTask for Upgrade<'_> {
                 "NodeFailed",
                 format!(
                     "Node {name} failed ({}): {reason}",
-                    t.event.as_deref().unwrap_or_default()
+                    t.phase.event.as_deref().unwrap_or_default()
                 ),
             )
         })
@@ -669,14 +675,14 @@ fn failed_step(upgrade: Option<UpgradeState>, reason: &str) -> (&'static str, &'
 pub fn summarise(rows: &mut [TaskStatus], budget: usize) {
     let steps: [fn(&mut TaskStatus); 3] = [
         |r| {
-            if r.state.as_deref() == Some(state::SUCCESSFUL) {
-                r.reason = None;
+            if r.phase.state.as_deref() == Some(state::SUCCESSFUL) {
+                r.phase.reason = None;
             }
         },
-        |r| r.reason = r.reason.as_deref().map(|s| cap(s, 64)),
+        |r| r.phase.reason = r.phase.reason.as_deref().map(|s| cap(s, 64)),
         |r| {
-            r.reason = None;
-            r.time = None;
+            r.phase.reason = None;
+            r.phase.time = None;
         },
     ];
     // The v1alpha2 fields ride on the same rows, about doubling them.

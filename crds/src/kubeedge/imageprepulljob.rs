@@ -1,7 +1,7 @@
 //! ImagePrePullJob: KubeEdge's batch image pre-pull over edge nodes.
 
+use super::task::{NodeTask, PrePullFields};
 use super::{ActionFlow, JobState, TaskStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -38,40 +38,9 @@ pub struct ImagePrePullTemplate {
     /// The images to pre-pull (a repeated image is pulled once).
     #[schemars(schema_with = "crate::reference::image_repeatable_list_schema")]
     pub images: Vec<String>,
-    /// Names of the nodes to pull on. Set this or labelSelector, not both.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::validation::prepull_node_names")]
-    pub node_names: Option<Vec<String>>,
-    /// Labels selecting the nodes to pull on. Set this or nodeNames, not both.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::validation::prepull_label_selector")]
-    pub label_selector: Option<LabelSelector>,
-    /// Checks each node passes before pulling: `disk`, `cpu`, `mem` (none by
-    /// default). A check fails when usage is above the daemon's threshold (80%
-    /// by default); an item of another name fails the node, as in KubeEdge v1alpha2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::validation::check_items")]
-    pub check_items: Option<Vec<String>>,
-    /// Fraction of nodes that may fail while the job still succeeds, a decimal
-    /// in [0, 1] (default "0.1"). "0" tolerates no failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend(
-        "default" = "0.1",
-        "x-kubernetes-validations" = [{
-            "rule": "self.matches('^(0(\\\\.[0-9]+)?|1(\\\\.0+)?|\\\\.[0-9]+)$')",
-            "message": "spec.imagePrePullTemplate.failureTolerate must be a decimal number between 0 and 1, such as \"0.1\""
-        }]
-    ))]
-    pub failure_tolerate: Option<String>,
-    /// Most nodes working on this job at once (default 1; 0 means 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 1))]
-    pub concurrency: Option<i32>,
-    /// Limit for each node (checks and all its images), in seconds.
-    /// Unset or 0 means 300; the controller applies that.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = crate::defaults::KUBEEDGE_TIMEOUT_SECONDS))]
-    pub timeout_seconds: Option<i64>,
+    /// Which nodes, checks, tolerance, concurrency and per-node limit.
+    #[serde(flatten)]
+    pub task: NodeTask<PrePullFields>,
     /// Secret with registry credentials, as `namespace/name`. It must be of type
     /// kubernetes.io/dockerconfigjson.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,7 @@
 
 pub mod imageprepulljob;
 pub mod nodeupgradejob;
+pub mod task;
 
 pub use imageprepulljob::{
     ImagePrePullJob, ImagePrePullJobSpec, ImagePrePullJobStatus, ImagePrePullNodeStatus,
@@ -19,6 +20,8 @@ pub use nodeupgradejob::{
     is_version, kubeedge_version_of_kubelet,
 };
 
+pub use task::{NodeTask, PrePullFields, TaskFields, UpgradeFields};
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -29,21 +32,9 @@ pub struct TaskStatus {
     /// Name of the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
-    /// Phase of the node's task, such as Checking, Pulling, Successful or Failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-    /// The step the state refers to: Init, Check, Pull, BackUp, Upgrade, Rollback or TimeOut.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    /// Outcome of the step: Success or Failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<String>,
-    /// Why the node failed, or other details.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// When the state last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<String>,
+    /// Where the node's task stands: state, event, action, reason, time.
+    #[serde(flatten)]
+    pub phase: JobState,
 }
 
 /// The finalizer KubeEdge's controller-manager puts on ImagePrePullJobs.
@@ -51,21 +42,21 @@ pub const IMAGEPREPULLJOB_FINALIZER: &str = "kubeedge.io/imageprepulljob-control
 /// The finalizer KubeEdge's controller-manager puts on NodeUpgradeJobs.
 pub const NODEUPGRADEJOB_FINALIZER: &str = "kubeedge.io/nodeupgradejob-controller";
 
-/// The v1alpha1 job-level status both KubeEdge kinds carry: state, event,
-/// action, reason and time.
+/// Where a KubeEdge job, or one node's task, stands in v1alpha1's shape:
+/// state, event, action, reason and time.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobState {
-    /// v1alpha1 state of the job, such as Init, Pulling, Upgrading, Successful or Failed.
+    /// v1alpha1 state, such as Init, Checking, Pulling, Upgrading, Successful or Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
-    /// The step the state refers to, such as Init, Check, Pull, Upgrade or TimeOut.
+    /// The step the state refers to: Init, Check, Pull, BackUp, Upgrade, Rollback or TimeOut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
     /// Outcome: Success or Failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
-    /// Why the job failed, or how far along it is.
+    /// Why it failed, how far along it is, or other details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When the state last changed (RFC 3339).

@@ -1,7 +1,7 @@
 //! NodeUpgradeJob: KubeEdge's rolling upgrade of the node agent.
 
+use super::task::{NodeTask, UpgradeFields};
 use super::{ActionFlow, JobState, TaskStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -49,41 +49,13 @@ pub struct NodeUpgradeJobSpec {
         "message": "spec.version must be of the form vX.Y.Z, such as v1.16.0"
     }]))]
     pub version: Option<String>,
-    /// Limit for each node, in seconds. Unset or 0 means 300; the controller applies that.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::SECONDS_MAX), extend("default" = crate::defaults::KUBEEDGE_TIMEOUT_SECONDS))]
-    pub timeout_seconds: Option<i64>,
-    /// Names of the nodes to upgrade. Set this or labelSelector, not both.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::validation::upgrade_node_names")]
-    pub node_names: Option<Vec<String>>,
-    /// Labels selecting the nodes to upgrade. Set this or nodeNames, not both.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::validation::upgrade_label_selector")]
-    pub label_selector: Option<LabelSelector>,
+    /// Which nodes, checks, tolerance, concurrency and per-node limit.
+    #[serde(flatten)]
+    pub task: NodeTask<UpgradeFields>,
     /// Image that ships the upgrade tool (keadm); any tag or digest is replaced by version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "kubeedge/installation-package"))]
     pub image: Option<String>,
-    /// Most nodes upgrading at once (default 1; 0 means 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = crate::limits::INT32_MAX), extend("default" = 1))]
-    pub concurrency: Option<i32>,
-    /// Checks each node passes first: `disk`, `cpu`, `mem` (none by default);
-    /// an item of another name fails the node, as in KubeEdge v1alpha2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::validation::check_items")]
-    pub check_items: Option<Vec<String>>,
-    /// Fraction of nodes that may fail while the job still succeeds, a decimal in [0, 1] (default "0.1").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend(
-        "default" = "0.1",
-        "x-kubernetes-validations" = [{
-            "rule": "self.matches('^(0(\\\\.[0-9]+)?|1(\\\\.0+)?|\\\\.[0-9]+)$')",
-            "message": "spec.failureTolerate must be a decimal number between 0 and 1, such as \"0.1\""
-        }]
-    ))]
-    pub failure_tolerate: Option<String>,
     /// Each node waits, after its checks and pull, for confirmation before it
     /// backs up and upgrades: annotate the job `nodeimage.dev/confirm-upgrade`
     /// with the node names (comma-separated) or `*`.

@@ -1,8 +1,7 @@
 use super::*;
-use crate::clock::api_time;
-use crate::nodetasks::fixtures::{self, at, nodeimage_of, ready, sea_of, tuple};
+use crate::nodetasks::fixtures::{self, World, at, ready, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobSpec, ImagePrePullTemplate};
 
 const IMG_A: &str = "127.0.0.1:5000/a:v1";
@@ -15,7 +14,7 @@ fn job(images: &[&str], nodes: &[&str]) -> ImagePrePullJob {
         ImagePrePullJobSpec {
             image_pre_pull_template: ImagePrePullTemplate {
                 images: images.iter().map(|s| s.to_string()).collect(),
-                node_names: Some(nodes.iter().map(|s| s.to_string()).collect()),
+                task: fixtures::on_nodes(nodes),
                 ..Default::default()
             },
         },
@@ -34,66 +33,40 @@ fn with(mut j: ImagePrePullJob, f: impl FnOnce(&mut ImagePrePullTemplate)) -> Im
 type Tag<'a> = (&'a str, Option<(Option<ImagePullPhase>, &'a str)>);
 
 fn nodeimage(name: &str, created: i64, tags: &[Tag<'_>]) -> Arc<NodeImage> {
-    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
-    for (image, entry) in tags {
-        let Some((phase, message)) = entry else {
-            continue;
-        };
+    let owner = ObjectReference {
+        uid: Some(UID.into()),
+        ..Default::default()
+    };
+    let entries = tags.iter().filter_map(|(image, entry)| {
+        let (phase, message) = entry.as_ref()?;
         let e = crate::rollout::entry_for(image).unwrap_or_else(|e| panic!("{e}"));
-        images
-            .entry(e.image.clone())
-            .or_default()
-            .tags
-            .push(ImageTagSpec {
-                tag: e.tag.clone(),
-                version: Some(0),
-                created_at: Some(api_time(at(created))),
-                owner_references: Some(vec![ObjectReference {
-                    uid: Some(UID.into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            });
-        if let Some(phase) = phase {
-            statuses
-                .entry(e.image.clone())
-                .or_default()
-                .tags
-                .push(ImageTagStatus {
-                    tag: e.tag.clone(),
-                    phase: *phase,
-                    version: Some(0),
-                    message: (!message.is_empty()).then(|| message.to_string()),
-                    ..Default::default()
-                });
-        }
-    }
-    nodeimage_of(name, images, statuses)
+        let report = phase.map(|phase| ImageTagStatus {
+            tag: e.tag.clone(),
+            phase,
+            version: Some(0),
+            message: (!message.is_empty()).then(|| message.to_string()),
+            ..Default::default()
+        });
+        Some((
+            e.image,
+            fixtures::tag_entry(&e.tag, created, owner.clone()),
+            report,
+        ))
+    });
+    fixtures::nodeimage_with(name, entries.collect())
 }
 
-struct World {
-    nodes: BTreeMap<String, NodeInfo>,
-    nodeimages: BTreeMap<String, Arc<NodeImage>>,
+/// Ready nodes with empty NodeImages.
+fn world(names: &[&str]) -> World {
+    World::ready(names, |n| nodeimage(n, 0, &[]))
 }
 
-impl World {
-    /// Ready nodes with empty NodeImages.
-    fn ready(names: &[&str]) -> World {
-        World {
-            nodes: names.iter().map(|n| (n.to_string(), ready(&[]))).collect(),
-            nodeimages: names
-                .iter()
-                .map(|n| (n.to_string(), nodeimage(n, 0, &[])))
-                .collect(),
-        }
-    }
+trait Plans {
+    fn plan(&self, j: &ImagePrePullJob, now: i64) -> Plan;
+    fn plan_with(&self, j: &ImagePrePullJob, now: i64, secrets: Secrets) -> Plan;
+}
 
-    fn set(&mut self, ni: Arc<NodeImage>) -> &mut Self {
-        self.nodeimages.insert(ni.name_any(), ni);
-        self
-    }
-
+impl Plans for World {
     fn plan(&self, j: &ImagePrePullJob, now: i64) -> Plan {
         self.plan_with(j, now, Secrets::None)
     }
@@ -135,7 +108,7 @@ fn sea(p: &Plan, name: &str) -> (String, String, String, String) {
 
 #[test]
 fn selection_table() {
-    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let mut w = world(&["n1", "n2", "n3"]);
     w.nodes.insert("down".into(), {
         let mut n = ready(&[]);
         n.ready = false;
@@ -160,8 +133,8 @@ fn selection_table() {
     );
     // labelSelector: matching Nodes, sorted.
     let j = with(job(&[IMG_A], &[]), |t| {
-        t.node_names = None;
-        t.label_selector = Some(LabelSelector {
+        t.task.node_names = None;
+        t.task.label_selector = Some(LabelSelector {
             match_labels: Some(BTreeMap::from([("zone".into(), "a".into())])),
             ..Default::default()
         });
@@ -176,8 +149,8 @@ fn selection_table() {
     let j = with(
         job(&[IMG_A], &["n1", "ghost", "down", "virtual", "n2"]),
         |t| {
-            t.concurrency = Some(5);
-            t.failure_tolerate = Some("1".into());
+            t.task.concurrency = Some(5);
+            t.task.failure_tolerate = Some("1".into());
         },
     );
     let p = w.plan(&j, 0);
@@ -212,8 +185,8 @@ fn selection_table() {
 
     // A selector matching nothing fails the job.
     let j = with(job(&[IMG_A], &[]), |t| {
-        t.node_names = None;
-        t.label_selector = Some(LabelSelector {
+        t.task.node_names = None;
+        t.task.label_selector = Some(LabelSelector {
             match_labels: Some(BTreeMap::from([("zone".into(), "none".into())])),
             ..Default::default()
         });
@@ -226,10 +199,12 @@ fn selection_table() {
     );
 
     // A Ready node whose NodeImage the mirror has not created yet waits.
-    let mut w2 = World::ready(&["n1"]);
+    let mut w2 = world(&["n1"]);
     w2.nodes.insert("new".into(), ready(&[]));
     let p = w2.plan(
-        &with(job(&[IMG_A], &["new", "n1"]), |t| t.concurrency = Some(2)),
+        &with(job(&[IMG_A], &["new", "n1"]), |t| {
+            t.task.concurrency = Some(2)
+        }),
         0,
     );
     assert_eq!(p.write_to, vec!["n1"]);
@@ -241,7 +216,7 @@ fn selection_table() {
 fn concurrency_budget() {
     use ImagePullPhase::*;
     let j = job(&[IMG_A, IMG_B], &["n1", "n2", "n3"]);
-    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let mut w = world(&["n1", "n2", "n3"]);
 
     // (step, n1 tags, expected write_to, expected node states)
     let p = w.plan(&j, 0);
@@ -288,41 +263,33 @@ fn concurrency_budget() {
 
     // concurrency 2: two at once.
     let j2 = with(job(&[IMG_A], &["n1", "n2", "n3"]), |t| {
-        t.concurrency = Some(2)
+        t.task.concurrency = Some(2)
     });
-    let p = World::ready(&["n1", "n2", "n3"]).plan(&j2, 0);
+    let p = world(&["n1", "n2", "n3"]).plan(&j2, 0);
     assert_eq!(p.write_to, vec!["n1", "n2"]);
 }
 
 #[test]
 fn node_timeout_frees_its_slot() {
     let j = with(job(&[IMG_A], &["n1", "n2"]), |t| {
-        t.timeout_seconds = Some(20);
-        t.failure_tolerate = Some("0.6".into());
+        t.task.timeout_seconds = Some(20);
+        t.task.failure_tolerate = Some("0.6".into());
     });
-    let mut w = World::ready(&["n1", "n2"]);
+    let mut w = world(&["n1", "n2"]);
     // n1's daemon never answers: an entry without status.
     w.set(nodeimage("n1", 0, &[(IMG_A, Some((None, "")))]));
     let p = w.plan(&j, 19);
     assert!(p.write_to == vec!["n1"], "still within the timeout");
     assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
     let p = w.plan(&j, 20);
-    assert_eq!(
-        sea(&p, "n1"),
-        tuple(
-            "Failed",
-            "TimeOut",
-            "Failure",
-            "timed out: the node did not finish within 20s"
-        )
-    );
+    assert_eq!(sea(&p, "n1"), fixtures::timed_out(20));
     assert_eq!(p.write_to, vec!["n2"], "the slot went to the next node");
     let imgs = row(&p, "n1").image_status.clone().unwrap_or_default();
     assert_eq!(imgs[0].state.as_deref(), Some("Failed"));
 
     // timeoutSeconds 0 or unset means 300.
     for t in [None, Some(0)] {
-        let j = with(job(&[IMG_A], &["n1"]), |x| x.timeout_seconds = t);
+        let j = with(job(&[IMG_A], &["n1"]), |x| x.task.timeout_seconds = t);
         assert_eq!(node_timeout(&j), 300);
         let p = w.plan(&j, 299);
         assert_eq!(sea(&p, "n1").0, "Pulling");
@@ -348,7 +315,7 @@ fn node_timeout_frees_its_slot() {
 #[test]
 fn failure_tolerance_table() {
     use ImagePullPhase::*;
-    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let mut w = world(&["n1", "n2", "n3"]);
     w.set(nodeimage("n1", 0, &[(IMG_A, Some((Some(Succeeded), "")))]));
     w.set(nodeimage("n2", 0, &[(IMG_A, Some((Some(Succeeded), "")))]));
     w.set(nodeimage(
@@ -384,7 +351,7 @@ fn failure_tolerance_table() {
     ];
     for (tol, want_state, want_reason) in cases {
         let j = with(job(&[IMG_A], &["n1", "n2", "n3"]), |t| {
-            t.failure_tolerate = tol.map(str::to_string)
+            t.task.failure_tolerate = tol.map(str::to_string)
         });
         let p = w.plan(&j, 50);
         assert!(p.finished, "{tol:?}");
@@ -415,7 +382,7 @@ fn failure_tolerance_table() {
     }
     // "0" with no failure succeeds (upstream v1alpha1 fails it).
     let j = with(job(&[IMG_A], &["n1", "n2"]), |t| {
-        t.failure_tolerate = Some("0".into())
+        t.task.failure_tolerate = Some("0".into())
     });
     let p = w.plan(&j, 50);
     assert_eq!(p.status.job.state.as_deref(), Some("Successful"));
@@ -426,7 +393,7 @@ fn failure_tolerance_table() {
 #[test]
 fn status_shape_matches_the_guide() {
     use ImagePullPhase::*;
-    let mut w = World::ready(&["edge-1"]);
+    let mut w = world(&["edge-1"]);
     w.set(nodeimage(
         "edge-1",
         0,
@@ -488,15 +455,15 @@ fn status_shape_matches_the_guide() {
 fn entries_carry_the_job_settings() {
     let j = with(job(&[IMG_A, "nginx"], &["n1"]), |t| {
         t.retry_times = Some(2);
-        t.timeout_seconds = Some(120);
-        t.check_items = Some(vec!["disk".into(), "mem".into()]);
+        t.task.timeout_seconds = Some(120);
+        t.task.check_items = Some(vec!["disk".into(), "mem".into()]);
     });
     let secret = ReferenceObject {
         namespace: Some("nodeimage-secrets".into()),
         name: Some("default.my-secret-1234".into()),
         mode: None,
     };
-    let p = World::ready(&["n1"]).plan_with(&j, 0, Secrets::Copied(vec![secret.clone()]));
+    let p = world(&["n1"]).plan_with(&j, 0, Secrets::Copied(vec![secret.clone()]));
     let r = &p.requests[0];
     assert_eq!(
         (r.image.as_str(), r.tag.as_str()),
@@ -521,11 +488,10 @@ fn entries_carry_the_job_settings() {
     assert_eq!(r.secrets, vec![secret]);
     // checkItems unset: none, as KubeEdge runs (its documented "disk" is not applied).
     assert!(check_items(&job(&[IMG_A], &["n1"])).is_empty());
-    let none = with(job(&[IMG_A], &["n1"]), |t| t.check_items = Some(vec![]));
-    assert_eq!(
-        World::ready(&["n1"]).plan(&none, 0).requests[0].check_items,
-        None
-    );
+    let none = with(job(&[IMG_A], &["n1"]), |t| {
+        t.task.check_items = Some(vec![])
+    });
+    assert_eq!(world(&["n1"]).plan(&none, 0).requests[0].check_items, None);
 }
 
 #[test]
@@ -533,13 +499,13 @@ fn missing_secret_fails_nodes_not_started() {
     let j = with(job(&[IMG_A], &["n1", "n2"]), |t| {
         t.image_secrets = Some("default/absent".into())
     });
-    let mut w = World::ready(&["n1", "n2"]);
+    let mut w = world(&["n1", "n2"]);
     w.set(nodeimage("n1", 0, &[(IMG_A, Some((None, "")))]));
     let why = "image secret default/absent not found";
     let p = w.plan_with(&j, 1, Secrets::Missing(why.into()));
     assert_eq!(sea(&p, "n1").0, "Pulling", "a started node carries on");
     assert_eq!(sea(&p, "n2"), tuple("Failed", "Init", "Failure", why));
-    let p = World::ready(&["n1"]).plan_with(
+    let p = world(&["n1"]).plan_with(
         &with(job(&[IMG_A], &["n1"]), |t| {
             t.image_secrets = Some("default/absent".into())
         }),
@@ -554,7 +520,7 @@ fn missing_secret_fails_nodes_not_started() {
 #[test]
 fn results_are_final_and_finished_jobs_are_not_rerun() {
     use ImagePullPhase::*;
-    let mut w = World::ready(&["n1", "n2"]);
+    let mut w = world(&["n1", "n2"]);
     w.set(nodeimage("n1", 0, &[(IMG_A, Some((Some(Succeeded), "")))]));
     let j = job(&[IMG_A], &["n1", "n2"]);
     let p = w.plan(&j, 10);
@@ -570,12 +536,12 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
     let p = w.plan(&j, 20);
     assert_eq!(sea(&p, "n1").0, "Successful");
     assert_eq!(
-        node(&p, "n1").time.as_deref(),
+        node(&p, "n1").phase.time.as_deref(),
         Some(rfc3339(at(10)).as_str())
     );
     assert_eq!(p.write_to, vec!["n2"], "n1 is not started again");
     assert_eq!(
-        node(&p, "n2").time.as_deref(),
+        node(&p, "n2").phase.time.as_deref(),
         Some(rfc3339(at(10)).as_str()),
         "a working node's time is its start"
     );
@@ -594,7 +560,7 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
     // An edit of a finished job (new images, other nodes) changes nothing.
     let edited = with(done.clone(), |t| {
         t.images.push(IMG_B.into());
-        t.node_names = Some(vec!["n3".into()]);
+        t.task.node_names = Some(vec!["n3".into()]);
     });
     let p = w.plan(&edited, 40);
     assert_eq!(Some(&p.status), done.status.as_ref());
@@ -603,7 +569,7 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
 
     // A running job's node set is the recorded one, whatever the edit.
     let running = with(job(&[IMG_A], &["n1", "n2"]), |t| {
-        t.node_names = Some(vec!["n9".into()])
+        t.task.node_names = Some(vec!["n9".into()])
     });
     let mut running = running;
     running.status = Some(ImagePrePullJobStatus {
@@ -614,8 +580,10 @@ fn results_are_final_and_finished_jobs_are_not_rerun() {
         status: Some(vec![ImagePrePullStatus {
             node_status: Some(TaskStatus {
                 node_name: Some("n2".into()),
-                state: Some("Init".into()),
-                ..Default::default()
+                phase: nodeimage_api::kubeedge::JobState {
+                    state: Some("Init".into()),
+                    ..Default::default()
+                },
             }),
             image_status: None,
         }]),
@@ -650,11 +618,10 @@ fn status_of_5000_nodes_fits_in_1_mib() {
         ),
     ] {
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let j = with(job(&images, &name_refs), |t| t.concurrency = Some(5000));
-        let mut w = World {
-            nodes: BTreeMap::new(),
-            nodeimages: BTreeMap::new(),
-        };
+        let j = with(job(&images, &name_refs), |t| {
+            t.task.concurrency = Some(5000)
+        });
+        let mut w = world(&[]);
         for n in &names {
             w.nodes.insert(n.clone(), ready(&[]));
             w.set(nodeimage(
@@ -693,8 +660,8 @@ fn status_of_5000_nodes_fits_in_1_mib() {
     }
     // A successful job of 1,000 nodes lists everything.
     let thousand: Vec<&str> = names[..1000].iter().map(String::as_str).collect();
-    let j = with(job(&images, &thousand), |t| t.concurrency = Some(1000));
-    let mut w = World::ready(&thousand);
+    let j = with(job(&images, &thousand), |t| t.task.concurrency = Some(1000));
+    let mut w = world(&thousand);
     for n in &thousand {
         w.set(nodeimage(
             n,

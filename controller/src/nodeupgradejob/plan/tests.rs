@@ -1,8 +1,7 @@
 use super::*;
-use crate::clock::api_time;
-use crate::nodetasks::fixtures::{self, at, cloud, nodeimage_of, ready, sea_of, tuple};
+use crate::nodetasks::fixtures::{self, World, at, cloud, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagSpec};
 use nodeimage_api::kubeedge::NodeUpgradeJobSpec;
 
 const UID: &str = "uid-upgrade";
@@ -14,7 +13,7 @@ fn job(nodes: &[&str]) -> NodeUpgradeJob {
         "up",
         NodeUpgradeJobSpec {
             version: Some(V.into()),
-            node_names: Some(nodes.iter().map(|s| s.to_string()).collect()),
+            task: fixtures::on_nodes(nodes),
             ..Default::default()
         },
     );
@@ -49,79 +48,47 @@ fn rep(phase: ImagePullPhase, state: Option<UpgradeState>) -> Report {
 /// A NodeImage holding the job's entry (written at `created`) with `report`,
 /// or no entry when `created` is None.
 fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<NodeImage> {
-    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
-    if let Some(c) = created {
-        images
-            .entry(IMAGE.into())
-            .or_default()
-            .tags
-            .push(ImageTagSpec {
-                tag: V.into(),
-                version: Some(0),
-                created_at: Some(api_time(at(c))),
-                owner_references: Some(vec![ObjectReference {
-                    kind: Some(KIND.into()),
-                    name: Some("up".into()),
-                    uid: Some(UID.into()),
-                    ..Default::default()
-                }]),
-                upgrade: Some(TagUpgrade {
-                    await_confirmation: false,
-                    version: V.into(),
-                    job: "up".into(),
-                }),
-                ..Default::default()
-            });
-        if let Some(r) = report {
-            statuses
-                .entry(IMAGE.into())
-                .or_default()
-                .tags
-                .push(ImageTagStatus {
-                    tag: V.into(),
-                    version: Some(0),
-                    phase: r.phase.unwrap_or_default(),
-                    upgrade_state: r.state,
-                    message: r.message.map(str::to_string),
-                    progress: r.progress,
-                    from_version: r.from.map(str::to_string),
-                    to_version: r.to.map(str::to_string),
-                    ..Default::default()
-                });
-        }
-    }
-    nodeimage_of(name, images, statuses)
+    let Some(c) = created else {
+        return fixtures::nodeimage_with(name, Vec::new());
+    };
+    let owner = ObjectReference {
+        kind: Some(KIND.into()),
+        name: Some("up".into()),
+        uid: Some(UID.into()),
+        ..Default::default()
+    };
+    let entry = ImageTagSpec {
+        upgrade: Some(TagUpgrade {
+            await_confirmation: false,
+            version: V.into(),
+            job: "up".into(),
+        }),
+        ..fixtures::tag_entry(V, c, owner)
+    };
+    let status = report.map(|r| ImageTagStatus {
+        tag: V.into(),
+        version: Some(0),
+        phase: r.phase.unwrap_or_default(),
+        upgrade_state: r.state,
+        message: r.message.map(str::to_string),
+        progress: r.progress,
+        from_version: r.from.map(str::to_string),
+        to_version: r.to.map(str::to_string),
+        ..Default::default()
+    });
+    fixtures::nodeimage_with(name, vec![(IMAGE.into(), entry, status)])
 }
 
-struct World {
-    nodes: BTreeMap<String, NodeInfo>,
-    versions: BTreeMap<String, String>,
-    nodeimages: BTreeMap<String, Arc<NodeImage>>,
+/// Ready nodes with empty NodeImages.
+fn world(names: &[&str]) -> World {
+    World::ready(names, |n| nodeimage(n, None, None))
 }
 
-impl World {
-    fn ready(names: &[&str]) -> World {
-        World {
-            nodes: names.iter().map(|n| (n.to_string(), ready(&[]))).collect(),
-            versions: BTreeMap::new(),
-            nodeimages: names
-                .iter()
-                .map(|n| (n.to_string(), nodeimage(n, None, None)))
-                .collect(),
-        }
-    }
+trait Plans {
+    fn plan(&self, j: &NodeUpgradeJob, now: i64) -> Plan;
+}
 
-    fn set(&mut self, ni: Arc<NodeImage>) -> &mut Self {
-        self.nodeimages.insert(ni.name_any(), ni);
-        self
-    }
-
-    fn version(&mut self, node: &str, v: &str) -> &mut Self {
-        self.versions.insert(node.into(), v.into());
-        self
-    }
-
+impl Plans for World {
     fn plan(&self, j: &NodeUpgradeJob, now: i64) -> Plan {
         plan(Inputs {
             job: j,
@@ -187,7 +154,7 @@ fn entry_replaces_the_tag_and_defaults_the_image() {
     }
     let j = with(job(&["n1"]), |s| s.version = Some("1.17".into()));
     assert!(upgrade_entry(&j).is_err());
-    let p = World::ready(&["n1"]).plan(&j, 0);
+    let p = world(&["n1"]).plan(&j, 0);
     assert_eq!(
         job_sea(&p),
         ("Failed".into(), "Init".into(), "Failure".into())
@@ -197,7 +164,7 @@ fn entry_replaces_the_tag_and_defaults_the_image() {
 
 #[test]
 fn selection_and_nodes_that_cannot_start() {
-    let mut w = World::ready(&["n1", "n2", "n3", "n4"]);
+    let mut w = world(&["n1", "n2", "n3", "n4"]);
     if let Some(n) = w.nodes.get_mut("n2") {
         n.ready = false;
     }
@@ -211,8 +178,8 @@ fn selection_and_nodes_that_cannot_start() {
     }
 
     let j = with(job(&["n3", "missing", "n2", "n3", "n4"]), |s| {
-        s.concurrency = Some(5);
-        s.failure_tolerate = Some("1".into());
+        s.task.concurrency = Some(5);
+        s.task.failure_tolerate = Some("1".into());
     });
     let p = w.plan(&j, 0);
     let order: Vec<String> = p
@@ -235,8 +202,8 @@ fn selection_and_nodes_that_cannot_start() {
     assert_eq!(p.write_to, vec!["n3"]);
 
     let j = with(job(&[]), |s| {
-        s.node_names = None;
-        s.label_selector = Some(LabelSelector {
+        s.task.node_names = None;
+        s.task.label_selector = Some(LabelSelector {
             match_labels: Some(BTreeMap::from([("edge".into(), "yes".into())])),
             ..Default::default()
         });
@@ -251,11 +218,11 @@ fn selection_and_nodes_that_cannot_start() {
         .collect();
     assert_eq!(order, vec!["n1", "n3"]);
 
-    let j = with(job(&[]), |s| s.node_names = None);
+    let j = with(job(&[]), |s| s.task.node_names = None);
     assert_eq!(w.plan(&j, 0).status.job.state.as_deref(), Some("Failed"));
     let j = with(job(&[]), |s| {
-        s.node_names = None;
-        s.label_selector = Some(LabelSelector {
+        s.task.node_names = None;
+        s.task.label_selector = Some(LabelSelector {
             match_labels: Some(BTreeMap::from([("edge".into(), "no".into())])),
             ..Default::default()
         });
@@ -269,7 +236,7 @@ fn selection_and_nodes_that_cannot_start() {
 
 #[test]
 fn concurrency_one_upgrades_in_order_and_maps_each_step() {
-    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let mut w = world(&["n1", "n2", "n3"]);
     let j = job(&["n1", "n2", "n3"]);
 
     // First look: n1 starts, the others wait.
@@ -435,11 +402,11 @@ fn failures_map_to_their_step_and_rollback_is_a_failure() {
     ];
     for (name, report, want, event) in cases {
         let w = {
-            let mut w = World::ready(&["n1"]);
+            let mut w = world(&["n1"]);
             w.set(nodeimage("n1", Some(0), Some(report.clone())));
             w
         };
-        let j = recorded(job(&["n1"]), &World::ready(&["n1"]).plan(&job(&["n1"]), 0));
+        let j = recorded(job(&["n1"]), &world(&["n1"]).plan(&job(&["n1"]), 0));
         let p = w.plan(&j, 5);
         let got = sea(&p, "n1");
         assert_eq!(
@@ -457,9 +424,9 @@ fn failures_map_to_their_step_and_rollback_is_a_failure() {
 
 #[test]
 fn nodes_at_the_version_are_skipped_and_versions_recorded() {
-    let mut w = World::ready(&["n1", "n2"]);
+    let mut w = world(&["n1", "n2"]);
     w.version("n1", V).version("n2", "v1.15.1");
-    let j = with(job(&["n1", "n2"]), |s| s.concurrency = Some(2));
+    let j = with(job(&["n1", "n2"]), |s| s.task.concurrency = Some(2));
     let p = w.plan(&j, 0);
     assert_eq!(
         sea(&p, "n1"),
@@ -509,10 +476,10 @@ fn nodes_at_the_version_are_skipped_and_versions_recorded() {
 
 #[test]
 fn timeouts_free_the_slot_and_the_job_still_finishes() {
-    let mut w = World::ready(&["n1", "n2"]);
+    let mut w = world(&["n1", "n2"]);
     let j = with(job(&["n1", "n2"]), |s| {
-        s.timeout_seconds = Some(30);
-        s.failure_tolerate = Some("0.6".into());
+        s.task.timeout_seconds = Some(30);
+        s.task.failure_tolerate = Some("0.6".into());
     });
     let p = w.plan(&j, 0);
     assert_eq!(p.write_to, vec!["n1"]);
@@ -524,15 +491,7 @@ fn timeouts_free_the_slot_and_the_job_still_finishes() {
     assert_eq!(sea(&p, "n1").0, "Checking");
     assert_eq!(p.requeue_after, Some(Duration::from_secs(20)));
     let p = w.plan(&j, 30);
-    assert_eq!(
-        sea(&p, "n1"),
-        tuple(
-            "Failed",
-            "TimeOut",
-            "Failure",
-            "timed out: the node did not finish within 30s"
-        )
-    );
+    assert_eq!(sea(&p, "n1"), fixtures::timed_out(30));
     assert_eq!(p.write_to, vec!["n2"]);
     let j = recorded(j, &p);
     w.set(nodeimage(
@@ -572,10 +531,10 @@ fn failure_tolerance_table() {
         (None, "Failed"),
         (Some("1"), "Successful"),
     ] {
-        let mut w = World::ready(&["n1", "n2"]);
+        let mut w = world(&["n1", "n2"]);
         let j = with(job(&["n1", "n2"]), |s| {
-            s.concurrency = Some(2);
-            s.failure_tolerate = tolerate.map(str::to_string);
+            s.task.concurrency = Some(2);
+            s.task.failure_tolerate = tolerate.map(str::to_string);
         });
         let j = recorded(j.clone(), &w.plan(&j, 0));
         w.set(nodeimage(
@@ -605,10 +564,10 @@ fn failure_tolerance_table() {
 
 #[test]
 fn node_times_stay_while_the_phase_does() {
-    let mut w = World::ready(&["n1"]);
+    let mut w = world(&["n1"]);
     let j = job(&["n1"]);
     let p = w.plan(&j, 0);
-    let t0 = node(&p, "n1").time.clone();
+    let t0 = node(&p, "n1").phase.time.clone();
     assert_eq!(t0, Some(rfc3339(at(0))));
     let j = recorded(j, &p);
     w.set(nodeimage(
@@ -617,7 +576,7 @@ fn node_times_stay_while_the_phase_does() {
         Some(rep(ImagePullPhase::Pulling, Some(UpgradeState::Checking))),
     ));
     let p = w.plan(&j, 7);
-    assert_eq!(node(&p, "n1").time, t0, "still Checking");
+    assert_eq!(node(&p, "n1").phase.time, t0, "still Checking");
     let j = recorded(j, &p);
     w.set(nodeimage(
         "n1",
@@ -625,7 +584,7 @@ fn node_times_stay_while_the_phase_does() {
         Some(rep(ImagePullPhase::Pulling, Some(UpgradeState::Upgrading))),
     ));
     let p = w.plan(&j, 9);
-    assert_eq!(node(&p, "n1").time, Some(rfc3339(at(9))));
+    assert_eq!(node(&p, "n1").phase.time, Some(rfc3339(at(9))));
     assert_eq!(
         p.status.job.time,
         j.status.as_ref().and_then(|s| s.job.time.clone())
@@ -638,10 +597,12 @@ fn long_reasons_are_capped_and_summarised() {
     let mut rows: Vec<TaskStatus> = (0..3000)
         .map(|i| TaskStatus {
             node_name: Some(format!("node-{i:05}")),
-            state: Some(if i % 2 == 0 { "Successful" } else { "Failed" }.into()),
-            reason: Some(cap(&long, MAX_REASON_CHARS)),
-            time: Some(rfc3339(at(0))),
-            ..Default::default()
+            phase: nodeimage_api::kubeedge::JobState {
+                state: Some(if i % 2 == 0 { "Successful" } else { "Failed" }.into()),
+                reason: Some(cap(&long, MAX_REASON_CHARS)),
+                time: Some(rfc3339(at(0))),
+                ..Default::default()
+            },
         })
         .collect();
     let budget = crate::nodetasks::status_budget(0);
@@ -651,7 +612,7 @@ fn long_reasons_are_capped_and_summarised() {
     assert!(2 * rows_size(&rows) <= budget);
     assert!(
         rows.iter()
-            .all(|r| r.node_name.is_some() && r.state.is_some())
+            .all(|r| r.node_name.is_some() && r.phase.state.is_some())
     );
 }
 
@@ -668,9 +629,9 @@ fn failures_at_the_tolerance_start_no_more_nodes() {
     // Three nodes one at a time, tolerance 0.3: the first failure (1 >= 0.9)
     // stops the rollout, as KubeEdge v1alpha1 does; the job fails at once
     // since no node is working.
-    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let mut w = world(&["n1", "n2", "n3"]);
     let j = with(job(&["n1", "n2", "n3"]), |s| {
-        s.failure_tolerate = Some("0.3".into());
+        s.task.failure_tolerate = Some("0.3".into());
     });
     let p = w.plan(&j, 0);
     assert_eq!(p.write_to, vec!["n1"]);
@@ -699,10 +660,10 @@ fn failures_at_the_tolerance_start_no_more_nodes() {
     assert_eq!(p.status.phase.as_deref(), Some("Failure"));
 
     // Two at a time: n1 fails while n2 works; n2 finishes, n3 never starts.
-    let mut w = World::ready(&["n1", "n2", "n3"]);
+    let mut w = world(&["n1", "n2", "n3"]);
     let j = with(job(&["n1", "n2", "n3"]), |s| {
-        s.failure_tolerate = Some("0.3".into());
-        s.concurrency = Some(2);
+        s.task.failure_tolerate = Some("0.3".into());
+        s.task.concurrency = Some(2);
     });
     let p = w.plan(&j, 0);
     assert_eq!(p.write_to, vec!["n1", "n2"]);
@@ -742,14 +703,14 @@ fn failures_at_the_tolerance_start_no_more_nodes() {
 
 #[test]
 fn only_edge_nodes_unless_told_otherwise() {
-    let mut w = World::ready(&["n1", "n2"]);
+    let mut w = world(&["n1", "n2"]);
     w.nodes.insert("cloud".into(), cloud(&[]));
     w.set(nodeimage("cloud", None, None));
     // A selector matching every node takes only the edge nodes.
     let j = with(job(&[]), |s| {
-        s.node_names = None;
-        s.label_selector = Some(LabelSelector::default());
-        s.concurrency = Some(5);
+        s.task.node_names = None;
+        s.task.label_selector = Some(LabelSelector::default());
+        s.task.concurrency = Some(5);
     });
     let p = w.plan(&j, 0);
     let order: Vec<String> = p
@@ -762,8 +723,8 @@ fn only_edge_nodes_unless_told_otherwise() {
     assert_eq!(order, vec!["n1", "n2"]);
     // A named cloud node fails at once with the reason.
     let j = with(job(&["cloud", "n1"]), |s| {
-        s.concurrency = Some(5);
-        s.failure_tolerate = Some("1".into());
+        s.task.concurrency = Some(5);
+        s.task.failure_tolerate = Some("1".into());
     });
     let p = w.plan(&j, 0);
     assert_eq!(
@@ -814,8 +775,8 @@ fn confirmation_table() {
         );
     }
     // The plan marks the started nodes that must wait.
-    let w = World::ready(&["n1", "n2"]);
-    let j = with(mk(Some(true), Some("n2")), |s| s.concurrency = Some(2));
+    let w = world(&["n1", "n2"]);
+    let j = with(mk(Some(true), Some("n2")), |s| s.task.concurrency = Some(2));
     let p = w.plan(&j, 0);
     assert_eq!(p.write_to, vec!["n1", "n2"]);
     assert_eq!(p.awaiting, vec!["n1"]);
