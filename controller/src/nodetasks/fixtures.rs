@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
 };
-use nodeimage_api::kubeedge::{NodeTask, TaskStatus};
+use nodeimage_api::kubeedge::{NodeTaskSpec, TaskStatus};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -45,8 +45,8 @@ impl World {
 }
 
 /// A node task over the nodes `names`, everything else default.
-pub fn on_nodes<P>(names: &[&str]) -> NodeTask<P> {
-    NodeTask {
+pub fn on_nodes<P>(names: &[&str]) -> NodeTaskSpec<P> {
+    NodeTaskSpec {
         node_names: Some(names.iter().map(|s| s.to_string()).collect()),
         ..Default::default()
     }

@@ -1,6 +1,6 @@
 //! ImagePrePullJob: KubeEdge's batch image pre-pull over edge nodes.
 
-use super::task::{NodeTask, PrePullFields};
+use super::task::{NodeTaskSpec, PrePullFields};
 use super::{ActionFlow, JobState, TaskStatus};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -40,7 +40,7 @@ pub struct ImagePrePullTemplate {
     pub images: Vec<String>,
     /// Which nodes, checks, tolerance, concurrency and per-node limit.
     #[serde(flatten)]
-    pub task: NodeTask<PrePullFields>,
+    pub task: NodeTaskSpec<PrePullFields>,
     /// Secret with registry credentials, as `namespace/name`. It must be of type
     /// kubernetes.io/dockerconfigjson.
     #[serde(default, skip_serializing_if = "Option::is_none")]

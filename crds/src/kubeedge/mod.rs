@@ -20,7 +20,7 @@ pub use nodeupgradejob::{
     is_version, kubeedge_version_of_kubelet,
 };
 
-pub use task::{NodeTask, PrePullFields, TaskFields, UpgradeFields};
+pub use task::{NodeTaskSpec, PrePullFields, TaskFields, UpgradeFields};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,6 @@
 //! NodeUpgradeJob: KubeEdge's rolling upgrade of the node agent.
 
-use super::task::{NodeTask, UpgradeFields};
+use super::task::{NodeTaskSpec, UpgradeFields};
 use super::{ActionFlow, JobState, TaskStatus};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -51,7 +51,7 @@ pub struct NodeUpgradeJobSpec {
     pub version: Option<String>,
     /// Which nodes, checks, tolerance, concurrency and per-node limit.
     #[serde(flatten)]
-    pub task: NodeTask<UpgradeFields>,
+    pub task: NodeTaskSpec<UpgradeFields>,
     /// Image that ships the upgrade tool (keadm); any tag or digest is replaced by version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "kubeedge/installation-package"))]

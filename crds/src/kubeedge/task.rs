@@ -34,7 +34,7 @@ impl TaskFields for UpgradeFields {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", bound = "")]
 #[schemars(bound = "P: TaskFields")]
-pub struct NodeTask<P> {
+pub struct NodeTaskSpec<P> {
     /// Names of the nodes. Set this or labelSelector, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "node_names::<P>")]
@@ -68,9 +68,9 @@ pub struct NodeTask<P> {
     pub fields: PhantomData<P>,
 }
 
-impl<P> Default for NodeTask<P> {
+impl<P> Default for NodeTaskSpec<P> {
     fn default() -> Self {
-        NodeTask {
+        NodeTaskSpec {
             node_names: None,
             label_selector: None,
             check_items: None,
