@@ -90,13 +90,18 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
         "{done}"
     );
     assert_eq!(done["status"]["succeeded"], 2, "{}", done["status"]);
-    let fins: Vec<&str> = done["metadata"]["finalizers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(fins.contains(&KRUISE_FINALIZER), "{fins:?}");
+    // As OpenKruise does at completion: its finalizer goes (nodeimage's
+    // own stays until the job is deleted).
+    let done = wait_for("OpenKruise's finalizer to go at completion", WAIT, || {
+        let j = kruise::get(&c, IPJ, Some(&ns.name), name)?;
+        let fins: Vec<&str> = j["metadata"]["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        (!fins.contains(&KRUISE_FINALIZER)).then_some(j.clone())
+    });
     let uid = str_of(&done["metadata"]["uid"]).to_string();
     assert!(!nodeimage_tests::nodeimage::entries_owned_by(&c, &nodes[0], &uid).is_empty());
 

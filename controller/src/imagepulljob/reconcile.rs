@@ -196,6 +196,12 @@ impl JobReconciler for State {
             tracing::info!(job = %job_key(&job), succeeded = p.status.succeeded, failed = p.status.failed, "job completed");
             pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(&job)).await?;
         }
+        // As OpenKruise does once a job's secrets are released: a completed
+        // job it created loses its deletion-protection finalizer (recorded
+        // completion only, so this write never races the status patch).
+        if completed && !Self::UPSTREAM_FINALIZERS.is_empty() {
+            tagwrites::edit_finalizers(&api, job.as_ref(), None, Self::UPSTREAM_FINALIZERS).await?;
+        }
         if p.delete {
             tracing::info!(job = %job_key(&job), "deleting job: ttlSecondsAfterFinished passed");
             api.delete(&name, &DeleteParams::background())
