@@ -20,6 +20,7 @@ mod nodemirror;
 mod nodes;
 mod nodetasks;
 mod nodeupgradejob;
+mod pace;
 mod patch;
 mod pullsecrets;
 mod rollout;

@@ -10,6 +10,7 @@ use chrono::Utc;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use nodeimage_api::ImagePrePullJob;
+use nodeimage_api::kubeedge::ImagePrePullJobStatus;
 use std::sync::Arc;
 
 /// Finalizer that lets a deleted job take its entries and secret copy back.
@@ -61,6 +62,17 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             now,
         });
         jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now).await?;
+        // A status that changes no job state waits for the pace (its events
+        // with it: the next plan makes them again from the same old status).
+        let key = job_key(&job);
+        if job.status.as_ref() != Some(&p.status) {
+            let state = |s: &ImagePrePullJobStatus| (s.job.state.clone(), s.phase.clone());
+            let changed = job.status.as_ref().map(state) != Some(state(&p.status));
+            if let Some(wait) = self.status_pace.hold(&key, changed) {
+                return Ok(Action::requeue(wait));
+            }
+            self.status_pace.wrote(&key);
+        }
         jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
             (s.job.state.as_deref(), s.job.reason.as_deref())
         })

@@ -76,6 +76,9 @@ pub struct NodeJobs<K> {
     pub nodes: Store<Node>,
     /// Whether `nodes` has been listed.
     pub nodes_synced: Synced,
+    /// When each job's status was last written (ImagePrePullJob holds
+    /// writes back that change no job state).
+    pub status_pace: crate::pace::StatusPace,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -163,6 +166,7 @@ pub async fn run_node_tasks<K, Key>(
         },
         nodes,
         nodes_synced,
+        status_pace: Default::default(),
         kind: PhantomData,
     });
     let is_finished = w.is_finished;
