@@ -175,6 +175,14 @@ nodeimage_patches() {
   done
 }
 
+# Status PATCHes of a job resource (all codes), as the API server counts them.
+status_patches() {
+  local v
+  v=$(kc get --raw /metrics | grep "^apiserver_request_total{.*resource=\"$1\".*subresource=\"status\".*verb=\"PATCH\"" |
+    awk '{ s += $NF } END { printf "%d", s }')
+  echo "${v:-0}"
+}
+
 # Common measurement around one scenario: before/after counters.
 measure_begin() {
   start_controller
@@ -296,6 +304,8 @@ imagepulljob() {
 imageprepulljob() {
   local s=imageprepulljob t state last=0 job=scale-prepull
   measure_begin "$s"
+  local sp0
+  sp0=$(status_patches imageprepulljobs)
   M_T0=$(now)
   kc create -f - >/dev/null <<EOF
 apiVersion: operations.kubeedge.io/v1alpha1
@@ -320,6 +330,10 @@ EOF
     sleep 1
   done
   measure_end "$s"
+  local sp secs
+  sp=$(($(status_patches imageprepulljobs) - sp0))
+  secs=$(elapsed "$M_T0" "$(now)")
+  record "$s.status_patches" "$sp ($(awk -v n="$sp" -v t="$secs" 'BEGIN { printf "%.2f", n / t }') per second over ${secs}s)"
   t=$(kc get imageprepulljob "$job" -o json)
   echo "$t" >"$RESULTS/imageprepulljob-$NODES.json"
   record "$s.result" "state $(jq -r .status.state <<<"$t"), reason '$(jq -r '.status.reason // ""' <<<"$t")', $(jq '[.status.status[]?] | length' <<<"$t") node entries"
