@@ -254,7 +254,10 @@ async fn pull_with_progress(
             &t.image.repository,
             SystemTime::now(),
         );
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        // The first sample after one interval: a pull that ends sooner is
+        // not slowed by reading containerd's content store at its start.
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
         let mut shown = 0;
         let result = loop {
             tokio::select! {

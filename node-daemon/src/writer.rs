@@ -13,8 +13,10 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-/// Quiet time that gathers simultaneous phase changes into one write.
-const COALESCE: Duration = Duration::from_millis(150);
+/// Quiet time that gathers simultaneous phase changes into one write (the
+/// tags a spec change starts report within a few milliseconds of each
+/// other); short, since it is added to every Succeeded a watcher waits for.
+const COALESCE: Duration = Duration::from_millis(30);
 /// Least time between writes that only move progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
