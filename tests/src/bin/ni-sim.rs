@@ -8,7 +8,7 @@
 //! ni-sim delete-nodes [--selector nodeimage.dev/sim=true]
 //! ```
 //!
-//! `create-nodes` creates Ready Node objects labelled `nodeimage.dev/sim=true`
+//! `create-nodes` creates Ready edge Node objects labelled `nodeimage.dev/sim=true`
 //! (the controller's node mirror then creates their NodeImages). `run`
 //! watches the NodeImages matching `--selector` and, for every spec tag whose
 //! status has no finished entry for the tag's `version`, marks it Pulling,
@@ -157,6 +157,8 @@ fn sim_node(name: &str) -> Result<Node, serde_json::Error> {
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 SIM_LABEL: "true",
+                // Edge nodes, as KubeEdge's kinds select only those.
+                "node-role.kubernetes.io/edge": "",
             },
         },
         "status": {
