@@ -5,6 +5,17 @@ use kube::runtime::controller;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
+/// Most reconciles one controller runs at once. A (re)list wakes every
+/// object (5,000 Nodes and NodeImages at start): unbounded, each wakeup's
+/// reconcile and its request are in flight together, and the memory they
+/// hold stays with the process.
+pub const RECONCILE_CONCURRENCY: u16 = 16;
+
+/// The settings every controller of this binary runs with.
+pub fn controller_config() -> controller::Config {
+    controller::Config::default().concurrency(RECONCILE_CONCURRENCY)
+}
+
 /// Resolves once `stop` turns true (or its sender is gone), for
 /// `Controller::graceful_shutdown_on`.
 pub async fn stopped(mut stop: watch::Receiver<bool>) {

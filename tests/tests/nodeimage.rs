@@ -927,6 +927,15 @@ fn daemon_killed_mid_pull_resumes_and_finishes() {
             .any(|l| l.contains("pull started") && l.contains(&big.repository)),
         "the restarted daemon resumed the pull:\n{log}"
     );
+    // What the restart cost in bytes (docs/benchmarks.md, P-resume): a
+    // figure, not an assertion.
+    let total = proxy.bytes_down();
+    eprintln!(
+        "resume: image {} bytes; {passed} passed before the kill; {} after the restart ({} fetched again)",
+        big.size,
+        total - passed,
+        (total - passed).saturating_sub(big.size as u64 - passed.min(big.size as u64))
+    );
     ni::assert_observed_counts_matched();
 }
 

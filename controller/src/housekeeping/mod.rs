@@ -97,6 +97,7 @@ pub async fn run(
         ..
     } = nodeimages;
     Controller::for_shared_stream(changes, nodeimages.clone())
+        .with_config(crate::lifecycle::controller_config())
         .watches_stream(node_events, |node: PartialObjectMeta<Node>| {
             Some(ObjectRef::<NodeImage>::new(&node.name_any()))
         })

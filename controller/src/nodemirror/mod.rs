@@ -70,6 +70,7 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     });
     tracing::info!("node mirror starting");
     Controller::for_stream(node_events, nodes)
+        .with_config(lifecycle::controller_config())
         .watches_stream(nodeimage_events, |ni: PartialObjectMeta<NodeImage>| {
             Some(ObjectRef::<PartialObjectMeta<Node>>::new(&ni.name_any()))
         })
