@@ -399,7 +399,11 @@ impl Sim {
                         tokio::time::sleep(self.pull).await;
                     }
                 }
-                Err(kube::Error::Api(ae)) if ae.code == 409 => {
+                // The spec moved on (the generation `test` failed) or the
+                // object did: read it again and rebuild, as the daemon does.
+                Err(kube::Error::Api(ae))
+                    if ae.code == 409 || nodeimage_api::kruise::nodeimage::is_failed_test(&ae) =>
+                {
                     self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     self.refresh(name).await;
                 }
