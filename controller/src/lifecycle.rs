@@ -5,10 +5,11 @@ use kube::runtime::controller;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
-/// Most reconciles one controller runs at once. A (re)list wakes every
-/// object (5,000 Nodes and NodeImages at start): unbounded, each wakeup's
-/// reconcile and its request are in flight together, and the memory they
-/// hold stays with the process.
+/// Most reconciles the per-node controllers (node mirror, housekeeping) run
+/// at once. A (re)list wakes every Node or NodeImage (5,000 at start):
+/// unbounded, each wakeup's reconcile and its request are in flight
+/// together. The job controllers stay unbounded: a 100-job rollout must not
+/// wait behind 16 slow reconciles.
 pub const RECONCILE_CONCURRENCY: u16 = 16;
 
 /// The settings every controller of this binary runs with.

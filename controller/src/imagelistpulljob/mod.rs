@@ -46,7 +46,6 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
         crate::watch::controller_trigger(client, list_writer, skipped),
         lists,
     )
-    .with_config(crate::lifecycle::controller_config())
     .owns_stream(children);
     ready.set(true);
     tracing::info!("imagelistpulljob controller starting");

@@ -74,8 +74,7 @@ pub async fn run(
     let controller = Controller::for_stream(
         watch::controller_trigger(client.clone(), job_writer, skipped),
         jobs.clone(),
-    )
-    .with_config(crate::lifecycle::controller_config());
+    );
     let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
     let jobs_for_pods = jobs.clone();
     let jobs_for_secrets = jobs.clone();

@@ -156,8 +156,7 @@ pub async fn run_node_tasks<K, Key>(
     let controller = Controller::for_stream(
         watch::controller_trigger(client, job_writer, skipped),
         jobs.clone(),
-    )
-    .with_config(crate::lifecycle::controller_config());
+    );
     let _ = (w.jobs_gauge)(&ctx.metrics).set(jobs.clone());
     let state = Arc::new(NodeJobs {
         shared: Shared {
