@@ -12,7 +12,7 @@ use tokio::sync::watch;
 /// wait behind 16 slow reconciles.
 pub const RECONCILE_CONCURRENCY: u16 = 16;
 
-/// The settings every controller of this binary runs with.
+/// The settings of the per-node controllers (node mirror, housekeeping).
 pub fn controller_config() -> controller::Config {
     controller::Config::default().concurrency(RECONCILE_CONCURRENCY)
 }
