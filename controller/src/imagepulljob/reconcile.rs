@@ -199,7 +199,7 @@ impl JobReconciler for State {
         // As OpenKruise does once a job's secrets are released: a completed
         // job it created loses its deletion-protection finalizer (recorded
         // completion only, so this write never races the status patch).
-        if completed && !Self::UPSTREAM_FINALIZERS.is_empty() {
+        if completed {
             tagwrites::edit_finalizers(&api, job.as_ref(), None, Self::UPSTREAM_FINALIZERS).await?;
         }
         if p.delete {
