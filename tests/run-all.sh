@@ -15,16 +15,22 @@ step() { printf '\n==== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 
 cleanup() {
   local rc=$?
+  # Logs first: stopping the cluster removes its state directory.
+  if ((rc != 0)); then
+    echo "---- last lines of the nodeimage logs ($STATE/logs) ----"
+    for f in "$STATE"/logs/controller.log "$STATE"/logs/daemon-*.log; do
+      [[ -f $f ]] && { echo "== $f"; tail -n "${LOG_LINES:-40}" "$f"; }
+    done
+    # Kept whole for a look afterwards (the state directory goes with the cluster).
+    if [[ -d $STATE/logs ]]; then
+      rm -rf "$REPO_ROOT/.failed-logs" && cp -a "$STATE/logs" "$REPO_ROOT/.failed-logs" || true
+      echo "---- all logs kept in $REPO_ROOT/.failed-logs"
+    fi
+  fi
   if [[ -z ${KEEP_CLUSTER:-} ]]; then
     step "stopping nodeimage and the local cluster"
     tests/nodeimage.sh stop || true
     tests/cluster/down.sh || true
-  fi
-  if ((rc != 0)); then
-    echo "---- last lines of the nodeimage logs ($STATE/logs) ----"
-    for f in "$STATE"/logs/controller.log "$STATE"/logs/daemon-*.log; do
-      [[ -f $f ]] && { echo "== $f"; tail -n 25 "$f"; }
-    done
   fi
   exit "$rc"
 }

@@ -22,6 +22,10 @@ use tokio::time::Instant;
 const RUNTIME_RETRY: Duration = Duration::from_secs(2);
 /// How often progress is sampled during a pull.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// Longest a progress sample or the look-up of a pulled image's digest may
+/// take: both are extras, and a containerd call that hangs must not hold
+/// the tag's status (the pull itself is bounded by its timeout).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// When a task's pull must end: `activeDeadlineSeconds` after the entry
 /// was written.
@@ -164,8 +168,11 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
         let result = tokio::time::timeout(limit, pull_with_progress(rep, t, &candidates)).await;
         match result {
             Ok(Ok(image_ref)) => {
-                let id = match deps.runtime.image_status(&image_ref).await {
-                    Ok(Some(img)) => {
+                let status =
+                    tokio::time::timeout(QUERY_TIMEOUT, deps.runtime.image_status(&image_ref))
+                        .await;
+                let id = match status {
+                    Ok(Ok(Some(img))) => {
                         deps.metrics.pulled_bytes.inc_by(img.size);
                         img.repo_digest_for(&name)
                     }
@@ -264,7 +271,8 @@ async fn pull_with_progress(
                 r = &mut call => break r,
                 _ = tick.tick() => {
                     let alone = deps.metrics.in_flight.get() <= 1;
-                    if let Some(p) = probe.sample(alone).await && p != shown {
+                    let sample = tokio::time::timeout(QUERY_TIMEOUT, probe.sample(alone)).await;
+                    if let Ok(Some(p)) = sample && p != shown {
                         shown = p;
                         rep.send(ImagePullPhase::Pulling, p, None);
                     }

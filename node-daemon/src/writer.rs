@@ -20,6 +20,15 @@ const COALESCE: Duration = Duration::from_millis(30);
 /// Least time between writes that only move progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Longest a status write may take before it is given up and tried again.
+/// The API client has no read timeout, and one request that never answers
+/// would otherwise freeze every tag's status on this node.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Pause before writing again on top of an object read after a refused
+/// write: the spec is moving, and further changes may follow at once.
+const REWRITE_PAUSE: Duration = Duration::from_millis(100);
+
 /// How long the object our own write returned outranks watch events that do
 /// not carry its resourceVersion. Watch events arrive in order, so until the
 /// watch delivers our write, what it delivers is older; the bound covers a
@@ -31,10 +40,14 @@ const OWN_WRITE_PRECEDENCE: Duration = Duration::from_secs(5);
 #[derive(Default)]
 struct Inner {
     observed: Option<NodeImage>,
-    /// resourceVersion of our last write while the watch has not delivered
-    /// it, and when it was written. resourceVersions are opaque: compared
-    /// for equality only.
+    /// resourceVersion of the object our last request returned while the
+    /// watch has not delivered it, and when it came. resourceVersions are
+    /// opaque: compared for equality only.
     own_write: Option<(String, Instant)>,
+    /// While a request of ours is in flight: the resourceVersions the watch
+    /// delivered meanwhile. If the answer's version is among them, the watch
+    /// got there first and what we observe is as new or newer.
+    seen_during_request: Option<Vec<String>>,
     live: BTreeMap<TagKey, ImageTagStatus>,
     urgent: bool,
     pending: bool,
@@ -45,7 +58,9 @@ struct Inner {
 enum Source {
     Watch,
     Relist,
-    OwnWrite,
+    /// The answer to a request of ours (a write, or a read after a refused
+    /// write).
+    Response,
 }
 
 /// Handle that workers and the watch loop report through.
@@ -76,9 +91,20 @@ impl StatusHandle {
         self.update(ni, Source::Relist);
     }
 
-    /// Records the object our own write returned; nothing new to write.
-    fn observe_written(&self, ni: NodeImage) {
-        self.update(ni, Source::OwnWrite);
+    /// Marks the start of a request whose answer will be observed.
+    fn request_started(&self) {
+        self.lock().seen_during_request = Some(Vec::new());
+    }
+
+    /// Marks the end of a request that brought no object.
+    fn request_failed(&self) {
+        self.lock().seen_during_request = None;
+    }
+
+    /// Records the object a request of ours returned (our write's result,
+    /// or a fresh read); nothing new to write unless its spec is new.
+    fn observe_response(&self, ni: NodeImage) {
+        self.update(ni, Source::Response);
     }
 
     fn update(&self, ni: NodeImage, source: Source) {
@@ -89,38 +115,54 @@ impl StatusHandle {
                 g.own_write = None;
                 true
             }
-            Source::OwnWrite => {
-                // A write that changed nothing returns the version we may
-                // already hold; its event will not come again.
+            Source::Response => {
+                let delivered = g.seen_during_request.take().unwrap_or_default();
                 let seen = g
                     .observed
                     .as_ref()
                     .and_then(|o| o.metadata.resource_version.as_ref());
-                g.own_write = match rv {
-                    Some(rv) if seen != Some(&rv) => Some((rv, Instant::now())),
-                    _ => None,
-                };
-                true
+                match rv {
+                    // The watch already delivered this version (a write that
+                    // changed nothing returns the one we hold; a fast watch
+                    // may bring our write's event before its answer): what
+                    // we observe is as new or newer. Taking the answer would
+                    // step back to an older object, whose event never comes
+                    // again.
+                    Some(rv) if seen == Some(&rv) || delivered.contains(&rv) => {
+                        g.own_write = None;
+                        false
+                    }
+                    Some(rv) => {
+                        g.own_write = Some((rv, Instant::now()));
+                        true
+                    }
+                    None => true,
+                }
             }
-            Source::Watch => match &g.own_write {
-                Some((own, _)) if rv.as_ref() == Some(own) => {
-                    g.own_write = None;
-                    true
+            Source::Watch => {
+                if let (Some(seen), Some(rv)) = (g.seen_during_request.as_mut(), &rv) {
+                    seen.push(rv.clone());
                 }
-                Some((_, at)) if at.elapsed() < OWN_WRITE_PRECEDENCE => false,
-                _ => {
-                    g.own_write = None;
-                    true
+                match &g.own_write {
+                    Some((own, _)) if rv.as_ref() == Some(own) => {
+                        g.own_write = None;
+                        true
+                    }
+                    Some((_, at)) if at.elapsed() < OWN_WRITE_PRECEDENCE => false,
+                    _ => {
+                        g.own_write = None;
+                        true
+                    }
                 }
-            },
+            }
         };
         if take {
             let spec_changed = g.observed.as_ref().is_none_or(|o| o.spec != ni.spec);
             g.observed = Some(ni);
             self.seen.notify_waiters();
-            // Our own write may carry a spec newer than any event seen yet
+            // An answer may carry a spec newer than any event seen yet
             // (the events before it are then skipped): rebuild for it too.
-            if !matches!(source, Source::OwnWrite) || spec_changed {
+            if !matches!(source, Source::Response) || spec_changed {
                 g.pending = true;
                 g.urgent |= spec_changed;
                 drop(g);
@@ -221,6 +263,12 @@ pub trait StatusSink: Send + Sync + 'static {
         name: &str,
         patch: serde_json::Value,
     ) -> impl std::future::Future<Output = Result<NodeImage, kube::Error>> + Send;
+
+    /// Reads the object as it is now (after a write was refused).
+    fn get(
+        &self,
+        name: &str,
+    ) -> impl std::future::Future<Output = Result<NodeImage, kube::Error>> + Send;
 }
 
 /// The answer is decoded entry by entry (see `decode`), so a NodeImage with
@@ -236,6 +284,12 @@ impl StatusSink for kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> {
         )
         .await
         .map(|l| crate::decode::nodeimage(l).nodeimage)
+    }
+
+    async fn get(&self, name: &str) -> Result<NodeImage, kube::Error> {
+        kube::Api::get(self, name)
+            .await
+            .map(|l| crate::decode::nodeimage(l).nodeimage)
     }
 }
 
@@ -290,7 +344,18 @@ async fn write_once(
         return;
     };
     *last = Instant::now();
-    match sink.patch(name, patch).await {
+    handle.request_started();
+    let Ok(result) = tokio::time::timeout(WRITE_TIMEOUT, sink.patch(name, patch)).await else {
+        handle.request_failed();
+        tracing::warn!(
+            timeout_secs = WRITE_TIMEOUT.as_secs(),
+            "status write got no answer in time; retrying"
+        );
+        errors.inc();
+        retry_later(handle, Duration::from_secs(1)).await;
+        return;
+    };
+    match result {
         Ok(updated) => {
             let counts = updated.status.as_ref().map(|s| {
                 (
@@ -302,18 +367,53 @@ async fn write_once(
                 )
             });
             tracing::debug!(?counts, "status written");
-            handle.observe_written(updated);
+            handle.observe_response(updated);
         }
         Err(kube::Error::Api(e))
             if e.code == 409 || nodeimage_api::kruise::nodeimage::is_failed_test(&e) =>
         {
-            // The spec moved on since we built this status; the watch brings
-            // the new spec and we rebuild on top of it.
-            tracing::debug!(generation = ?ni.metadata.generation, "status write refused: the spec changed; retrying on the newer object");
-            retry_later(handle, Duration::from_millis(300)).await;
+            // The spec moved on since we built this status: read the object
+            // as it is now and rebuild on top of it. Waiting for the watch
+            // alone is not enough when what we observe is older than an
+            // event it already delivered.
+            handle.request_failed();
+            tracing::debug!(generation = ?ni.metadata.generation, "status write refused: the spec changed; reading the object again");
+            reread(handle, sink, name, errors).await;
         }
         Err(e) => {
+            handle.request_failed();
             tracing::warn!(error = %e, "status write failed; retrying");
+            errors.inc();
+            retry_later(handle, Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// Reads the object after a refused write and writes again on top of it.
+async fn reread(
+    handle: &StatusHandle,
+    sink: &impl StatusSink,
+    name: &str,
+    errors: &prometheus_client::metrics::counter::Counter,
+) {
+    handle.request_started();
+    match tokio::time::timeout(WRITE_TIMEOUT, sink.get(name)).await {
+        Ok(Ok(current)) => {
+            handle.observe_response(current);
+            retry_later(handle, REWRITE_PAUSE).await;
+        }
+        Ok(Err(e)) => {
+            handle.request_failed();
+            tracing::warn!(error = %e, "reading the NodeImage after a refused write failed; retrying");
+            errors.inc();
+            retry_later(handle, Duration::from_secs(1)).await;
+        }
+        Err(_) => {
+            handle.request_failed();
+            tracing::warn!(
+                timeout_secs = WRITE_TIMEOUT.as_secs(),
+                "reading the NodeImage after a refused write got no answer in time; retrying"
+            );
             errors.inc();
             retry_later(handle, Duration::from_secs(1)).await;
         }
@@ -347,6 +447,10 @@ mod tests {
             ni.status = Some(status);
             *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(patch);
             Ok(ni)
+        }
+
+        async fn get(&self, _: &str) -> Result<NodeImage, kube::Error> {
+            Ok(node_image("2"))
         }
     }
 
@@ -439,6 +543,146 @@ mod tests {
             90
         );
         assert_eq!(last[0]["op"], "test", "guarded");
+    }
+
+    /// Never answers its first write; records the rest.
+    #[derive(Clone, Default)]
+    struct HangsOnce {
+        calls: Arc<AtomicUsize>,
+        inner: Recorder,
+    }
+
+    impl StatusSink for HangsOnce {
+        async fn patch(
+            &self,
+            name: &str,
+            patch: serde_json::Value,
+        ) -> Result<NodeImage, kube::Error> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                std::future::pending::<()>().await;
+            }
+            self.inner.patch(name, patch).await
+        }
+
+        async fn get(&self, name: &str) -> Result<NodeImage, kube::Error> {
+            self.inner.get(name).await
+        }
+    }
+
+    /// Refuses its first write as a failed `test` (the spec moved on to
+    /// generation 2) and serves the object at generation 2.
+    #[derive(Clone, Default)]
+    struct SpecMoved {
+        patches: Arc<Mutex<Vec<serde_json::Value>>>,
+        gets: Arc<AtomicUsize>,
+    }
+
+    impl StatusSink for SpecMoved {
+        async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
+            let first = {
+                let mut p = self.patches.lock().unwrap_or_else(|p| p.into_inner());
+                p.push(patch.clone());
+                p.len() == 1
+            };
+            if first {
+                return Err(kube::Error::Api(Box::new(kube::core::Status {
+                    code: 422,
+                    message: "the server rejected our request due to an error in our request"
+                        .into(),
+                    ..Default::default()
+                })));
+            }
+            let mut ni = with_generation("w", 2);
+            ni.status = serde_json::from_value(patch[1]["value"].clone()).ok();
+            Ok(ni)
+        }
+
+        async fn get(&self, _: &str) -> Result<NodeImage, kube::Error> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            Ok(with_generation("g", 2))
+        }
+    }
+
+    fn with_generation(rv: &str, generation: i64) -> NodeImage {
+        let mut ni = node_image(rv);
+        ni.metadata.generation = Some(generation);
+        ni
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_write_reads_the_object_again_and_writes_on_top_of_it() {
+        let h = StatusHandle::default();
+        let sink = SpecMoved::default();
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(run(
+            h.clone(),
+            sink.clone(),
+            "n".into(),
+            Default::default(),
+            rx,
+        ));
+        // The watch brings generation 1 and nothing after it.
+        h.observe(with_generation("1", 1));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let patches = sink
+            .patches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        assert_eq!(
+            sink.gets.load(Ordering::SeqCst),
+            1,
+            "read once after the refusal"
+        );
+        assert_eq!(patches.len(), 2, "{patches:?}");
+        assert_eq!(patches[0][0]["value"], 1, "first write tested generation 1");
+        assert_eq!(
+            patches[1][0]["value"], 2,
+            "second write on top of the object read"
+        );
+        let _ = tx.send(true);
+        let _ = task.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_the_watch_already_delivered_does_not_step_back() {
+        let h = StatusHandle::default();
+        h.observe(node_image("a"));
+        h.request_started();
+        // The watch delivers our write ("w") and a newer change ("x") before
+        // the write's answer is read.
+        h.observe(node_image("w"));
+        h.observe(node_image("x"));
+        h.observe_response(node_image("w"));
+        assert_eq!(rv_of(&h).as_deref(), Some("x"));
+        // And events keep being taken: nothing waits for "w" again.
+        h.observe(node_image("y"));
+        assert_eq!(rv_of(&h).as_deref(), Some("y"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_never_answers_is_given_up_and_tried_again() {
+        let h = StatusHandle::default();
+        let sink = HangsOnce::default();
+        let (tx, rx) = watch::channel(false);
+        let errors = prometheus_client::metrics::counter::Counter::default();
+        let task = tokio::spawn(run(h.clone(), sink.clone(), "n".into(), errors.clone(), rx));
+        h.observe(node_image("1"));
+        tokio::time::sleep(WRITE_TIMEOUT / 2).await;
+        assert_eq!(
+            sink.inner.writes.load(Ordering::SeqCst),
+            0,
+            "first write hangs"
+        );
+        tokio::time::sleep(WRITE_TIMEOUT).await;
+        assert_eq!(
+            sink.inner.writes.load(Ordering::SeqCst),
+            1,
+            "written by the second try"
+        );
+        assert_eq!(errors.get(), 1, "the hung write is counted as an error");
+        let _ = tx.send(true);
+        let _ = task.await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -538,7 +782,7 @@ mod tests {
     async fn own_write_outranks_the_watch_until_the_watch_delivers_it() {
         let h = StatusHandle::default();
         h.observe(node_image("a"));
-        h.observe_written(node_image("c"));
+        h.observe_response(node_image("c"));
         // An event from before our write (any version but ours) is older.
         h.observe(node_image("b"));
         assert_eq!(rv_of(&h).as_deref(), Some("c"));
@@ -552,11 +796,11 @@ mod tests {
     async fn own_write_precedence_ends_on_relist_or_after_its_bound() {
         let h = StatusHandle::default();
         h.observe(node_image("a"));
-        h.observe_written(node_image("c"));
+        h.observe_response(node_image("c"));
         h.observe_relisted(node_image("z"));
         assert_eq!(rv_of(&h).as_deref(), Some("z"));
 
-        h.observe_written(node_image("y"));
+        h.observe_response(node_image("y"));
         h.observe(node_image("x"));
         assert_eq!(rv_of(&h).as_deref(), Some("y"));
         tokio::time::advance(OWN_WRITE_PRECEDENCE).await;
@@ -569,7 +813,7 @@ mod tests {
         let h = StatusHandle::default();
         h.observe(node_image("a"));
         // The server returned the version we hold: no event will follow.
-        h.observe_written(node_image("a"));
+        h.observe_response(node_image("a"));
         h.observe(node_image("b"));
         assert_eq!(rv_of(&h).as_deref(), Some("b"));
     }
