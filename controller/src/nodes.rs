@@ -69,7 +69,7 @@ pub fn orphaned(
 }
 
 /// A Node, as far as a job's plan cares.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Hash)]
 pub struct NodeInfo {
     /// Node labels.
     pub labels: BTreeMap<String, String>,

@@ -132,7 +132,7 @@ pub async fn run_node_tasks<K, Key>(
 ) where
     K: JobKind,
     NodeJobs<K>: JobReconciler<Job = K>,
-    Key: PartialEq + Send + 'static,
+    Key: std::hash::Hash + Send + 'static,
 {
     ensure_secrets_namespace(&ctx, "image secrets").await;
     let client = ctx.client.clone();

@@ -93,11 +93,22 @@ fn keep_mirror_fields(ni: &mut PartialObjectMeta<NodeImage>) {
 }
 
 /// What the mirror reads of a NodeImage.
-#[derive(PartialEq)]
 struct MirrorKey {
     labels: BTreeMap<String, String>,
     fields: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>,
     deleting: bool,
+}
+
+/// Managed-field entries hold JSON (no `Hash`): their serialized form is
+/// hashed, which serde_json writes with sorted keys.
+impl std::hash::Hash for MirrorKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.labels.hash(h);
+        self.deleting.hash(h);
+        serde_json::to_string(&self.fields)
+            .unwrap_or_default()
+            .hash(h);
+    }
 }
 
 impl MirrorKey {
