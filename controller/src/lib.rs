@@ -15,6 +15,7 @@ mod jobshell;
 mod leader;
 mod lifecycle;
 mod metrics;
+mod nodecache;
 mod nodeimages;
 mod nodemirror;
 mod nodes;
@@ -121,31 +122,46 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         nodeimages.subscribe(),
         nodeimages.subscribe(),
     );
+    // One Node cache for all; every reader subscribes before it runs.
+    let mut nodes = nodecache::Nodes::new();
+    let (nodes_for_mirror, nodes_for_housekeeping, nodes_for_prepull, nodes_for_upgrade) = (
+        nodes.subscribe(),
+        nodes.subscribe(),
+        nodes.subscribe(),
+        nodes.subscribe(),
+    );
     let work = async {
         tokio::join!(
             nodeimages.run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            nodemirror::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
+            nodes.run(ctx.client.clone(), readiness.clone(), stop_rx.clone()),
+            nodemirror::run(
+                ctx.clone(),
+                readiness.clone(),
+                stop_rx.clone(),
+                nodes_for_mirror
+            ),
             housekeeping::run(
                 ctx.clone(),
                 readiness.clone(),
                 stop_rx.clone(),
-                for_housekeeping
+                for_housekeeping,
+                nodes_for_housekeeping
             ),
             imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_pull),
             jobshell::run_node_tasks(
                 imageprepulljob::WIRING,
                 ctx.clone(),
-                readiness.clone(),
                 stop_rx.clone(),
-                for_prepull
+                for_prepull,
+                nodes_for_prepull
             ),
             imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             jobshell::run_node_tasks(
                 nodeupgradejob::WIRING,
                 ctx.clone(),
-                readiness.clone(),
                 stop_rx.clone(),
-                for_upgrade
+                for_upgrade,
+                nodes_for_upgrade
             ),
         )
     };

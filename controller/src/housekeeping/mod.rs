@@ -13,6 +13,7 @@ mod reconcile;
 
 use crate::context::Context;
 use crate::lifecycle;
+use crate::nodecache::NodeSubscription;
 use crate::nodeimages::Subscription;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::channel::mpsc;
@@ -35,6 +36,7 @@ pub async fn run(
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
+    nodes: NodeSubscription,
 ) {
     let client = ctx.client.clone();
     let (relisted_tx, relisted_rx) = mpsc::unbounded::<()>();
@@ -44,21 +46,22 @@ pub async fn run(
         relisted: Some(relisted_tx.clone()),
     };
 
-    // Nodes: only a Node that no longer wants its NodeImage wakes it.
-    let node_signals = signals(readiness.check("nodes-synced").await);
-    let nodes_synced = node_signals.synced.clone();
-    let (nodes, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
-    let node_events = watch::reflect(
-        "nodes",
-        Api::all(client.clone()),
-        node_writer,
-        watch::without_managed_fields,
-        node_signals,
-    )
-    .filter_map(|event| {
+    // Nodes: only a Node that no longer wants its NodeImage wakes it; a
+    // relist of the Nodes wakes every NodeImage.
+    let NodeSubscription {
+        store: nodes,
+        synced: nodes_synced,
+        events,
+    } = nodes;
+    let node_relisted = relisted_tx.clone();
+    let node_events = NodeSubscription::event_stream(events).filter_map(move |event| {
         std::future::ready(match event {
-            watcher::Event::Delete(n) => Some(Ok(n)),
+            watcher::Event::Delete(n) => Some(Ok::<_, watcher::Error>(n)),
             watcher::Event::Apply(n) if !crate::nodes::wants_nodeimage(&n.metadata) => Some(Ok(n)),
+            watcher::Event::InitDone => {
+                let _ = node_relisted.unbounded_send(());
+                None
+            }
             _ => None,
         })
     });
@@ -98,7 +101,7 @@ pub async fn run(
     } = nodeimages;
     Controller::for_shared_stream(changes, nodeimages.clone())
         .with_config(crate::lifecycle::controller_config())
-        .watches_stream(node_events, |node: PartialObjectMeta<Node>| {
+        .watches_stream(node_events, |node: Node| {
             Some(ObjectRef::<NodeImage>::new(&node.name_any()))
         })
         .watches_stream(pull_deleted, owned_by(nodeimages.clone()))

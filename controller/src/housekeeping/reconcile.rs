@@ -10,7 +10,7 @@ use crate::patch::{self, PatchError};
 use crate::watch::Synced;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -34,7 +34,7 @@ pub struct State {
     /// Client, recorder and settings.
     pub ctx: Context,
     /// Node metadata, to tell whether a NodeImage's Node still exists.
-    pub nodes: Store<PartialObjectMeta<Node>>,
+    pub nodes: Store<Node>,
     /// Whether `nodes` has been listed.
     pub nodes_synced: Synced,
     /// Job metadata, to tell whether a tag's owners still exist.

@@ -17,8 +17,6 @@ use nodeimage_api::ImagePrePullJob;
 
 /// How the controller is wired (run by `jobshell::run_node_tasks`).
 pub const WIRING: NodeTaskWiring<ImagePrePullJob, crate::nodes::NodeInfo> = NodeTaskWiring {
-    node_watch: "imageprepulljob-nodes",
-    nodes_check: "imageprepulljob-nodes-synced",
     node_key: crate::nodes::node_info,
     is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
     jobs_gauge: |m| &m.caches.image_pre_pull_jobs,

@@ -6,18 +6,17 @@ use super::{Caches, JobKind, JobReconciler, Shared};
 use crate::context::Context;
 use crate::lifecycle;
 use crate::metrics::Metrics;
+use crate::nodecache::NodeSubscription;
 use crate::nodeimages::Subscription;
 use crate::nodes::{NodeInfo, node_info};
 use crate::wakeups::TagChanges;
-use crate::watch::{self, SyncSignals, Synced};
+use crate::watch::{self, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use nodeimage_api::NodeImage;
-use nodeimage_ops::health::Readiness;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -107,10 +106,6 @@ impl<K> Caches for NodeJobs<K> {
 
 /// How a KubeEdge node-task kind's controller is wired.
 pub struct NodeTaskWiring<K: JobKind, Key> {
-    /// Name of its Node watch, in logs.
-    pub node_watch: &'static str,
-    /// Readiness check of its Node cache.
-    pub nodes_check: &'static str,
     /// What of a Node its plan reads: only changes of it wake running jobs.
     pub node_key: fn(&Node) -> Key,
     /// Whether a job has finished (finished jobs ignore Node changes).
@@ -126,30 +121,23 @@ pub struct NodeTaskWiring<K: JobKind, Key> {
 pub async fn run_node_tasks<K, Key>(
     w: NodeTaskWiring<K, Key>,
     ctx: Context,
-    readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
+    nodes: NodeSubscription,
 ) where
     K: JobKind,
     NodeJobs<K>: JobReconciler<Job = K>,
     Key: std::hash::Hash + Send + 'static,
 {
+    let NodeSubscription {
+        store: nodes,
+        synced: nodes_synced,
+        events,
+    } = nodes;
+    let node_events =
+        NodeSubscription::event_stream(events).filter_map(watch::changes_only(w.node_key));
     ensure_secrets_namespace(&ctx, "image secrets").await;
     let client = ctx.client.clone();
-    let nodes_synced = Synced::default();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let node_events = watch::reflect(
-        w.node_watch,
-        Api::all(client.clone()),
-        node_writer,
-        crate::nodes::trim_node,
-        SyncSignals {
-            synced: nodes_synced.clone(),
-            check: readiness.check(w.nodes_check).await,
-            relisted: None,
-        },
-    )
-    .filter_map(watch::changes_only(w.node_key));
 
     let (jobs, job_writer) = reflector::store::<K>();
     let skipped = crate::skipped::Skipped::new(&ctx, K::KIND, Some("reason"));

@@ -8,6 +8,7 @@ mod reconcile;
 
 use crate::context::Context;
 use crate::lifecycle;
+use crate::nodecache::NodeSubscription;
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -23,24 +24,24 @@ use std::sync::Arc;
 use tokio::sync::watch as signal;
 
 /// Runs the node mirror until `stop` turns true.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodes: NodeSubscription,
+) {
     let client = ctx.client.clone();
 
-    let (nodes, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
-    let node_events = watch::reflect(
-        "nodes (mirror)",
-        Api::all(client.clone()),
-        node_writer,
-        watch::without_managed_fields,
-        SyncSignals {
-            synced: Synced::default(),
-            check: readiness.check("mirror-nodes-synced").await,
-            relisted: None,
-        },
-    )
-    .filter_map(|event| {
+    let NodeSubscription {
+        store: nodes,
+        events,
+        ..
+    } = nodes;
+    let node_events = NodeSubscription::event_stream(events).filter_map(|event| {
         std::future::ready(match event {
-            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => Some(Ok(n)),
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                Some(Ok::<_, watcher::Error>(n))
+            }
             _ => None,
         })
     });
@@ -72,7 +73,7 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     Controller::for_stream(node_events, nodes)
         .with_config(lifecycle::controller_config())
         .watches_stream(nodeimage_events, |ni: PartialObjectMeta<NodeImage>| {
-            Some(ObjectRef::<PartialObjectMeta<Node>>::new(&ni.name_any()))
+            Some(ObjectRef::<Node>::new(&ni.name_any()))
         })
         .graceful_shutdown_on(lifecycle::stopped(stop))
         .run(reconcile::reconcile, reconcile::error_policy, state)

@@ -44,10 +44,7 @@ pub enum Error {
 }
 
 /// Creates or relabels the NodeImage of one Node.
-pub async fn reconcile(
-    node: Arc<PartialObjectMeta<Node>>,
-    state: Arc<State>,
-) -> Result<Action, Error> {
+pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Error> {
     let _timer = state.ctx.metrics.reconcile("Node");
     if !state.nodeimages_synced.get() {
         return Ok(Action::requeue(NOT_SYNCED));
@@ -79,11 +76,7 @@ pub async fn reconcile(
 }
 
 /// Logs the failure and retries the Node after a short wait.
-pub fn error_policy(
-    node: Arc<PartialObjectMeta<Node>>,
-    error: &Error,
-    state: Arc<State>,
-) -> Action {
+pub fn error_policy(node: Arc<Node>, error: &Error, state: Arc<State>) -> Action {
     state.ctx.metrics.error("Node");
     tracing::warn!(node = %node.name_any(), %error, retry_s = RETRY.as_secs(), "node mirror failed");
     Action::requeue(RETRY)

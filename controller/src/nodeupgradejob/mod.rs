@@ -29,8 +29,6 @@ fn node_key(n: &Node) -> (nodes::NodeInfo, Option<String>) {
 /// How the controller is wired (run by `jobshell::run_node_tasks`).
 pub const WIRING: NodeTaskWiring<NodeUpgradeJob, (nodes::NodeInfo, Option<String>)> =
     NodeTaskWiring {
-        node_watch: "nodeupgradejob-nodes",
-        nodes_check: "nodeupgradejob-nodes-synced",
         node_key,
         is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
         jobs_gauge: |m| &m.caches.node_upgrade_jobs,
