@@ -26,10 +26,15 @@ pub enum Mirror {
 
 /// Decides whether the NodeImage of `node` must be created or relabelled.
 ///
-/// `nodeimage` is the NodeImage's metadata with the mirror's managed-field
-/// entry, which tells which labels the mirror set earlier: those the Node no
-/// longer has must go, while labels others set are left alone.
-pub fn mirror(node: &ObjectMeta, nodeimage: Option<&ObjectMeta>) -> Mirror {
+/// `nodeimage` is the NodeImage's metadata and `owned` the label keys the
+/// mirror set earlier (from its managed-field entry, `owned_label_keys`):
+/// those the Node no longer has must go, while labels others set are left
+/// alone.
+pub fn mirror(
+    node: &ObjectMeta,
+    nodeimage: Option<&ObjectMeta>,
+    owned: &BTreeSet<String>,
+) -> Mirror {
     if !wants_nodeimage(node) {
         return Mirror::NotWanted;
     }
@@ -39,9 +44,7 @@ pub fn mirror(node: &ObjectMeta, nodeimage: Option<&ObjectMeta>) -> Mirror {
     };
     let have = ni.labels.clone().unwrap_or_default();
     let missing_or_different = want.iter().any(|(k, v)| have.get(k) != Some(v));
-    let stale = owned_label_keys(ni, FIELD_MANAGER)
-        .iter()
-        .any(|k| !want.contains_key(k));
+    let stale = owned.iter().any(|k| !want.contains_key(k));
     if missing_or_different || stale {
         Mirror::Apply(want)
     } else {

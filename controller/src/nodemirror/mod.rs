@@ -19,8 +19,8 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use nodeimage_api::NodeImage;
 use nodeimage_ops::health::Readiness;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch as signal;
 
 /// Runs the node mirror until `stop` turns true.
@@ -51,23 +51,36 @@ pub async fn run(
     // Node status writes change a NodeImage all the time; only a change of
     // what the mirror compares (labels, its own field ownership, deletion)
     // or a deletion wakes the Node.
+    let owned = OwnedLabels::default();
+    let (record, forget, key_of) = (owned.clone(), owned.clone(), owned.clone());
+    let listed = nodeimages.clone();
     let nodeimage_events = watch::reflect(
         "nodeimages (mirror)",
         Api::all(client),
         nodeimage_writer,
-        keep_mirror_fields,
+        move |ni: &mut PartialObjectMeta<NodeImage>| record.take_from(ni),
         SyncSignals {
             synced: nodeimages_synced.clone(),
             check: readiness.check("mirror-nodeimages-synced").await,
             relisted: None,
         },
     )
-    .filter_map(watch::changes_only(MirrorKey::of));
+    .inspect(move |event| match event {
+        watcher::Event::Delete(ni) => forget.remove(&ni.name_any()),
+        watcher::Event::InitDone => {
+            forget.retain(|name| listed.get(&ObjectRef::new(name)).is_some())
+        }
+        _ => {}
+    })
+    .filter_map(watch::changes_only(
+        move |ni: &PartialObjectMeta<NodeImage>| MirrorKey::of(ni, &key_of),
+    ));
 
     let state = Arc::new(reconcile::State {
         ctx,
         nodeimages,
         nodeimages_synced,
+        owned,
     });
     tracing::info!("node mirror starting");
     Controller::for_stream(node_events, nodes)
@@ -85,42 +98,64 @@ pub async fn run(
     tracing::info!("node mirror stopped");
 }
 
-/// Keeps only the mirror's own managed-field entries, which tell which
-/// labels it set; the rest is not needed in the cache.
-fn keep_mirror_fields(ni: &mut PartialObjectMeta<NodeImage>) {
-    if let Some(fields) = ni.metadata.managed_fields.as_mut() {
-        fields.retain(|f| f.manager.as_deref() == Some(decide::FIELD_MANAGER));
+/// The label keys the mirror owns on each NodeImage, read from its
+/// managed-field entry as each NodeImage arrives and kept apart from the
+/// cached metadata: the managed-field JSON itself cost about 2.5 KB per
+/// NodeImage, the keys a few hundred bytes.
+#[derive(Clone, Default)]
+pub struct OwnedLabels(Arc<Mutex<HashMap<String, BTreeSet<String>>>>);
+
+impl OwnedLabels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeSet<String>>> {
+        // Plain data: a panic elsewhere cannot leave it half-written.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the keys the mirror owns on `ni` and drops its managed
+    /// fields, which the cache then does not hold.
+    fn take_from(&self, ni: &mut PartialObjectMeta<NodeImage>) {
+        let keys = decide::owned_label_keys(&ni.metadata, decide::FIELD_MANAGER);
+        ni.metadata.managed_fields = None;
+        let mut owned = self.lock();
+        match ni.metadata.name.as_ref() {
+            Some(name) if keys.is_empty() => {
+                owned.remove(name);
+            }
+            Some(name) => {
+                owned.insert(name.clone(), keys);
+            }
+            None => {}
+        }
+    }
+
+    /// The keys the mirror owns on NodeImage `name`.
+    pub fn of(&self, name: &str) -> BTreeSet<String> {
+        self.lock().get(name).cloned().unwrap_or_default()
+    }
+
+    fn remove(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// Keeps only the NodeImages `keep` says still exist (after a relist).
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(|name, _| keep(name));
     }
 }
 
 /// What the mirror reads of a NodeImage.
+#[derive(Hash)]
 struct MirrorKey {
     labels: BTreeMap<String, String>,
-    fields: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>,
+    owned: BTreeSet<String>,
     deleting: bool,
 }
 
-/// Managed-field entries hold JSON (no `Hash`): their serialized form is
-/// hashed, which serde_json writes with sorted keys.
-impl std::hash::Hash for MirrorKey {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.labels.hash(h);
-        self.deleting.hash(h);
-        serde_json::to_string(&self.fields)
-            .unwrap_or_default()
-            .hash(h);
-    }
-}
-
 impl MirrorKey {
-    fn of(ni: &PartialObjectMeta<NodeImage>) -> Self {
+    fn of(ni: &PartialObjectMeta<NodeImage>, owned: &OwnedLabels) -> Self {
         Self {
             labels: ni.labels().clone(),
-            fields: ni.metadata.managed_fields.clone().map(|mut f| {
-                // The time moves with every write of the same fields.
-                f.iter_mut().for_each(|e| e.time = None);
-                f
-            }),
+            owned: owned.of(&ni.name_any()),
             deleting: ni.metadata.deletion_timestamp.is_some(),
         }
     }

@@ -1,6 +1,7 @@
 //! The imperative shell of the node mirror: read the caches, decide, and
 //! server-side apply the NodeImage's labels when they differ.
 
+use super::OwnedLabels;
 use super::decide::{self, FIELD_MANAGER, Mirror};
 use crate::context::Context;
 use crate::watch::Synced;
@@ -23,8 +24,10 @@ const NOT_SYNCED: Duration = Duration::from_secs(1);
 pub struct State {
     /// Client and settings.
     pub ctx: Context,
-    /// NodeImage metadata, with only the mirror's managed-field entries.
+    /// NodeImage metadata, without managed fields.
     pub nodeimages: Store<PartialObjectMeta<NodeImage>>,
+    /// The label keys the mirror owns on each NodeImage.
+    pub owned: OwnedLabels,
     /// Whether `nodeimages` has been listed.
     pub nodeimages_synced: Synced,
 }
@@ -51,7 +54,12 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
     }
     let name = node.name_any();
     let current = state.nodeimages.get(&ObjectRef::new(&name));
-    let labels = match decide::mirror(&node.metadata, current.as_ref().map(|ni| &ni.metadata)) {
+    let owned = state.owned.of(&name);
+    let labels = match decide::mirror(
+        &node.metadata,
+        current.as_ref().map(|ni| &ni.metadata),
+        &owned,
+    ) {
         Mirror::NotWanted | Mirror::InSync => return Ok(Action::await_change()),
         Mirror::Apply(labels) => labels,
     };

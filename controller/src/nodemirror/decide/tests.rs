@@ -94,7 +94,11 @@ fn mirror_table() {
         ),
     ];
     for (name, node, ni, want) in cases {
-        assert_eq!(mirror(&node, ni.as_ref()), want, "{name}");
+        let owned = ni
+            .as_ref()
+            .map(|m| owned_label_keys(m, FIELD_MANAGER))
+            .unwrap_or_default();
+        assert_eq!(mirror(&node, ni.as_ref(), &owned), want, "{name}");
     }
 }
 
