@@ -225,6 +225,7 @@ ni_round() {
 
 : >"$WORK/cri"
 : >"$WORK/ni"
+: >"$WORK/ratio"
 for ((r = 1; r <= ROUNDS; r++)); do
   if ((r % 2)); then
     cri_round "$r"
