@@ -252,6 +252,8 @@ clean_up_jobs() {
   wait_until "$TIMEOUT_SECONDS" "$kind gone" scale-controller jobs_gone "$kind"
   t1=$(now)
   record "$s.cleanup.seconds" "$(elapsed "$t0" "$t1") (delete the jobs until every one is gone, its entries released; $(sim_tags) tag entries left)"
+  # VmHWM covers the whole life of the controller: rollout and cleanup.
+  record "$s.controller.peak_rss_mib.with_cleanup" "$(vmhwm_mib "$(ctrl_pid)") (VmHWM after the cleanup)"
 }
 
 # ---------------------------------------------------------------------------
