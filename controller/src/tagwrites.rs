@@ -14,8 +14,7 @@ use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot};
 
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
@@ -186,21 +185,14 @@ pub struct NodeWriter {
 /// wait for a slot are batched into fewer writes.
 const WRITES_IN_FLIGHT: usize = 16;
 
-/// Longest a node's last written spec is kept for a cache that has not
-/// caught up with it; past it the node is forgotten (a later edit then
-/// starts from the cache, and a stale cache costs one refused write).
-const LINGER: Duration = Duration::from_secs(5);
-/// How often a lingering node looks at the cache again.
-const LINGER_STEP: Duration = Duration::from_millis(100);
-
-/// One node's queue; it exists while a task drains it.
+/// One node's queue.
 #[derive(Default)]
 struct Slot {
     pending: Vec<(Edit, oneshot::Sender<Result<(), WriteError>>)>,
+    /// Whether a task is writing this node's edits.
+    running: bool,
     /// Our last write (without status), until the cache holds it.
     written: Option<Arc<NodeImage>>,
-    /// Wakes a lingering task for a new edit.
-    wake: Arc<Notify>,
 }
 
 impl NodeWriter {
@@ -225,11 +217,9 @@ impl NodeWriter {
         let (done, result) = oneshot::channel();
         let start = {
             let mut slots = self.lock();
-            let start = !slots.contains_key(&node);
             let slot = slots.entry(node.clone()).or_default();
             slot.pending.push((edit, done));
-            slot.wake.notify_one();
-            start
+            !std::mem::replace(&mut slot.running, true)
         };
         if start {
             tokio::spawn(self.clone().drain(node.clone(), ni));
@@ -240,45 +230,9 @@ impl NodeWriter {
     }
 
     /// Writes the node's pending edits, a batch at a time, until none are
-    /// left; then waits (at most [`LINGER`]) for the cache to catch up with
-    /// the last write before forgetting the node, so that a copy of each
-    /// node's spec is not held after its last write.
+    /// left.
     async fn drain(self, node: String, mut seen: Arc<NodeImage>) {
-        let mut lingered = Duration::ZERO;
         loop {
-            // Nothing pending: wait, without a write slot, until the cache
-            // holds our last write (or the bound passes), picking up any
-            // edit that arrives meanwhile.
-            let linger = {
-                let mut slots = self.lock();
-                let Some(slot) = slots.get_mut(&node) else {
-                    return;
-                };
-                if slot.pending.is_empty() {
-                    let cached = self.cache.get(&ObjectRef::new(&node));
-                    let done = match (&slot.written, &cached) {
-                        (None, _) => true,
-                        (Some(w), Some(c)) => caught_up(w, c),
-                        (Some(_), None) => false,
-                    };
-                    if done || lingered >= LINGER {
-                        slots.remove(&node);
-                        return;
-                    }
-                    Some(slot.wake.clone())
-                } else {
-                    None
-                }
-            };
-            if let Some(wake) = linger {
-                let started = tokio::time::Instant::now();
-                tokio::select! {
-                    _ = tokio::time::sleep(LINGER_STEP) => {},
-                    _ = wake.notified() => {},
-                }
-                lingered += started.elapsed();
-                continue;
-            }
             // Wait for a slot before taking the batch, so edits queue up meanwhile.
             let _permit = self.in_flight.clone().acquire_owned().await;
             // The cache applies watch events in order, so its copy is never
@@ -295,8 +249,11 @@ impl NodeWriter {
                     slot.written = None;
                 }
                 if slot.pending.is_empty() {
-                    // Taken by another batch meanwhile: linger above.
-                    continue;
+                    slot.running = false;
+                    if slot.written.is_none() {
+                        slots.remove(&node);
+                    }
+                    return;
                 }
                 // Our write is newer than the cache: its spec, the cache's status.
                 let base = match &slot.written {
@@ -310,7 +267,6 @@ impl NodeWriter {
                 };
                 (std::mem::take(&mut slot.pending), base)
             };
-            lingered = Duration::ZERO;
             let (edits, waiters): (Vec<Edit>, Vec<_>) = batch.into_iter().unzip();
             let result = edit_images(&self.client, &base, "writing entries", |current, images| {
                 edits
