@@ -476,18 +476,25 @@ mod tests {
         ni
     }
 
+    /// A writer on `sink`, with its handle, stop switch and task.
+    fn start(
+        sink: impl StatusSink,
+        errors: prometheus_client::metrics::counter::Counter,
+    ) -> (
+        StatusHandle,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let h = StatusHandle::default();
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(run(h.clone(), sink, "n".into(), errors, rx));
+        (h, tx, task)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn coalesces_and_skips_unchanged_writes() {
-        let h = StatusHandle::default();
         let sink = Recorder::default();
-        let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(run(
-            h.clone(),
-            sink.clone(),
-            "n".into(),
-            Default::default(),
-            rx,
-        ));
+        let (h, tx, task) = start(sink.clone(), Default::default());
         h.observe(node_image("1"));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(
@@ -611,16 +618,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_write_reads_the_object_again_and_writes_on_top_of_it() {
-        let h = StatusHandle::default();
         let sink = SpecMoved::default();
-        let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(run(
-            h.clone(),
-            sink.clone(),
-            "n".into(),
-            Default::default(),
-            rx,
-        ));
+        let (h, tx, task) = start(sink.clone(), Default::default());
         // The watch brings generation 1 and nothing after it.
         h.observe(with_generation("1", 1));
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -662,11 +661,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_that_never_answers_is_given_up_and_tried_again() {
-        let h = StatusHandle::default();
         let sink = HangsOnce::default();
-        let (tx, rx) = watch::channel(false);
         let errors = prometheus_client::metrics::counter::Counter::default();
-        let task = tokio::spawn(run(h.clone(), sink.clone(), "n".into(), errors.clone(), rx));
+        let (h, tx, task) = start(sink.clone(), errors.clone());
         h.observe(node_image("1"));
         tokio::time::sleep(WRITE_TIMEOUT / 2).await;
         assert_eq!(
@@ -687,16 +684,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_phase_change_does_not_wait_for_the_progress_interval() {
-        let h = StatusHandle::default();
         let sink = Recorder::default();
-        let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(run(
-            h.clone(),
-            sink.clone(),
-            "n".into(),
-            Default::default(),
-            rx,
-        ));
+        let (h, tx, task) = start(sink.clone(), Default::default());
         h.observe(node_image("1"));
         tokio::time::sleep(Duration::from_millis(500)).await;
         let key = TagKey {
