@@ -31,6 +31,7 @@ mod wakeups;
 mod watch;
 
 use flags::Flags;
+use futures::StreamExt;
 use nodeimage_ops::{client, health, shutdown};
 use std::time::Duration;
 
@@ -116,6 +117,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     };
 
     let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
+    let for_writer = nodeimages.subscribe();
     let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
         nodeimages.subscribe(),
         nodeimages.subscribe(),
@@ -134,6 +136,12 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         tokio::join!(
             nodeimages.run(ctx.clone(), readiness.clone(), stop_rx.clone()),
             nodes.run(ctx.client.clone(), readiness.clone(), stop_rx.clone()),
+            ctx.writer.clone().follow(
+                for_writer
+                    .changes
+                    .take_until(lifecycle::stopped(stop_rx.clone()))
+                    .boxed()
+            ),
             nodemirror::run(
                 ctx.clone(),
                 readiness.clone(),

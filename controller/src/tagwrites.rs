@@ -123,12 +123,17 @@ pub async fn release(
     ni: Arc<NodeImage>,
     uids: &[String],
 ) -> Result<(), WriteError> {
-    let images = ni.spec.images.clone().unwrap_or_default();
-    let uids: Vec<String> = uids
-        .iter()
-        .filter(|u| entries::owns_any(&images, u))
-        .cloned()
-        .collect();
+    // Borrowed, not cloned: a cleanup looks at every NodeImage, and most
+    // hold nothing of the job (a copy of each spec made a deletion of a
+    // hundred jobs hold gigabytes in passing).
+    let uids: Vec<String> = match ni.spec.images.as_ref() {
+        Some(images) => uids
+            .iter()
+            .filter(|u| entries::owns_any(images, u))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
     if uids.is_empty() {
         return Ok(());
     }
@@ -300,6 +305,42 @@ impl NodeWriter {
     }
 }
 
+impl NodeWriter {
+    /// Forgets each node's last write as soon as the shared cache holds it,
+    /// until `changes` ends: a node's spec is then kept twice only while the
+    /// watch lags behind our write (a copy kept until the node's next edit
+    /// doubled the controller's memory on busy nodes).
+    pub async fn follow(self, changes: futures::stream::BoxStream<'static, Arc<NodeImage>>) {
+        changes
+            .for_each(|ni| {
+                self.forget_if_cached(&ni);
+                std::future::ready(())
+            })
+            .await;
+    }
+
+    fn forget_if_cached(&self, cached: &NodeImage) {
+        forget_if_cached(&mut self.lock(), cached);
+    }
+}
+
+/// Drops the last write of `cached`'s node once `cached` holds it, and the
+/// node's queue with it when nothing is being written there.
+fn forget_if_cached(slots: &mut HashMap<String, Slot>, cached: &NodeImage) {
+    let Some(node) = cached.metadata.name.as_deref() else {
+        return;
+    };
+    let Some(slot) = slots.get_mut(node) else {
+        return;
+    };
+    if slot.written.as_ref().is_some_and(|w| caught_up(w, cached)) {
+        slot.written = None;
+        if !slot.running {
+            slots.remove(node);
+        }
+    }
+}
+
 /// Whether the cache holds our last write: the cached copy is that write
 /// (same resourceVersion) or carries the spec we wrote (a status write came
 /// on top). resourceVersions are opaque: compared for equality only.
@@ -378,6 +419,45 @@ mod tests {
         ni.metadata.resource_version = Some(rv.into());
         ni.spec.images = Some([(image.to_string(), ImageSpec::default())].into());
         ni
+    }
+
+    #[test]
+    fn a_write_is_forgotten_once_the_cache_holds_it() {
+        let slot = |running| Slot {
+            pending: Vec::new(),
+            running,
+            written: Some(Arc::new(at("5", "a"))),
+        };
+        let cases = [
+            ("cache behind: kept", slot(false), at("4", "b"), true, true),
+            (
+                "cache holds it, idle: queue dropped",
+                slot(false),
+                at("9", "a"),
+                false,
+                false,
+            ),
+            (
+                "cache holds it, writing: write dropped",
+                slot(true),
+                at("5", "a"),
+                true,
+                false,
+            ),
+        ];
+        for (name, slot, cached, queue_kept, write_kept) in cases {
+            let mut slots = HashMap::from([("node-1".to_string(), slot)]);
+            forget_if_cached(&mut slots, &cached);
+            assert_eq!(slots.contains_key("node-1"), queue_kept, "{name}");
+            assert_eq!(
+                slots.get("node-1").is_some_and(|s| s.written.is_some()),
+                write_kept,
+                "{name}"
+            );
+        }
+        let mut other = HashMap::from([("node-2".to_string(), slot(false))]);
+        forget_if_cached(&mut other, &at("5", "a"));
+        assert!(other["node-2"].written.is_some(), "another node's write");
     }
 
     #[test]

@@ -8,27 +8,63 @@
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::{ImageTagSpec, ImageTagStatus};
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A job that owns a tag: its namespace (for namespaced kinds) and name.
 pub type Owner = (Option<String>, String);
 
-/// What was last seen of one tag with owners of the watched kind.
+/// What was last seen of one tag with owners of the watched kind. Kept for
+/// every such tag of every node (a hundred thousand with 100 jobs over 1,000
+/// nodes), so it holds hashes and shared owner lists, not copies of names.
 #[derive(Debug)]
 struct Seen {
-    image: String,
-    tag: String,
+    /// Hash of the image name and tag.
+    key: u64,
     fingerprint: u64,
-    owners: Vec<Owner>,
+    owners: Arc<[Owner]>,
 }
 
 /// Remembers, per NodeImage, the tags owned by jobs of one kind.
 pub struct TagChanges {
     kind: &'static str,
     group: &'static str,
-    seen: Mutex<HashMap<String, Vec<Seen>>>,
+    seen: Mutex<Memory>,
+}
+
+#[derive(Default)]
+struct Memory {
+    nodes: HashMap<String, Vec<Seen>>,
+    owners: Interner,
+}
+
+/// One shared copy of each distinct owner list (the same job owns its tag
+/// on every node).
+#[derive(Default)]
+struct Interner {
+    lists: HashSet<Arc<[Owner]>>,
+    /// How many lists were in use at the last sweep.
+    live: usize,
+}
+
+impl Interner {
+    fn get(&mut self, owners: Vec<Owner>) -> Arc<[Owner]> {
+        if let Some(shared) = self.lists.get(owners.as_slice()) {
+            return shared.clone();
+        }
+        let shared: Arc<[Owner]> = owners.into();
+        self.lists.insert(shared.clone());
+        shared
+    }
+
+    /// Forgets lists no tag holds any more, once the set has doubled.
+    fn sweep(&mut self) {
+        if self.lists.len() > 2 * self.live + 64 {
+            self.lists.retain(|l| Arc::strong_count(l) > 1);
+            self.live = self.lists.len();
+        }
+    }
 }
 
 impl TagChanges {
@@ -37,42 +73,43 @@ impl TagChanges {
         Self {
             kind,
             group,
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::default(),
         }
     }
 
     /// The jobs of this kind owning a tag of `ni` that changed, appeared or
     /// went away since `ni` was last passed here; sorted and distinct.
     pub fn owners(&self, ni: &NodeImage) -> Vec<Owner> {
-        let now = self.tags(ni);
         let name = ni.metadata.name.clone().unwrap_or_default();
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let before = seen.remove(&name).unwrap_or_default();
-        fn index(tags: &[Seen]) -> HashMap<(&str, &str), u64> {
-            tags.iter()
-                .map(|t| ((t.image.as_str(), t.tag.as_str()), t.fingerprint))
-                .collect()
+        let mut memory = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let memory = &mut *memory;
+        let now = self.tags(ni, &mut memory.owners);
+        let before = memory.nodes.remove(&name).unwrap_or_default();
+        fn index(tags: &[Seen]) -> HashMap<u64, u64> {
+            tags.iter().map(|t| (t.key, t.fingerprint)).collect()
         }
         let (was, is) = (index(&before), index(&now));
         let mut out = BTreeSet::new();
         for t in &now {
-            if was.get(&(t.image.as_str(), t.tag.as_str())) != Some(&t.fingerprint) {
+            if was.get(&t.key) != Some(&t.fingerprint) {
                 out.extend(t.owners.iter().cloned());
             }
         }
         for b in &before {
-            if !is.contains_key(&(b.image.as_str(), b.tag.as_str())) {
+            if !is.contains_key(&b.key) {
                 out.extend(b.owners.iter().cloned());
             }
         }
+        drop(before);
         if !now.is_empty() {
-            seen.insert(name, now);
+            memory.nodes.insert(name, now);
         }
+        memory.owners.sweep();
         out.into_iter().collect()
     }
 
     /// The tags of `ni` with an owner of this kind, fingerprinted.
-    fn tags(&self, ni: &NodeImage) -> Vec<Seen> {
+    fn tags(&self, ni: &NodeImage, interner: &mut Interner) -> Vec<Seen> {
         let prefix = format!("{}/", self.group);
         let statuses = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref());
         let mut out = Vec::new();
@@ -96,11 +133,12 @@ impl TagChanges {
                 let status = statuses
                     .and_then(|m| m.get(image))
                     .and_then(|s| s.tags.iter().find(|t| t.tag == tag.tag));
+                let mut key = DefaultHasher::new();
+                (image, &tag.tag).hash(&mut key);
                 out.push(Seen {
-                    image: image.clone(),
-                    tag: tag.tag.clone(),
+                    key: key.finish(),
                     fingerprint: fingerprint(tag, status),
-                    owners,
+                    owners: interner.get(owners),
                 });
             }
         }
@@ -109,27 +147,45 @@ impl TagChanges {
 }
 
 /// A hash of what a job reads of a tag: its whole entry, and its reported
-/// state without the progress percentage.
+/// state without the progress percentage. Hashed through serde, so no text
+/// is built for it: this runs for every tag of every NodeImage event.
 fn fingerprint(spec: &ImageTagSpec, status: Option<&ImageTagStatus>) -> u64 {
-    let mut h = DefaultHasher::new();
-    format!("{spec:?}").hash(&mut h);
+    let mut h = HashWriter(DefaultHasher::new());
+    // Serialising these types into a hasher cannot fail (no I/O, no maps
+    // with non-string keys); a failure would only make a wakeup spurious.
+    let _ = serde_json::to_writer(&mut h, spec);
     if let Some(s) = status {
-        format!(
-            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
-            s.phase,
-            s.version,
-            s.start_time,
-            s.completion_time,
-            s.image_id,
-            s.message,
-            s.upgrade_state,
-            s.upgrade_log,
-            s.from_version,
-            s.to_version
-        )
-        .hash(&mut h);
+        let _ = serde_json::to_writer(
+            &mut h,
+            &(
+                &s.phase,
+                s.version,
+                &s.start_time,
+                &s.completion_time,
+                &s.image_id,
+                &s.message,
+                &s.upgrade_state,
+                &s.upgrade_log,
+                &s.from_version,
+                &s.to_version,
+            ),
+        );
     }
-    h.finish()
+    h.0.finish()
+}
+
+/// Feeds serialised bytes straight into a hasher.
+struct HashWriter(DefaultHasher);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -84,3 +84,32 @@ fn only_owners_of_changed_tags_are_woken() {
         assert_eq!(c.owners(&ni(spec, status)), want, "{name}");
     }
 }
+
+#[test]
+fn owner_lists_are_shared_between_nodes_and_forgotten_when_unused() {
+    let c = TagChanges::new("ImagePullJob", "apps.kruise.io");
+    let spec = |job: &str| json!([{"tag": "1", "version": 0, "ownerReferences": [owner(job)]}]);
+    for i in 0..100 {
+        let mut n = ni(spec("a"), json!([]));
+        n.metadata.name = Some(format!("node-{i}"));
+        c.owners(&n);
+    }
+    let lists = |c: &TagChanges| c.seen.lock().map(|m| m.owners.lists.len()).unwrap_or(0);
+    assert_eq!(lists(&c), 1, "one list for the same owner on 100 nodes");
+    // Every node moves to a job of its own, five times over: lists no tag
+    // holds any more are swept, so the set stays within twice the lists in
+    // use (plus a floor), not the 501 ever seen.
+    for round in 0..5 {
+        for i in 0..100 {
+            let job = format!("job-{round}-{i}");
+            let mut n = ni(spec(&job), json!([]));
+            n.metadata.name = Some(format!("node-{i}"));
+            assert_eq!(c.owners(&n), owned(&[&job]));
+        }
+    }
+    assert!(
+        lists(&c) <= 2 * 100 + 64,
+        "unused lists swept: {}",
+        lists(&c)
+    );
+}
