@@ -168,6 +168,44 @@ pub fn upsert_upgrade(
     changed
 }
 
+/// Applies every request (a NodeUpgradeJob's with `upgrade`) to `images`,
+/// each new version counted from what `current` reports; returns whether
+/// anything changed.
+pub fn apply_requests(
+    current: &NodeImage,
+    images: &mut BTreeMap<String, ImageSpec>,
+    requests: &[EntryRequest],
+    upgrade: Option<&TagUpgrade>,
+    now: DateTime<Utc>,
+) -> bool {
+    requests.iter().fold(false, |changed, req| {
+        let reported = reported_version(current, &req.image, &req.tag);
+        let wrote = match upgrade {
+            Some(u) => upsert_upgrade(images, req, u, reported, now),
+            None => upsert(images, req, reported, now),
+        };
+        wrote | changed
+    })
+}
+
+/// Whether [`apply_requests`] would change `current`'s spec. Works on
+/// copies of the requested images only (each request touches its own image
+/// alone): a job looks at every node it started on each reconcile, and a
+/// copy of each whole spec made that the controller's main cost.
+pub fn would_change(
+    current: &NodeImage,
+    requests: &[EntryRequest],
+    upgrade: Option<&TagUpgrade>,
+    now: DateTime<Utc>,
+) -> bool {
+    let all = current.spec.images.as_ref();
+    let mut scratch: BTreeMap<String, ImageSpec> = requests
+        .iter()
+        .filter_map(|r| Some((r.image.clone(), all?.get(&r.image)?.clone())))
+        .collect();
+    apply_requests(current, &mut scratch, requests, upgrade, now)
+}
+
 /// Removes the owner `uid` from every tag; tags left without owners (that had
 /// one) are removed, and images left without tags. A tag kept for other
 /// owners loses the `upgrade` of the NodeUpgradeJob that leaves, so that no

@@ -218,3 +218,65 @@ fn a_confirmation_keeps_the_run_and_restarts_its_timeout() {
     assert!(upsert_upgrade(&mut images, &u, &other, None, now(10)));
     assert_eq!(tag_of(&images, img).version, first.version.map(|v| v + 1));
 }
+
+#[test]
+fn would_change_answers_as_applying_to_the_whole_spec_does() {
+    let mut holding = NodeImage::new("node-1", Default::default());
+    let mut images = BTreeMap::new();
+    upsert(&mut images, &req("a", 600), None, now(10));
+    images.insert(
+        "other".to_string(),
+        ImageSpec {
+            tags: vec![ImageTagSpec {
+                tag: "1".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    );
+    holding.spec.images = Some(images);
+    let empty = NodeImage::new("node-2", Default::default());
+    let upgrade = TagUpgrade {
+        version: "v1.2.3".into(),
+        job: "up".into(),
+        await_confirmation: false,
+    };
+    let cases: Vec<(
+        &str,
+        &NodeImage,
+        Vec<EntryRequest>,
+        Option<&TagUpgrade>,
+        bool,
+    )> = vec![
+        (
+            "entry held as asked",
+            &holding,
+            vec![req("a", 600)],
+            None,
+            false,
+        ),
+        (
+            "pull policy edited",
+            &holding,
+            vec![req("a", 900)],
+            None,
+            true,
+        ),
+        ("another owner", &holding, vec![req("b", 600)], None, true),
+        ("no entry yet", &empty, vec![req("a", 600)], None, true),
+        (
+            "an upgrade on top",
+            &holding,
+            vec![req("a", 600)],
+            Some(&upgrade),
+            true,
+        ),
+        ("nothing asked", &holding, vec![], None, false),
+    ];
+    for (name, ni, reqs, upgrade, want) in cases {
+        let mut whole = ni.spec.images.clone().unwrap_or_default();
+        let applied = apply_requests(ni, &mut whole, &reqs, upgrade, now(20));
+        assert_eq!(applied, want, "{name}: applied to the whole spec");
+        assert_eq!(would_change(ni, &reqs, upgrade, now(20)), want, "{name}");
+    }
+}

@@ -34,22 +34,18 @@ pub async fn write_entries(
     if requests.is_empty() {
         return Ok(());
     }
+    // Nodes already holding the entry as asked are left out here, before
+    // the writer copies their specs.
     let targets: Vec<Arc<NodeImage>> = nodes
         .iter()
         .filter_map(|node| shared.nodeimages.get(&ObjectRef::new(node)))
+        .filter(|ni| entries::would_change(ni, requests, upgrade, now))
         .collect();
     let writes: Vec<Result<(), WriteError>> = futures::stream::iter(targets)
         .map(|ni| {
             let (reqs, upgrade) = (requests.to_vec(), upgrade.cloned());
             let edit: tagwrites::Edit = Box::new(move |current, images| {
-                reqs.iter().fold(false, |changed, req| {
-                    let reported = entries::reported_version(current, &req.image, &req.tag);
-                    let wrote = match &upgrade {
-                        Some(u) => entries::upsert_upgrade(images, req, u, reported, now),
-                        None => entries::upsert(images, req, reported, now),
-                    };
-                    wrote | changed
-                })
+                entries::apply_requests(current, images, &reqs, upgrade.as_ref(), now)
             });
             shared.ctx.writer.edit(ni, edit)
         })
