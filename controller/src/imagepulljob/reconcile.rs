@@ -163,20 +163,18 @@ impl JobReconciler for State {
         let requests: Vec<_> = p.request.iter().cloned().collect();
         jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now).await?;
 
-        // Guarded by the resourceVersion the plan read: a plan made from a
-        // cached job that lags behind our own last status write (its
-        // completion, say) is refused and made again, instead of writing
-        // older counts over a completed job.
-        jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
-            let verdict = match crate::conditions::Judged::verdict(s) {
-                crate::conditions::Verdict::Running(r, _) => ("Running", r),
-                crate::conditions::Verdict::Complete(r, _) => ("Complete", r),
-                crate::conditions::Verdict::Failed(r, _) => ("Failed", r),
-            };
-            (Some(verdict.0), Some(verdict.1))
-        })
-        .await?;
+        let mut p = p;
+        crate::conditions::apply(
+            job.status.as_ref(),
+            &mut p.status,
+            job.metadata.generation,
+            &crate::clock::api_time(now),
+        );
         let old = job.status.clone().unwrap_or_default();
+        if old != p.status {
+            jobshell::patch_status(&api, job.as_ref(), &serde_json::json!({"status": p.status}))
+                .await?;
+        }
         let mut events: Vec<_> = missing
             .iter()
             .filter(|m| {
@@ -195,6 +193,7 @@ impl JobReconciler for State {
         events.extend(p.events.iter().cloned());
         jobshell::publish(ctx, job.as_ref(), &events).await;
         if p.status.completion_time.is_some() && old.completion_time.is_none() {
+            tracing::info!(job = %job_key(&job), succeeded = p.status.succeeded, failed = p.status.failed, "job completed");
             pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(&job)).await?;
         }
         // As OpenKruise does once a job's secrets are released: a completed
