@@ -158,12 +158,15 @@ impl Plan {
 
 /// Plans the housekeeping of one NodeImage.
 pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
-    let old_images = ni.spec.images.clone().unwrap_or_default();
+    // Borrowed: this runs on every status write of every node.
+    let none = BTreeMap::new();
+    let old_images = ni.spec.images.as_ref().unwrap_or(&none);
+    let no_statuses = BTreeMap::new();
     let old_statuses = ni
         .status
         .as_ref()
-        .and_then(|s| s.image_statuses.clone())
-        .unwrap_or_default();
+        .and_then(|s| s.image_statuses.as_ref())
+        .unwrap_or(&no_statuses);
 
     let mut images = BTreeMap::new();
     let mut statuses = BTreeMap::new();
@@ -171,7 +174,7 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
     let mut failures = Vec::new();
     let mut due = Vec::new();
 
-    for (name, image) in &old_images {
+    for (name, image) in old_images {
         let reported = old_statuses
             .get(name)
             .map(|s| s.tags.as_slice())
@@ -218,28 +221,27 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         );
     }
 
-    let spec = NodeImageSpec {
-        images: Some(images.clone()),
-    };
-    let mut status = ni.status.clone().unwrap_or_default();
-    let entries_changed = status.image_statuses.clone().unwrap_or_default() != statuses;
-    status.image_statuses = if statuses.is_empty() && status.image_statuses.is_none() {
-        None
-    } else {
-        Some(statuses)
-    };
     // Status belongs to the daemon: housekeeping writes it only when it
     // changed an entry (removed or failed one). Recounting merely because the
     // spec changed would race the daemon and publish counts for tags that
     // have no entry yet.
-    if entries_changed {
-        status.recount(&spec);
-    }
-    let status_changed = entries_changed;
+    let entries_changed = *old_statuses != statuses;
+    let status = entries_changed.then(|| {
+        let mut status = ni.status.clone().unwrap_or_default();
+        status.image_statuses = if statuses.is_empty() && status.image_statuses.is_none() {
+            None
+        } else {
+            Some(statuses)
+        };
+        status.recount(&NodeImageSpec {
+            images: Some(images.clone()),
+        });
+        status
+    });
 
     Plan {
-        images: (images != old_images).then_some(images),
-        status: status_changed.then_some(status),
+        images: (images != *old_images).then_some(images),
+        status,
         changes,
         failures,
         requeue_after: requeue_after(inputs.now, &due),
