@@ -119,6 +119,14 @@ fill() {
 }
 start_controller() {
   local args
+  # Always a fresh controller (one left by an interrupted run is stopped).
+  # A process still answering on the health address after that (a
+  # controller whose wrapper exited while it ran on, say) would run beside
+  # the new one and void every figure of the scenario.
+  stop_daemon scale-controller
+  if curl -fsS -o /dev/null --max-time 2 "http://$CTRL_HEALTH/healthz" 2>/dev/null; then
+    die "something already answers on $CTRL_HEALTH (a controller left running?); stop it first"
+  fi
   read -r -a args <<<"$(fill "$CONTROLLER_ARGS")"
   bench_start scale-controller "$CONTROLLER_BIN" "${args[@]}"
   wait_until 300 "controller ready" scale-controller bash -c "$(fill "$CONTROLLER_READY")"
