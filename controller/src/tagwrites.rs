@@ -282,8 +282,12 @@ impl NodeWriter {
             let outcome = match result {
                 Ok(written) => {
                     if let Some(mut written) = written {
-                        // Only its spec and version are read; the status is the cache's.
+                        // Only its spec and version are read; the status is the
+                        // cache's. The managed fields go too: decoded, they are
+                        // bigger than the spec (about 1 KB per tag), and every
+                        // node written waits here until the watch catches up.
                         written.status = None;
+                        written.metadata.managed_fields = None;
                         if let Some(slot) = self.lock().get_mut(&node) {
                             slot.written = Some(Arc::new(written));
                         }
