@@ -8,6 +8,7 @@ use nodeimage_api::kruise::{
     ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, ReferenceObject, SandboxConfig,
     TagUpgrade,
 };
+use nodeimage_api::shared::{Owners, SharedStr};
 use std::collections::BTreeMap;
 
 use crate::clock::api_time;
@@ -69,18 +70,18 @@ pub fn upsert(
             tag: req.tag.clone(),
             created_at: Some(api_time(now)),
             pull_policy: Some(req.pull_policy.clone()),
-            owner_references: Some(vec![req.owner.clone()]),
+            owner_references: Some(vec![req.owner.clone()].into()),
             version: Some(
                 reported_version
                     .map(|v| v.saturating_add(1).min(nodeimage_api::limits::VERSION_MAX))
                     .unwrap_or(0),
             ),
-            image_pull_policy: req.image_pull_policy.clone(),
+            image_pull_policy: req.image_pull_policy.as_deref().map(SharedStr::new),
             check_items: req.check_items.clone(),
             ..Default::default()
         }),
         Some(tag) => {
-            let owners = tag.owner_references.get_or_insert_with(Vec::new);
+            let owners = tag.owner_references.get_or_insert_with(Owners::default);
             if !owners.iter().any(|o| o.uid.as_deref() == uid) {
                 owners.push(req.owner.clone());
                 if tag.upgrade.is_none() {
@@ -94,7 +95,7 @@ pub fn upsert(
                 }
             }
             tag.pull_policy = Some(req.pull_policy.clone());
-            tag.image_pull_policy = req.image_pull_policy.clone();
+            tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);
             tag.check_items = req.check_items.clone();
         }
     }

@@ -15,6 +15,7 @@ pub mod kubeedge;
 pub mod lenient;
 pub mod limits;
 pub mod reference;
+pub mod shared;
 pub mod validation;
 
 pub use kruise::{ImageListPullJob, ImagePullJob, NodeImage};

@@ -388,7 +388,7 @@ fn image_row(image: &str, tag: &ImageTagSpec, status: Option<&ImageTagStatus>) -
         phase,
         progress,
         image_id: status
-            .and_then(|s| s.image_id.clone())
+            .and_then(|s| s.image_id.as_deref().map(String::from))
             .filter(|s| !s.is_empty()),
         message: status
             .and_then(|s| s.message.clone())

@@ -120,7 +120,11 @@ impl<'a> Reporter<'a> {
                 start_time: self.start.clone().or_else(|| Some(now())),
                 completion_time: Some(now()),
                 version: Some(self.version),
-                image_id: if succeeded { image_id } else { None },
+                image_id: if succeeded {
+                    image_id.map(Into::into)
+                } else {
+                    None
+                },
                 message,
                 ..Default::default()
             }),

@@ -43,7 +43,7 @@ fn new_tag_then_second_owner_bumps_version() {
     assert!(upsert(&mut images, &req("a", 600), None, now(10)));
     let tag = &images["nginx"].tags[0];
     assert_eq!(tag.version, Some(0));
-    assert_eq!(tag.owner_references.as_ref().map(Vec::len), Some(1));
+    assert_eq!(tag.owner_references.as_ref().map(|o| o.len()), Some(1));
 
     // Same job again: nothing changes.
     assert!(!upsert(&mut images, &req("a", 600), None, now(20)));
@@ -52,7 +52,7 @@ fn new_tag_then_second_owner_bumps_version() {
     assert!(upsert(&mut images, &req("b", 600), None, now(30)));
     let tag = &images["nginx"].tags[0];
     assert_eq!(tag.version, Some(1));
-    assert_eq!(tag.owner_references.as_ref().map(Vec::len), Some(2));
+    assert_eq!(tag.owner_references.as_ref().map(|o| o.len()), Some(2));
     assert_eq!(tag.created_at, Some(api_time(now(30))));
     assert_eq!(images["nginx"].pull_secrets.as_ref().map(Vec::len), Some(2));
 }
@@ -142,7 +142,10 @@ fn upgrade_entries_run_once_per_upgrade() {
     ));
     assert_eq!(tag_of(&images, img).version, Some(3));
     assert_eq!(
-        tag_of(&images, img).owner_references.as_ref().map(Vec::len),
+        tag_of(&images, img)
+            .owner_references
+            .as_ref()
+            .map(|o| o.len()),
         Some(2)
     );
     assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));

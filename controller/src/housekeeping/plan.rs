@@ -305,7 +305,7 @@ fn plan_tag<O: OwnerLookup>(
             return removed(RemoveReason::OwnersGone, changes);
         }
         if !gone.is_empty() {
-            spec.owner_references = Some(kept);
+            spec.owner_references = Some(kept.into());
         }
     }
 

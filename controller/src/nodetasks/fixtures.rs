@@ -119,7 +119,7 @@ pub fn tag_entry(tag: &str, created: i64, owner: ObjectReference) -> ImageTagSpe
         tag: tag.into(),
         version: Some(0),
         created_at: Some(crate::clock::api_time(at(created))),
-        owner_references: Some(vec![owner]),
+        owner_references: Some(vec![owner].into()),
         ..Default::default()
     }
 }

@@ -4,7 +4,7 @@
 //! and users write tag entries into `spec`, the node daemon writes `status`.
 
 use super::common::SandboxConfig;
-use k8s_openapi::api::core::v1::ObjectReference;
+use crate::shared::{Owners, SharedStr};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -115,7 +115,7 @@ pub struct ImageTagSpec {
     /// The jobs that asked for this tag. When the last one is gone the tag is
     /// removed; a tag with no owners (written by hand) stays until its TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner_references: Option<Vec<ObjectReference>>,
+    pub owner_references: Option<Owners>,
     /// Bumped to make the node pull this tag again; status reports which
     /// version it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,7 +124,7 @@ pub struct ImageTagSpec {
     /// `IfNotPresent` (default: a present image succeeds at once) or `Always`.
     /// Other values fail the tag on the node with a message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_pull_policy: Option<String>,
+    pub image_pull_policy: Option<SharedStr>,
     /// nodeimage extension (not in OpenKruise): checks the node runs before
     /// pulling: `disk`, `cpu`, `mem`; another name fails the tag, as a KubeEdge
     /// job's unknown check item fails the node. Written for the KubeEdge kinds.
@@ -278,7 +278,7 @@ pub struct ImageTagStatus {
     pub version: Option<i64>,
     /// Repository digest of what was pulled (`name@sha256:…`).
     #[serde(rename = "imageID", default, skip_serializing_if = "Option::is_none")]
-    pub image_id: Option<String>,
+    pub image_id: Option<SharedStr>,
     /// Details, such as the registry's reason for a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -460,7 +460,7 @@ fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
                 phase: ImagePullPhase::Succeeded,
                 progress: Some(100),
                 completion_time: Some(now()),
-                image_id: Some(format!("{image}@sha256:{:064x}", 0x5151)),
+                image_id: Some(format!("{image}@sha256:{:064x}", 0x5151).into()),
                 ..o.clone()
             }
         }

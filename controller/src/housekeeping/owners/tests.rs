@@ -151,13 +151,9 @@ fn has_owner_uid_finds_any_tag() {
                 },
                 ImageTagSpec {
                     tag: "2".into(),
-                    owner_references: Some(vec![owner(
-                        None,
-                        "ImagePullJob",
-                        Some("ns"),
-                        "j",
-                        "u1",
-                    )]),
+                    owner_references: Some(
+                        vec![owner(None, "ImagePullJob", Some("ns"), "j", "u1")].into(),
+                    ),
                     ..Default::default()
                 },
             ],

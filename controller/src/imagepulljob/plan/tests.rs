@@ -35,10 +35,13 @@ fn node(name: &str, labels: &[(&str, &str)], phase: Option<ImagePullPhase>) -> A
         let tag = ImageTagSpec {
             tag: "v1".into(),
             version: Some(0),
-            owner_references: Some(vec![ObjectReference {
-                uid: Some("uid-j".into()),
-                ..Default::default()
-            }]),
+            owner_references: Some(
+                vec![ObjectReference {
+                    uid: Some("uid-j".into()),
+                    ..Default::default()
+                }]
+                .into(),
+            ),
             created_at: Some(api_time(now(100))),
             ..Default::default()
         };
