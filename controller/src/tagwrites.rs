@@ -287,7 +287,7 @@ impl NodeWriter {
                         // bigger than the spec (about 1 KB per tag), and every
                         // node written waits here until the watch catches up.
                         written.status = None;
-                        written.metadata.managed_fields = None;
+                        crate::nodeimages::compact(&mut written);
                         if let Some(slot) = self.lock().get_mut(&node) {
                             slot.written = Some(Arc::new(written));
                         }
