@@ -80,6 +80,11 @@ where
         .filter_map(signalled(what, signals))
 }
 
+/// Objects per list page. A page is decoded whole before its objects are
+/// trimmed for a store: 500 (the default) NodeImages with 100 tags each
+/// were ~110 MB at once.
+const LIST_PAGE: u32 = 100;
+
 /// A watch of every object of kind `K` that never fails because one object
 /// does not decode: such objects are skipped and reported by `skipped`, and
 /// the stream carries the others (with watch errors, for a backoff).
@@ -90,7 +95,8 @@ pub fn decoded<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(Api::<Lenient<K>>::all(client), watcher::Config::default()).filter_map(move |event| {
+    let config = watcher::Config::default().page_size(LIST_PAGE);
+    watcher(Api::<Lenient<K>>::all(client), config).filter_map(move |event| {
         std::future::ready(match event {
             Ok(e) => skipped.filter(e).map(Ok),
             Err(e) => Some(Err(e)),

@@ -6,14 +6,17 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use serde::de::{Deserialize, DeserializeOwned, Deserializer};
+use serde::de::{
+    Deserialize, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::Value;
 use std::borrow::Cow;
 
 /// One object of kind `K`, decoded, or the reason it does not decode.
 #[derive(Clone, Debug)]
 pub struct Lenient<K> {
-    /// The object's metadata (decoded on its own; default if even that fails).
+    /// The object's metadata (decoded on its own; default if even that
+    /// fails). Managed fields are left out, here and in the object.
     pub metadata: ObjectMeta,
     /// The object, or why it could not be decoded.
     pub object: Result<K, Invalid>,
@@ -24,7 +27,8 @@ pub struct Lenient<K> {
 pub struct Invalid {
     /// The decoder's reason, naming the field and value where it can.
     pub reason: String,
-    /// The object as the API server sent it, for callers that salvage parts.
+    /// The object as the API server sent it (without managed fields), for
+    /// callers that salvage parts.
     pub raw: Value,
 }
 
@@ -65,8 +69,90 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(d)?;
+        let raw = d.deserialize_any(Skipping(&["metadata", "managedFields"]))?;
         Ok(Self::from_value(raw))
+    }
+}
+
+/// Decodes any JSON value into a [`Value`], except the object member at the
+/// given path (from the top), which is skipped without being built. Managed
+/// fields are never read; decoded as values they were four times the size
+/// of a NodeImage's spec, on every watch event and on every object of a
+/// list page at once.
+#[derive(Clone, Copy)]
+struct Skipping<'p>(&'p [&'p str]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Skipping<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skipping<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match self.0 {
+                [last] if key == *last => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                [first, rest @ ..] if key == *first => {
+                    let value = map.next_value_seed(Skipping(rest))?;
+                    out.insert(key, value);
+                }
+                _ => {
+                    out.insert(key, map.next_value::<Value>()?);
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element::<Value>()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
     }
 }
 
@@ -121,6 +207,39 @@ mod tests {
         assert_eq!(
             items[1].object.as_ref().expect_err("bad").raw["metadata"]["name"],
             "wide"
+        );
+    }
+
+    #[test]
+    fn managed_fields_are_not_decoded() {
+        let text = json!({
+            "metadata": {
+                "name": "n",
+                "namespace": "a",
+                "labels": {"managedFields": "a label may have this name"},
+                "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {"image": "nginx", "managedFields": "unknown fields are the type's business"}
+        })
+        .to_string();
+        let item: Lenient<ImagePullJob> = serde_json::from_str(&text).expect("decodes");
+        assert_eq!(item.metadata.managed_fields, None);
+        let job = item.object.expect("valid");
+        assert_eq!(job.metadata.managed_fields, None);
+        assert_eq!(job.metadata.name.as_deref(), Some("n"));
+        assert_eq!(
+            job.metadata.labels.unwrap()["managedFields"],
+            "a label may have this name"
+        );
+        assert_eq!(job.spec.image, "nginx");
+        let broken: Lenient<ImagePullJob> = serde_json::from_str(
+            r#"{"metadata":{"name":"b","managedFields":[1]},"spec":{"image":5}}"#,
+        )
+        .expect("decodes");
+        let invalid = broken.object.expect_err("invalid");
+        assert_eq!(
+            invalid.raw,
+            json!({"metadata": {"name": "b"}, "spec": {"image": 5}})
         );
     }
 
