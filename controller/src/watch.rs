@@ -73,16 +73,17 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     F: FnMut(&mut K) + Send + 'static,
 {
-    watcher(api, watcher::Config::default())
+    watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .default_backoff()
         .modify(trim)
         .reflect(writer)
         .filter_map(signalled(what, signals))
 }
 
-/// Objects per list page. A page is decoded whole before its objects are
-/// trimmed for a store: 500 (the default) NodeImages with 100 tags each
-/// were ~110 MB at once.
+/// Objects per list page, for every watch here. A page is decoded whole
+/// before its objects are trimmed for a store: 500 (kube's default)
+/// NodeImages with 100 tags each were ~110 MB at once, and glibc keeps what
+/// a peak took.
 const LIST_PAGE: u32 = 100;
 
 /// A watch of every object of kind `K` that never fails because one object
