@@ -283,9 +283,9 @@ impl NodeWriter {
                 Ok(written) => {
                     if let Some(mut written) = written {
                         // Only its spec and version are read; the status is the
-                        // cache's. The managed fields go too: decoded, they are
-                        // bigger than the spec (about 1 KB per tag), and every
-                        // node written waits here until the watch catches up.
+                        // cache's. Trimmed as the cache's copies are (decoded
+                        // managed fields are ~4 KB per tag, four times the spec):
+                        // every node written waits here until the watch catches up.
                         written.status = None;
                         crate::nodeimages::compact(&mut written);
                         if let Some(slot) = self.lock().get_mut(&node) {

@@ -205,7 +205,9 @@ impl<'de> Deserialize<'de> for SharedStr {
 impl Owners {
     /// The shared copy of `refs`.
     pub fn new(refs: Vec<ObjectReference>) -> Self {
-        let hash = hash_of(&refs.iter().map(ref_key).collect::<Vec<_>>());
+        let mut h = DefaultHasher::new();
+        refs.iter().for_each(|r| ref_key(r).hash(&mut h));
+        let hash = h.finish();
         Self(lock(&OWNERS).get(hash, &refs, || Arc::new(refs.clone())))
     }
 }
