@@ -31,7 +31,8 @@ fn phase_index(phase: &str) -> Option<usize> {
 /// are exactly the phases of the status entries (`desired` = number of
 /// entries), or they are what counting each spec tag by the phase of its
 /// entry of the same version gives (a spec tag without one counts as
-/// waiting), the definition shared by every status writer.
+/// waiting), the definition shared by every status writer. A spec tag
+/// without an entry may be left out: the status may predate the spec edit.
 pub fn check_counts(obj: &Value) -> Result<(), String> {
     let Some(status) = obj.get("status").filter(|s| !s.is_null()) else {
         return Ok(());
@@ -86,24 +87,35 @@ pub fn check_counts(obj: &Value) -> Result<(), String> {
     }
     // (b) each spec tag by the phase of its entry of the same version.
     let mut by_spec = [0i64; 5];
+    let mut unwritten = 0i64;
     for (image, spec) in obj["spec"]["images"].as_object().into_iter().flatten() {
         for tag in spec["tags"].as_array().into_iter().flatten() {
             let version = tag["version"].as_i64().unwrap_or(0);
-            let phase = entries
-                .iter()
-                .find(|(i, t)| {
-                    *i == image
-                        && t["tag"] == tag["tag"]
-                        && t["version"].as_i64().unwrap_or(0) == version
-                })
+            let entry = entries.iter().find(|(i, t)| {
+                *i == image
+                    && t["tag"] == tag["tag"]
+                    && t["version"].as_i64().unwrap_or(0) == version
+            });
+            let has_entry = entry.is_some();
+            let phase = entry
                 .and_then(|(_, t)| t["phase"].as_str())
                 .and_then(phase_index)
                 .unwrap_or(1);
             by_spec[phase] += 1;
             by_spec[0] += 1;
+            if !has_entry {
+                unwritten += 1;
+            }
         }
     }
     if by_spec == counts {
+        return Ok(());
+    }
+    // (c) as (b), for a status written before the last spec edit: a spec tag
+    // that has no entry yet may be missing from the waiting count. A user's
+    // spec patch makes a version that keeps the old status until the daemon
+    // sees the edit, and a poll can land in between.
+    if counts[2..] == by_spec[2..] && (by_spec[1] - unwritten..=by_spec[1]).contains(&counts[1]) {
         return Ok(());
     }
     fail(format!(
@@ -452,5 +464,13 @@ mod tests {
         assert!(check_counts(&ni(newer, counts(2, 1, 0, 1, 0))).is_ok());
         // No status yet.
         assert!(check_counts(&json!({"metadata": {}, "spec": spec})).is_ok());
+        // A user added tag 3 after the status was written (seen in CI): the
+        // new tag, without an entry, is not counted yet.
+        let added = json!({"images": {"a": {"tags": [{"tag": "1"}, {"tag": "2", "version": 1}, {"tag": "3"}]}}});
+        assert!(check_counts(&ni(added.clone(), counts(2, 0, 1, 1, 0))).is_ok());
+        assert!(check_counts(&ni(added.clone(), counts(3, 1, 1, 1, 0))).is_ok());
+        // ...but a tag with an entry must be counted by its phase.
+        assert!(check_counts(&ni(added.clone(), counts(2, 1, 0, 1, 0))).is_err());
+        assert!(check_counts(&ni(added, counts(4, 2, 1, 1, 0))).is_err());
     }
 }
