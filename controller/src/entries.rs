@@ -57,17 +57,17 @@ pub fn reported_version(ni: &NodeImage, image: &str, tag: &str) -> Option<i64> {
 ///   without a version bump: a bump would run the upgrade again; the node's
 ///   result of the upgrade answers this job too.
 pub fn upsert(
-    images: &mut BTreeMap<String, ImageSpec>,
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
     req: &EntryRequest,
     reported_version: Option<i64>,
     now: DateTime<Utc>,
 ) -> bool {
-    let before = images.get(&req.image).cloned();
-    let image = images.entry(req.image.clone()).or_default();
+    let before = images.get(req.image.as_str()).cloned();
+    let image = images.entry(SharedStr::new(&req.image)).or_default();
     let uid = req.owner.uid.as_deref();
     match image.tags.iter_mut().find(|t| t.tag == req.tag) {
         None => image.tags.push(ImageTagSpec {
-            tag: req.tag.clone(),
+            tag: SharedStr::new(&req.tag),
             created_at: Some(api_time(now)),
             pull_policy: Some(req.pull_policy.clone()),
             owner_references: Some(vec![req.owner.clone()].into()),
@@ -77,7 +77,7 @@ pub fn upsert(
                     .unwrap_or(0),
             ),
             image_pull_policy: req.image_pull_policy.as_deref().map(SharedStr::new),
-            check_items: req.check_items.clone(),
+            check_items: req.check_items.clone().map(Box::new),
             ..Default::default()
         }),
         Some(tag) => {
@@ -96,7 +96,7 @@ pub fn upsert(
             }
             tag.pull_policy = Some(req.pull_policy.clone());
             tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);
-            tag.check_items = req.check_items.clone();
+            tag.check_items = req.check_items.clone().map(Box::new);
         }
     }
     let secrets = image.pull_secrets.get_or_insert_with(Vec::new);
@@ -112,9 +112,9 @@ pub fn upsert(
         image.pull_secrets = None;
     }
     if req.sandbox.is_some() {
-        image.sandbox_config = req.sandbox.clone();
+        image.sandbox_config = req.sandbox.clone().map(Box::new);
     }
-    before.as_ref() != images.get(&req.image)
+    before.as_ref() != images.get(req.image.as_str())
 }
 
 /// Writes a NodeUpgradeJob's entry: `req` as [`upsert`] writes it, carrying
@@ -123,22 +123,22 @@ pub fn upsert(
 /// a confirmation (only `awaitConfirmation` changes) keeps the version and
 /// restarts the node's timeout.
 pub fn upsert_upgrade(
-    images: &mut BTreeMap<String, ImageSpec>,
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
     req: &EntryRequest,
     upgrade: &TagUpgrade,
     reported_version: Option<i64>,
     now: DateTime<Utc>,
 ) -> bool {
-    let find = |images: &BTreeMap<String, ImageSpec>| {
+    let find = |images: &BTreeMap<SharedStr, ImageSpec>| {
         images
-            .get(&req.image)
+            .get(req.image.as_str())
             .and_then(|i| i.tags.iter().find(|t| t.tag == req.tag))
             .map(|t| t.version)
     };
     let prior = find(images);
     let mut changed = upsert(images, req, reported_version, now);
     let Some(tag) = images
-        .get_mut(&req.image)
+        .get_mut(req.image.as_str())
         .and_then(|i| i.tags.iter_mut().find(|t| t.tag == req.tag))
     else {
         return changed;
@@ -154,16 +154,16 @@ pub fn upsert_upgrade(
             );
             tag.created_at = Some(api_time(now));
         }
-        tag.upgrade = Some(upgrade.clone());
+        tag.upgrade = Some(Box::new(upgrade.clone()));
         changed = true;
-    } else if tag.upgrade.as_ref() != Some(upgrade) {
+    } else if tag.upgrade.as_deref() != Some(upgrade) {
         // A confirmation: the same run goes on, with a fresh node timeout
         // for the steps after it (KubeEdge times a node from its last action).
         if tag.upgrade.as_ref().is_some_and(|u| u.await_confirmation) && !upgrade.await_confirmation
         {
             tag.created_at = Some(api_time(now));
         }
-        tag.upgrade = Some(upgrade.clone());
+        tag.upgrade = Some(Box::new(upgrade.clone()));
         changed = true;
     }
     changed
@@ -174,7 +174,7 @@ pub fn upsert_upgrade(
 /// anything changed.
 pub fn apply_requests(
     current: &NodeImage,
-    images: &mut BTreeMap<String, ImageSpec>,
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
     requests: &[EntryRequest],
     upgrade: Option<&TagUpgrade>,
     now: DateTime<Utc>,
@@ -200,9 +200,14 @@ pub fn would_change(
     now: DateTime<Utc>,
 ) -> bool {
     let all = current.spec.images.as_ref();
-    let mut scratch: BTreeMap<String, ImageSpec> = requests
+    let mut scratch: BTreeMap<SharedStr, ImageSpec> = requests
         .iter()
-        .filter_map(|r| Some((r.image.clone(), all?.get(&r.image)?.clone())))
+        .filter_map(|r| {
+            Some((
+                SharedStr::new(&r.image),
+                all?.get(r.image.as_str())?.clone(),
+            ))
+        })
         .collect();
     apply_requests(current, &mut scratch, requests, upgrade, now)
 }
@@ -211,7 +216,7 @@ pub fn would_change(
 /// one) are removed, and images left without tags. A tag kept for other
 /// owners loses the `upgrade` of the NodeUpgradeJob that leaves, so that no
 /// later pull of it runs the upgrade again. Returns whether anything changed.
-pub fn release(images: &mut BTreeMap<String, ImageSpec>, uid: &str) -> bool {
+pub fn release(images: &mut BTreeMap<SharedStr, ImageSpec>, uid: &str) -> bool {
     let before = images.clone();
     for image in images.values_mut() {
         image.tags.retain_mut(|t| {
@@ -237,7 +242,7 @@ pub fn release(images: &mut BTreeMap<String, ImageSpec>, uid: &str) -> bool {
 }
 
 /// Whether any tag in `images` is owned by `uid`.
-pub fn owns_any(images: &BTreeMap<String, ImageSpec>, uid: &str) -> bool {
+pub fn owns_any(images: &BTreeMap<SharedStr, ImageSpec>, uid: &str) -> bool {
     images.values().flat_map(|i| &i.tags).any(|t| {
         t.owner_references
             .iter()

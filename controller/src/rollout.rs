@@ -152,7 +152,7 @@ pub fn entry_states(ni: &NodeImage, entries: &[Entry], uid: &str) -> Vec<EntrySt
                 .spec
                 .images
                 .as_ref()
-                .and_then(|m| m.get(&e.image))
+                .and_then(|m| m.get(e.image.as_str()))
                 .and_then(|i| i.tags.iter().find(|t| t.tag == e.tag))
             else {
                 return EntryState::Missing;
@@ -170,10 +170,10 @@ pub fn entry_states(ni: &NodeImage, entries: &[Entry], uid: &str) -> Vec<EntrySt
                 .status
                 .as_ref()
                 .and_then(|s| s.image_statuses.as_ref())
-                .and_then(|m| m.get(&e.image))
+                .and_then(|m| m.get(e.image.as_str()))
                 .and_then(|s| s.tags.iter().find(|t| t.tag == e.tag))
                 .filter(|t| t.version.unwrap_or(0) == version);
-            match status.map(|s| (s.phase, s.message.clone())) {
+            match status.map(|s| (s.phase, s.message.as_deref().map(str::to_string))) {
                 Some((ImagePullPhase::Succeeded, _)) => EntryState::Succeeded,
                 Some((ImagePullPhase::Failed, msg)) => {
                     EntryState::Failed(msg.unwrap_or_else(|| "pull failed".into()))
@@ -191,7 +191,7 @@ pub fn entry_status<'a>(ni: &'a NodeImage, entry: &Entry, uid: &str) -> Option<&
         .spec
         .images
         .as_ref()?
-        .get(&entry.image)?
+        .get(entry.image.as_str())?
         .tags
         .iter()
         .find(|t| t.tag == entry.tag)?;
@@ -208,7 +208,7 @@ pub fn entry_status<'a>(ni: &'a NodeImage, entry: &Entry, uid: &str) -> Option<&
         .as_ref()?
         .image_statuses
         .as_ref()?
-        .get(&entry.image)?
+        .get(entry.image.as_str())?
         .tags
         .iter()
         .find(|t| t.tag == entry.tag && t.version.unwrap_or(0) == version)

@@ -10,6 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
+use nodeimage_api::shared::SharedStr;
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -54,7 +55,7 @@ async fn edit_images(
     client: &kube::Client,
     ni: &NodeImage,
     what: &str,
-    edit: impl Fn(&NodeImage, &mut BTreeMap<String, ImageSpec>) -> bool,
+    edit: impl Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool,
 ) -> Result<Option<NodeImage>, WriteError> {
     let node = ni.name_any();
     let api: Api<NodeImage> = Api::all(client.clone());
@@ -167,7 +168,7 @@ pub async fn release_all(
 
 /// An edit of a NodeImage's `spec.images` given the object it applies to;
 /// returns whether it changed anything.
-pub type Edit = Box<dyn Fn(&NodeImage, &mut BTreeMap<String, ImageSpec>) -> bool + Send + Sync>;
+pub type Edit = Box<dyn Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool + Send + Sync>;
 
 /// The one writer of tag entries for the whole binary. Each job hands its
 /// edits for a node to it; the edits that arrive while a write to that node
@@ -421,7 +422,7 @@ mod tests {
     fn at(rv: &str, image: &str) -> NodeImage {
         let mut ni = NodeImage::new("node-1", Default::default());
         ni.metadata.resource_version = Some(rv.into());
-        ni.spec.images = Some([(image.to_string(), ImageSpec::default())].into());
+        ni.spec.images = Some([(image.into(), ImageSpec::default())].into());
         ni
     }
 

@@ -391,7 +391,7 @@ fn image_row(image: &str, tag: &ImageTagSpec, status: Option<&ImageTagStatus>) -
             .and_then(|s| s.image_id.as_deref().map(String::from))
             .filter(|s| !s.is_empty()),
         message: status
-            .and_then(|s| s.message.clone())
+            .and_then(|s| s.message.as_deref().map(String::from))
             .filter(|s| !s.is_empty()),
         upgrade_state: status.and_then(|s| s.upgrade_state).map(|u| u.to_string()),
     }

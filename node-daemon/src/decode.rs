@@ -8,6 +8,7 @@ use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
 };
 use nodeimage_api::lenient::Lenient;
+use nodeimage_api::shared::SharedStr;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -51,7 +52,7 @@ fn salvage(metadata: kube::api::ObjectMeta, raw: &Value) -> Decoded {
         .flatten()
     {
         if let Ok(spec) = ImageSpec::deserialize(image) {
-            images.insert(name.clone(), spec);
+            images.insert(SharedStr::new(name), spec);
             continue;
         }
         // Image-level fields (secrets, sandbox) decoded apart from the tags.
@@ -88,7 +89,7 @@ fn salvage(metadata: kube::api::ObjectMeta, raw: &Value) -> Decoded {
                         format!("invalid entry spec.images[{name:?}].tags[{i}]: {reason}"),
                     );
                     tags.push(ImageTagSpec {
-                        tag,
+                        tag: tag.into(),
                         version: t.get("version").and_then(Value::as_i64),
                         ..Default::default()
                     });
@@ -97,7 +98,7 @@ fn salvage(metadata: kube::api::ObjectMeta, raw: &Value) -> Decoded {
         }
         let mut spec = image_level.unwrap_or_default();
         spec.tags = tags;
-        images.insert(name.clone(), spec);
+        images.insert(SharedStr::new(name), spec);
     }
     let status = raw.get("status").map(salvage_status);
     Decoded {
@@ -131,7 +132,7 @@ fn salvage_status(raw: &Value) -> NodeImageStatus {
             .flatten()
             .filter_map(|t| ImageTagStatus::deserialize(t).ok())
             .collect();
-        statuses.insert(name.clone(), ImageStatus { tags });
+        statuses.insert(SharedStr::new(name), ImageStatus { tags });
     }
     NodeImageStatus {
         image_statuses: Some(statuses),

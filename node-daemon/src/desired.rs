@@ -147,8 +147,8 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
             .collect();
         for t in &image.tags {
             let key = TagKey {
-                image: name.clone(),
-                tag: t.tag.clone(),
+                image: name.to_string(),
+                tag: t.tag.to_string(),
             };
             let target = (|| {
                 let image_ref = ImageRef::from_name_and_tag(name, &t.tag)
@@ -208,9 +208,9 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
                             )
                         })
                         .collect(),
-                    sandbox: image.sandbox_config.clone().unwrap_or_default(),
-                    check_items: t.check_items.clone().unwrap_or_default(),
-                    upgrade: t.upgrade.clone(),
+                    sandbox: image.sandbox_config.as_deref().cloned().unwrap_or_default(),
+                    check_items: t.check_items.as_deref().cloned().unwrap_or_default(),
+                    upgrade: t.upgrade.as_deref().cloned(),
                 })
             })();
             out.push(PullTask {
@@ -251,8 +251,8 @@ pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
         for t in &st.tags {
             out.insert(
                 TagKey {
-                    image: image.clone(),
-                    tag: t.tag.clone(),
+                    image: image.to_string(),
+                    tag: t.tag.to_string(),
                 },
                 Reported {
                     version: t.version.unwrap_or(0),
@@ -320,12 +320,13 @@ mod tests {
     use nodeimage_api::kruise::{
         ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImageSpec, ReferenceObject,
     };
+    use nodeimage_api::shared::SharedStr;
 
     fn ni(entries: &[(&str, ImageTagSpec)]) -> NodeImage {
-        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();
         for (name, tag) in entries {
             images
-                .entry(name.to_string())
+                .entry(name.to_string().into())
                 .or_default()
                 .tags
                 .push(tag.clone());
@@ -531,11 +532,11 @@ mod tests {
     fn upgrade_entries_are_validated_and_resumed_with_their_step() {
         let up = |version: &str, job: &str| {
             let mut t = tag("v1.17.0");
-            t.upgrade = Some(TagUpgrade {
+            t.upgrade = Some(Box::new(TagUpgrade {
                 await_confirmation: false,
                 version: version.into(),
                 job: job.into(),
-            });
+            }));
             t
         };
         let t = tasks(&ni(&[(

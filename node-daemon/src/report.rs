@@ -80,12 +80,12 @@ impl<'a> Reporter<'a> {
         self.deps.status.report(
             &self.key,
             self.with_upgrade(ImageTagStatus {
-                tag: self.key.tag.clone(),
+                tag: self.key.tag.as_str().into(),
                 phase,
                 progress: Some(progress),
                 start_time: self.start.clone(),
                 version: Some(self.version),
-                message,
+                message: message.map(Into::into),
                 ..Default::default()
             }),
         );
@@ -114,7 +114,7 @@ impl<'a> Reporter<'a> {
         self.deps.status.report(
             &self.key,
             self.with_upgrade(ImageTagStatus {
-                tag: self.key.tag.clone(),
+                tag: self.key.tag.as_str().into(),
                 phase,
                 progress: Some(progress),
                 start_time: self.start.clone().or_else(|| Some(now())),
@@ -125,7 +125,7 @@ impl<'a> Reporter<'a> {
                 } else {
                     None
                 },
-                message,
+                message: message.map(Into::into),
                 ..Default::default()
             }),
         );
@@ -157,8 +157,8 @@ impl UpgradeReport {
     pub fn apply(&self, st: &mut ImageTagStatus) {
         st.upgrade_state = self.state;
         st.upgrade_log = self.log.clone();
-        st.from_version = self.from.clone();
-        st.to_version = self.to.clone();
+        st.from_version = self.from.as_deref().map(Into::into);
+        st.to_version = self.to.as_deref().map(Into::into);
     }
 }
 

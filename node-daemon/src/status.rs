@@ -12,7 +12,7 @@ pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeIma
         let version = t.version.unwrap_or(0);
         let key = TagKey {
             image: image.to_string(),
-            tag: t.tag.clone(),
+            tag: t.tag.to_string(),
         };
         live.get(&key)
             .filter(|l| l.version.unwrap_or(0) == version)
@@ -36,16 +36,17 @@ mod tests {
     use super::*;
     use nodeimage_api::kruise::ImageStatus;
     use nodeimage_api::kruise::{ImageSpec, ImageTagSpec, NodeImageSpec};
+    use nodeimage_api::shared::SharedStr;
 
     fn ni(tags: &[(&str, &str, i64)], status: &[(&str, &str, i64, ImagePullPhase)]) -> NodeImage {
-        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();
         for (i, t, v) in tags {
             images
-                .entry(i.to_string())
+                .entry(SharedStr::new(i))
                 .or_default()
                 .tags
                 .push(ImageTagSpec {
-                    tag: t.to_string(),
+                    tag: SharedStr::new(t),
                     version: Some(*v),
                     ..Default::default()
                 });
@@ -56,13 +57,13 @@ mod tests {
                 images: Some(images),
             },
         );
-        let mut st: BTreeMap<String, ImageStatus> = BTreeMap::new();
+        let mut st: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
         for (i, t, v, p) in status {
-            st.entry(i.to_string())
+            st.entry(SharedStr::new(i))
                 .or_default()
                 .tags
                 .push(ImageTagStatus {
-                    tag: t.to_string(),
+                    tag: SharedStr::new(t),
                     version: Some(*v),
                     phase: *p,
                     ..Default::default()
@@ -82,7 +83,7 @@ mod tests {
             .flat_map(|(i, st)| {
                 st.tags
                     .iter()
-                    .map(move |t| (i.clone(), t.tag.clone(), t.phase))
+                    .map(move |t| (i.to_string(), t.tag.to_string(), t.phase))
             })
             .collect()
     }

@@ -457,7 +457,7 @@ mod tests {
     fn node_image(rv: &str) -> NodeImage {
         let mut images = BTreeMap::new();
         images.insert(
-            "a".to_string(),
+            "a".into(),
             ImageSpec {
                 tags: vec![ImageTagSpec {
                     tag: "1".into(),

@@ -80,7 +80,7 @@ fn owned_tag_follows_policy_edits_without_repull() {
 #[test]
 fn hand_written_tag_gains_owner_and_is_pulled_again() {
     let mut images = BTreeMap::from([(
-        "nginx".to_string(),
+        "nginx".into(),
         ImageSpec {
             tags: vec![ImageTagSpec {
                 tag: "1.25".into(),
@@ -117,7 +117,7 @@ fn pull_of(uid: &str, image: &str, tag: &str) -> EntryRequest {
     r
 }
 
-fn tag_of<'a>(images: &'a BTreeMap<String, ImageSpec>, image: &str) -> &'a ImageTagSpec {
+fn tag_of<'a>(images: &'a BTreeMap<SharedStr, ImageSpec>, image: &str) -> &'a ImageTagSpec {
     &images[image].tags[0]
 }
 
@@ -129,7 +129,7 @@ fn upgrade_entries_run_once_per_upgrade() {
     let (u, up) = upgrader("u1", "up");
     assert!(upsert_upgrade(&mut images, &u, &up, Some(2), now(1)));
     assert_eq!(tag_of(&images, img).version, Some(3));
-    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));
+    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up));
     // Again: nothing changes.
     assert!(!upsert_upgrade(&mut images, &u, &up, Some(2), now(2)));
 
@@ -148,7 +148,7 @@ fn upgrade_entries_run_once_per_upgrade() {
             .map(|o| o.len()),
         Some(2)
     );
-    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up));
+    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up));
 
     // The upgrade job leaves: the tag stays for the pull job, without the upgrade.
     assert!(release(&mut images, "u1"));
@@ -160,12 +160,12 @@ fn upgrade_entries_run_once_per_upgrade() {
     assert!(upsert_upgrade(&mut images, &u2, &up2, None, now(4)));
     assert_eq!(tag_of(&images, img).version, Some(4));
     assert_eq!(tag_of(&images, img).created_at, Some(api_time(now(4))));
-    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up2));
+    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up2));
     assert!(!upsert_upgrade(&mut images, &u2, &up2, None, now(5)));
 
     // Another owner's release keeps the upgrade.
     assert!(release(&mut images, "p1"));
-    assert_eq!(tag_of(&images, img).upgrade.as_ref(), Some(&up2));
+    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up2));
     // The last owner leaves: gone.
     assert!(release(&mut images, "u2"));
     assert!(images.is_empty());
@@ -214,7 +214,7 @@ fn a_confirmation_keeps_the_run_and_restarts_its_timeout() {
     let confirmed = tag_of(&images, img);
     assert_eq!(confirmed.version, first.version);
     assert_eq!(confirmed.created_at, Some(api_time(now(9))));
-    assert_eq!(confirmed.upgrade.as_ref(), Some(&up));
+    assert_eq!(confirmed.upgrade.as_deref(), Some(&up));
     // Another version is another run: bumped.
     let (_, mut other) = upgrader("u1", "up");
     other.version = "v1.18.0".into();
@@ -228,7 +228,7 @@ fn would_change_answers_as_applying_to_the_whole_spec_does() {
     let mut images = BTreeMap::new();
     upsert(&mut images, &req("a", 600), None, now(10));
     images.insert(
-        "other".to_string(),
+        "other".into(),
         ImageSpec {
             tags: vec![ImageTagSpec {
                 tag: "1".into(),

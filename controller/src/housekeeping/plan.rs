@@ -24,6 +24,7 @@ use nodeimage_api::kruise::{
     ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec,
     NodeImageStatus,
 };
+use nodeimage_api::shared::SharedStr;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -138,7 +139,7 @@ pub struct Failure {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// The new `spec.images`, when it differs from the current one.
-    pub images: Option<BTreeMap<String, ImageSpec>>,
+    pub images: Option<BTreeMap<SharedStr, ImageSpec>>,
     /// The new status, when it differs from the current one.
     pub status: Option<NodeImageStatus>,
     /// What changed, for logs.
@@ -194,7 +195,7 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         }
         if tags.is_empty() {
             changes.push(Change::ImageRemoved {
-                image: name.clone(),
+                image: name.to_string(),
             });
             continue;
         }
@@ -271,7 +272,7 @@ fn plan_tag<O: OwnerLookup>(
     let removed = |reason, mut changes: Vec<Change>| {
         changes.push(Change::TagRemoved {
             image: image.to_string(),
-            tag: tag.tag.clone(),
+            tag: tag.tag.to_string(),
             reason,
         });
         TagOutcome {
@@ -286,7 +287,7 @@ fn plan_tag<O: OwnerLookup>(
         spec.created_at = Some(api_time(now));
         changes.push(Change::CreatedAtSet {
             image: image.to_string(),
-            tag: tag.tag.clone(),
+            tag: tag.tag.to_string(),
         });
     }
     let created = spec.created_at.as_ref().map(instant).unwrap_or(now);
@@ -298,7 +299,7 @@ fn plan_tag<O: OwnerLookup>(
             .partition(|o| inputs.owners.state(o) != OwnerState::Gone);
         changes.extend(gone.iter().map(|o| Change::OwnerDropped {
             image: image.to_string(),
-            tag: tag.tag.clone(),
+            tag: tag.tag.to_string(),
             owner: describe_owner(o),
         }));
         if kept.is_empty() {
@@ -366,7 +367,7 @@ fn plan_tag<O: OwnerLookup>(
             due: ttl.map(|ttl| after(now, ttl)),
             failure: Some(Failure {
                 image: image.to_string(),
-                tag: tag.tag.clone(),
+                tag: tag.tag.to_string(),
                 version,
                 message: message.clone(),
                 no_response: *no_response,
@@ -402,7 +403,7 @@ fn failed_entry(
         phase: ImagePullPhase::Failed,
         version: Some(version),
         completion_time: Some(api_time(now)),
-        message: Some(message.to_string()),
+        message: Some(message.into()),
         ..base
     }
 }

@@ -8,6 +8,7 @@ use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
 };
 use nodeimage_api::kubeedge::{NodeTaskSpec, TaskStatus};
+use nodeimage_api::shared::SharedStr;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -80,8 +81,8 @@ pub fn cloud(labels: &[(&str, &str)]) -> NodeInfo {
 /// A NodeImage `name` holding `images` and reporting `statuses`.
 pub fn nodeimage_of(
     name: &str,
-    images: BTreeMap<String, ImageSpec>,
-    statuses: BTreeMap<String, ImageStatus>,
+    images: BTreeMap<SharedStr, ImageSpec>,
+    statuses: BTreeMap<SharedStr, ImageStatus>,
 ) -> Arc<NodeImage> {
     let mut ni = NodeImage::new(
         name,
@@ -102,13 +103,17 @@ pub fn nodeimage_with(
     name: &str,
     tags: Vec<(String, ImageTagSpec, Option<ImageTagStatus>)>,
 ) -> Arc<NodeImage> {
-    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();
+    let mut statuses: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
     for (image, spec, status) in tags {
         if let Some(status) = status {
-            statuses.entry(image.clone()).or_default().tags.push(status);
+            statuses
+                .entry(image.as_str().into())
+                .or_default()
+                .tags
+                .push(status);
         }
-        images.entry(image).or_default().tags.push(spec);
+        images.entry(image.into()).or_default().tags.push(spec);
     }
     nodeimage_of(name, images, statuses)
 }

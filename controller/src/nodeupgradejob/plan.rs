@@ -357,7 +357,7 @@ impl Upgrade<'_> {
             let from = match row {
                 Node::Tracked {
                     detail: Some(t), ..
-                } => t.from_version.clone(),
+                } => t.from_version.as_deref().map(str::to_string),
                 _ => None,
             };
             let node_version = match row {
@@ -515,7 +515,9 @@ impl NodeTask for Upgrade<'_> {
         timed_out: bool,
     ) -> TaskStatus {
         let upgrade = tag.as_ref().and_then(|t| t.upgrade_state);
-        let message = tag.as_ref().and_then(|t| t.message.clone());
+        let message = tag
+            .as_ref()
+            .and_then(|t| t.message.as_deref().map(str::to_string));
         match node_state {
             NodeState::Active(_) => active_row(name, upgrade, tag.as_ref(), &self.image_ref),
             NodeState::Succeeded => {
@@ -609,7 +611,7 @@ fn active_row(
     tag: Option<&ImageTagStatus>,
     image_ref: &str,
 ) -> TaskStatus {
-    let message = tag.and_then(|t| t.message.clone());
+    let message = tag.and_then(|t| t.message.as_deref().map(str::to_string));
     let (st, ev, reason) = match upgrade {
         None | Some(UpgradeState::Checking) => (state::CHECKING, event::CHECK, message),
         Some(UpgradeState::Pulling) => {

@@ -4,6 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
 };
+use nodeimage_api::shared::SharedStr;
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -53,14 +54,14 @@ fn ni(
     entries: &[(&str, &str, &[&str], i64)],
     status: &[(&str, &str, i64, ImagePullPhase, &str)],
 ) -> NodeImage {
-    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+    let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();
     for (image, tag, owners, version) in entries {
         images
-            .entry(image.to_string())
+            .entry(image.to_string().into())
             .or_default()
             .tags
             .push(ImageTagSpec {
-                tag: tag.to_string(),
+                tag: tag.to_string().into(),
                 version: Some(*version),
                 owner_references: Some(
                     owners
@@ -77,17 +78,17 @@ fn ni(
                 ..Default::default()
             });
     }
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    let mut statuses: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
     for (image, tag, version, phase, msg) in status {
         statuses
-            .entry(image.to_string())
+            .entry(image.to_string().into())
             .or_default()
             .tags
             .push(ImageTagStatus {
-                tag: tag.to_string(),
+                tag: tag.to_string().into(),
                 version: Some(*version),
                 phase: *phase,
-                message: (!msg.is_empty()).then(|| msg.to_string()),
+                message: (!msg.is_empty()).then(|| (*msg).into()),
                 ..Default::default()
             });
     }

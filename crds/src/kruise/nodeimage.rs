@@ -54,7 +54,7 @@ pub struct NodeImageSpec {
             "message": "image names (the keys of spec.images) must not be empty"
         }]
     ))]
-    pub images: Option<BTreeMap<String, ImageSpec>>,
+    pub images: Option<BTreeMap<SharedStr, ImageSpec>>,
 }
 
 /// One image (a repository) and the tags of it the node should hold.
@@ -77,7 +77,7 @@ pub struct ImageSpec {
     pub tags: Vec<ImageTagSpec>,
     /// Pod-like metadata passed to the container runtime with each pull.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_config: Option<SandboxConfig>,
+    pub sandbox_config: Option<Box<SandboxConfig>>,
 }
 
 /// A reference to a Secret that holds registry credentials.
@@ -103,7 +103,7 @@ pub struct ReferenceObject {
 pub struct ImageTagSpec {
     /// The tag, or a digest such as `sha256:…`.
     #[schemars(length(min = 1))]
-    pub tag: String,
+    pub tag: SharedStr,
     /// When this entry was written; the controller fills it if missing and
     /// measures the node's response timeout from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,13 +130,13 @@ pub struct ImageTagSpec {
     /// job's unknown check item fails the node. Written for the KubeEdge kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::validation::check_items")]
-    pub check_items: Option<Vec<String>>,
+    pub check_items: Option<Box<Vec<String>>>,
     /// nodeimage extension (not in OpenKruise): once the tag is pulled, run the
     /// node-agent upgrade tool it ships (keadm: backup, upgrade, rollback on
     /// failure). Written for NodeUpgradeJob; only daemons started with
     /// `--enable-upgrades` run it, others fail the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<TagUpgrade>,
+    pub upgrade: Option<Box<TagUpgrade>>,
 }
 
 /// nodeimage extension: the node-agent upgrade a tag entry asks for.
@@ -219,7 +219,7 @@ pub struct NodeImageStatus {
     pub waiting: Option<i32>,
     /// Per image name, the status of each tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_statuses: Option<BTreeMap<String, ImageStatus>>,
+    pub image_statuses: Option<BTreeMap<SharedStr, ImageStatus>>,
     /// Whether the daemon's first sync of images already on the node worked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_sync_status: Option<SyncStatus>,
@@ -259,7 +259,7 @@ impl ImagePullPhase {
 #[serde(rename_all = "camelCase")]
 pub struct ImageTagStatus {
     /// The tag (or digest) this entry reports on.
-    pub tag: String,
+    pub tag: SharedStr,
     /// Waiting, Pulling, Succeeded or Failed.
     pub phase: ImagePullPhase,
     /// Percentage of bytes pulled, 0–100.
@@ -281,7 +281,7 @@ pub struct ImageTagStatus {
     pub image_id: Option<SharedStr>,
     /// Details, such as the registry's reason for a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub message: Option<SharedStr>,
     /// nodeimage extension, for an entry with `upgrade`: the step the upgrade
     /// is in while the phase is Pulling; once finished, Successful, RolledBack
     /// (the upgrade failed and the backup was restored), or the step it failed in.
@@ -292,10 +292,10 @@ pub struct ImageTagStatus {
     pub upgrade_log: Option<String>,
     /// nodeimage extension: the node-agent version before the upgrade, when the daemon knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_version: Option<String>,
+    pub from_version: Option<SharedStr>,
     /// nodeimage extension: the node-agent version after a successful upgrade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to_version: Option<String>,
+    pub to_version: Option<SharedStr>,
 }
 
 /// Where a node-agent upgrade stands on the node (nodeimage extension).
@@ -409,7 +409,7 @@ pub fn status_for_spec(
     mut entry: impl FnMut(&str, &ImageTagSpec, Option<&ImageTagStatus>) -> ImageTagStatus,
 ) -> NodeImageStatus {
     let observed = ni.status.as_ref();
-    let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+    let mut statuses: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
     for (image, spec) in ni.spec.images.iter().flatten() {
         let old_tags = observed
             .and_then(|s| s.image_statuses.as_ref())
@@ -476,14 +476,14 @@ mod tests {
     use super::*;
 
     fn spec(tags: &[(&str, &str, Option<i64>)]) -> NodeImageSpec {
-        let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+        let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();
         for (image, tag, version) in tags {
             images
-                .entry((*image).to_string())
+                .entry((*image).into())
                 .or_default()
                 .tags
                 .push(ImageTagSpec {
-                    tag: (*tag).to_string(),
+                    tag: (*tag).into(),
                     version: *version,
                     ..Default::default()
                 });
@@ -494,14 +494,14 @@ mod tests {
     }
 
     fn status(entries: &[(&str, &str, Option<i64>, ImagePullPhase)]) -> NodeImageStatus {
-        let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+        let mut statuses: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
         for (image, tag, version, phase) in entries {
             statuses
-                .entry((*image).to_string())
+                .entry((*image).into())
                 .or_default()
                 .tags
                 .push(ImageTagStatus {
-                    tag: (*tag).to_string(),
+                    tag: (*tag).into(),
                     version: *version,
                     phase: *phase,
                     ..Default::default()

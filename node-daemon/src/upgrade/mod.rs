@@ -109,10 +109,10 @@ fn current<'a>(
     ni.spec
         .images
         .as_ref()
-        .and_then(|m| m.get(&key.image))
+        .and_then(|m| m.get(key.image.as_str()))
         .and_then(|i| i.tags.iter().find(|t| t.tag == key.tag))
         .filter(|t| t.version.unwrap_or(0) == version)
-        .and_then(|t| t.upgrade.as_ref())
+        .and_then(|t| t.upgrade.as_deref())
         .filter(|u| u.same_run(upgrade))
 }
 
@@ -171,7 +171,7 @@ pub fn recorded(ni: &NodeImage, key: &TagKey, version: i64, state: UpgradeState)
     ni.status
         .as_ref()
         .and_then(|s| s.image_statuses.as_ref())
-        .and_then(|m| m.get(&key.image))
+        .and_then(|m| m.get(key.image.as_str()))
         .and_then(|i| i.tags.iter().find(|t| t.tag == key.tag))
         .is_some_and(|t| t.version.unwrap_or(0) == version && t.upgrade_state == Some(state))
 }
@@ -457,7 +457,7 @@ fn step_limit(ni: &NodeImage, key: &TagKey) -> Option<u64> {
     ni.spec
         .images
         .as_ref()?
-        .get(&key.image)?
+        .get(key.image.as_str())?
         .tags
         .iter()
         .find(|t| t.tag == key.tag)?

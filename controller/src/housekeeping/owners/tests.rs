@@ -142,7 +142,7 @@ fn owner_state_table() {
 fn has_owner_uid_finds_any_tag() {
     let mut images = std::collections::BTreeMap::new();
     images.insert(
-        "nginx".to_string(),
+        "nginx".into(),
         ImageSpec {
             tags: vec![
                 ImageTagSpec {

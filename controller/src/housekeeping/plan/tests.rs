@@ -2,6 +2,7 @@
 
 use super::*;
 use nodeimage_api::kruise::ImageTagPullPolicy;
+use nodeimage_api::shared::SharedStr;
 
 /// The instant the fixtures are written relative to.
 fn t0() -> DateTime<Utc> {
@@ -37,7 +38,7 @@ fn tag(image_tag: &'static str) -> Tag {
     Tag {
         image,
         spec: ImageTagSpec {
-            tag: t.to_string(),
+            tag: t.to_string().into(),
             created_at: Some(api_time(t0())),
             ..Default::default()
         },
@@ -93,7 +94,7 @@ fn report(image_tag: &'static str, phase: ImagePullPhase) -> Report {
     Report {
         image,
         status: ImageTagStatus {
-            tag: t.to_string(),
+            tag: t.to_string().into(),
             phase,
             ..Default::default()
         },
@@ -114,10 +115,10 @@ impl Report {
 /// A NodeImage with these tags and, when `reports` is given, a status with
 /// those entries and counts as a daemon would have written them.
 fn nodeimage(tags: &[Tag], reports: Option<&[Report]>) -> NodeImage {
-    let mut images: BTreeMap<String, ImageSpec> = BTreeMap::new();
+    let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();
     for t in tags {
         images
-            .entry(t.image.to_string())
+            .entry(t.image.to_string().into())
             .or_default()
             .tags
             .push(t.spec.clone());
@@ -129,10 +130,10 @@ fn nodeimage(tags: &[Tag], reports: Option<&[Report]>) -> NodeImage {
         },
     );
     ni.status = reports.map(|reports| {
-        let mut statuses: BTreeMap<String, ImageStatus> = BTreeMap::new();
+        let mut statuses: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
         for r in reports {
             statuses
-                .entry(r.image.to_string())
+                .entry(r.image.to_string().into())
                 .or_default()
                 .tags
                 .push(r.status.clone());

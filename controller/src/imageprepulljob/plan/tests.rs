@@ -41,10 +41,10 @@ fn nodeimage(name: &str, created: i64, tags: &[Tag<'_>]) -> Arc<NodeImage> {
         let (phase, message) = entry.as_ref()?;
         let e = crate::rollout::entry_for(image).unwrap_or_else(|e| panic!("{e}"));
         let report = phase.map(|phase| ImageTagStatus {
-            tag: e.tag.clone(),
+            tag: e.tag.as_str().into(),
             phase,
             version: Some(0),
-            message: (!message.is_empty()).then(|| message.to_string()),
+            message: (!message.is_empty()).then(|| (*message).into()),
             ..Default::default()
         });
         Some((

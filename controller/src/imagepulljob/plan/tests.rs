@@ -46,7 +46,7 @@ fn node(name: &str, labels: &[(&str, &str)], phase: Option<ImagePullPhase>) -> A
             ..Default::default()
         };
         ni.spec.images = Some(BTreeMap::from([(
-            "127.0.0.1:5000/test".to_string(),
+            "127.0.0.1:5000/test".into(),
             ImageSpec {
                 tags: vec![tag],
                 ..Default::default()
@@ -54,7 +54,7 @@ fn node(name: &str, labels: &[(&str, &str)], phase: Option<ImagePullPhase>) -> A
         )]));
         ni.status = Some(NodeImageStatus {
             image_statuses: Some(BTreeMap::from([(
-                "127.0.0.1:5000/test".to_string(),
+                "127.0.0.1:5000/test".into(),
                 ImageStatus {
                     tags: vec![ImageTagStatus {
                         tag: "v1".into(),

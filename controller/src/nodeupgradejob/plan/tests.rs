@@ -58,11 +58,11 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
         ..Default::default()
     };
     let entry = ImageTagSpec {
-        upgrade: Some(TagUpgrade {
+        upgrade: Some(Box::new(TagUpgrade {
             await_confirmation: false,
             version: V.into(),
             job: "up".into(),
-        }),
+        })),
         ..fixtures::tag_entry(V, c, owner)
     };
     let status = report.map(|r| ImageTagStatus {
@@ -70,10 +70,10 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
         version: Some(0),
         phase: r.phase.unwrap_or_default(),
         upgrade_state: r.state,
-        message: r.message.map(str::to_string),
+        message: r.message.map(Into::into),
         progress: r.progress,
-        from_version: r.from.map(str::to_string),
-        to_version: r.to.map(str::to_string),
+        from_version: r.from.map(Into::into),
+        to_version: r.to.map(Into::into),
         ..Default::default()
     });
     fixtures::nodeimage_with(name, vec![(IMAGE.into(), entry, status)])
