@@ -388,7 +388,11 @@ mod tests {
         assert!(set.contains("x"));
         // Compares with plain strings both ways.
         let s = SharedStr::new("v1");
-        assert!(s == *"v1" && s == "v1".to_string() && "v1".to_string() == s && "v1" == s);
+        let owned = String::from("v1");
+        assert!(s == *"v1");
+        assert!(s == owned);
+        assert!(owned == s);
+        assert!("v1" == s);
         assert_eq!(SharedStr::default(), "");
         // A map keyed by shared strings has the JSON of one keyed by strings.
         let plain: BTreeMap<String, u8> = [("a".to_string(), 1)].into();
