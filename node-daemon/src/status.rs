@@ -29,7 +29,7 @@ pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeIma
 
 /// The status write: the NodeImage write contract lives with the API types,
 /// where the simulator of tests/src/bin/ni-sim.rs uses it too.
-pub use nodeimage_api::kruise::nodeimage::guarded_status_patch as guarded_patch;
+pub use nodeimage_api::kruise::nodeimage::guarded_status_patch_with as guarded_patch_with;
 
 #[cfg(test)]
 mod tests {
@@ -141,11 +141,20 @@ mod tests {
             (s.desired, s.waiting, s.pulling, s.succeeded, s.failed),
             (4, Some(2), Some(1), Some(1), Some(0))
         );
-        let patch = guarded_patch(&obj, &s);
+        let patch = guarded_patch_with(
+            &obj,
+            &s,
+            nodeimage_api::kruise::nodeimage::StatusGuard::Entries,
+        );
         assert_eq!(patch[0]["op"], "test");
-        assert_eq!(patch[1]["path"], "/status");
-        assert!(patch[1]["value"]["imageStatuses"].get("gone").is_none());
-        assert!(patch[1]["value"]["imageStatuses"]["a"].is_object());
+        let last = patch.as_array().and_then(|ops| ops.last());
+        let written = last.map(|op| &op["value"]);
+        assert_eq!(
+            last.map(|op| &op["path"]),
+            Some(&serde_json::json!("/status"))
+        );
+        assert!(written.is_some_and(|w| w["imageStatuses"].get("gone").is_none()));
+        assert!(written.is_some_and(|w| w["imageStatuses"]["a"].is_object()));
     }
 
     #[test]

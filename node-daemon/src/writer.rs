@@ -1,11 +1,13 @@
 //! Publishes the NodeImage status: coalesces reports from the pull workers,
 //! writes phase changes within a fraction of a second, progress at most about
 //! once a second, and nothing when nothing changed. Writes are JSON Patches
-//! of the status subresource guarded by the spec's generation (see
-//! `status::guarded_patch`).
+//! of the status subresource guarded by what their entries were built from
+//! (see `status::guarded_patch_with`), or by the spec's generation where that
+//! guard cannot hold.
 
 use crate::desired::TagKey;
 use crate::status;
+use nodeimage_api::kruise::nodeimage::StatusGuard;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -33,8 +35,8 @@ const REWRITE_PAUSE: Duration = Duration::from_millis(100);
 /// not carry its resourceVersion. Watch events arrive in order, so until the
 /// watch delivers our write, what it delivers is older; the bound covers a
 /// write whose event never comes (a relist replaced it), and a wrong guess
-/// costs one refused write, never a wrong status (writes are guarded by the
-/// spec's generation).
+/// costs one refused write or one write built on an older spec, which the
+/// answer (carrying the newer spec) makes the writer redo.
 const OWN_WRITE_PRECEDENCE: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
@@ -51,6 +53,11 @@ struct Inner {
     live: BTreeMap<TagKey, ImageTagStatus>,
     urgent: bool,
     pending: bool,
+    /// A generation at which a write guarded by its entries was refused
+    /// although the spec had not moved: the spec as decoded does not match
+    /// the stored JSON (a salvaged entry), so writes at this generation
+    /// test the generation instead.
+    generation_guard: Option<i64>,
 }
 
 /// Where an observed NodeImage came from.
@@ -176,6 +183,7 @@ impl StatusHandle {
         let mut g = self.lock();
         g.observed = None;
         g.own_write = None;
+        g.generation_guard = None;
         g.live.clear();
     }
 
@@ -237,7 +245,7 @@ impl StatusHandle {
     }
 
     /// Takes what should be written now, if anything differs from the observed status.
-    fn take(&self) -> Option<(NodeImage, serde_json::Value)> {
+    fn take(&self) -> Option<(NodeImage, StatusGuard, serde_json::Value)> {
         let mut g = self.lock();
         g.pending = false;
         g.urgent = false;
@@ -246,7 +254,29 @@ impl StatusHandle {
         if ni.status.as_ref() == Some(&new) {
             return None;
         }
-        Some((ni.clone(), status::guarded_patch(&ni, &new)))
+        let guard = match (g.generation_guard, ni.metadata.generation) {
+            (Some(at), Some(now)) if at == now => StatusGuard::Generation,
+            _ => StatusGuard::Entries,
+        };
+        let patch = status::guarded_patch_with(&ni, &new, guard);
+        Some((ni, guard, patch))
+    }
+
+    /// After a refused write built on `wrote_on`, with `current` read since:
+    /// an entries guard refused while the spec stayed the same cannot pass
+    /// at this generation, so the generation guards there instead.
+    fn note_refusal(&self, wrote_on: &NodeImage, guard: StatusGuard, current: &NodeImage) {
+        let same_spec = wrote_on.metadata.uid == current.metadata.uid
+            && wrote_on.metadata.generation.is_some()
+            && wrote_on.metadata.generation == current.metadata.generation;
+        if guard == StatusGuard::Entries && same_spec {
+            let generation = current.metadata.generation;
+            tracing::info!(
+                ?generation,
+                "status write refused on an unchanged spec; guarding by the generation at this one"
+            );
+            self.lock().generation_guard = generation;
+        }
     }
 
     fn state(&self) -> (bool, bool) {
@@ -340,7 +370,7 @@ async fn write_once(
     errors: &prometheus_client::metrics::counter::Counter,
     last: &mut Instant,
 ) {
-    let Some((ni, patch)) = handle.take() else {
+    let Some((ni, guard, patch)) = handle.take() else {
         return;
     };
     *last = Instant::now();
@@ -377,8 +407,8 @@ async fn write_once(
             // alone is not enough when what we observe is older than an
             // event it already delivered.
             handle.request_failed();
-            tracing::debug!(generation = ?ni.metadata.generation, "status write refused: the spec changed; reading the object again");
-            reread(handle, sink, name, errors).await;
+            tracing::debug!(generation = ?ni.metadata.generation, "status write refused: the object moved on; reading it again");
+            reread(handle, sink, name, errors, (&ni, guard)).await;
         }
         Err(e) => {
             handle.request_failed();
@@ -395,10 +425,12 @@ async fn reread(
     sink: &impl StatusSink,
     name: &str,
     errors: &prometheus_client::metrics::counter::Counter,
+    (refused, guard): (&NodeImage, StatusGuard),
 ) {
     handle.request_started();
     match tokio::time::timeout(WRITE_TIMEOUT, sink.get(name)).await {
         Ok(Ok(current)) => {
+            handle.note_refusal(refused, guard, &current);
             handle.observe_response(current);
             retry_later(handle, REWRITE_PAUSE).await;
         }
@@ -443,7 +475,7 @@ mod tests {
         async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
             self.writes.fetch_add(1, Ordering::SeqCst);
             let mut ni = node_image("2");
-            let status = serde_json::from_value(patch[1]["value"].clone()).unwrap_or_default();
+            let status = serde_json::from_value(written(&patch).clone()).unwrap_or_default();
             ni.status = Some(status);
             *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(patch);
             Ok(ni)
@@ -452,6 +484,31 @@ mod tests {
         async fn get(&self, _: &str) -> Result<NodeImage, kube::Error> {
             Ok(node_image("2"))
         }
+    }
+
+    /// The status a patch writes (its last op).
+    fn written(patch: &serde_json::Value) -> &serde_json::Value {
+        patch
+            .as_array()
+            .and_then(|ops| ops.last())
+            .filter(|op| op["path"] == "/status")
+            .map_or(&serde_json::Value::Null, |op| &op["value"])
+    }
+
+    /// The `test` ops of a patch, as (path, value).
+    fn tests_of(patch: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+        patch
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|op| op["op"] == "test")
+            .map(|op| {
+                (
+                    op["path"].as_str().unwrap_or("").to_string(),
+                    op["value"].clone(),
+                )
+            })
+            .collect()
     }
 
     fn node_image(rv: &str) -> NodeImage {
@@ -546,7 +603,7 @@ mod tests {
             .clone()
             .unwrap_or_default();
         assert_eq!(
-            last[1]["value"]["imageStatuses"]["a"]["tags"][0]["progress"],
+            written(&last)["imageStatuses"]["a"]["tags"][0]["progress"],
             90
         );
         assert_eq!(last[0]["op"], "test", "guarded");
@@ -576,22 +633,53 @@ mod tests {
         }
     }
 
-    /// Refuses its first write as a failed `test` (the spec moved on to
-    /// generation 2) and serves the object at generation 2.
-    #[derive(Clone, Default)]
-    struct SpecMoved {
+    /// Refuses every write guarded by its entries while `refuse` holds
+    /// (a failed `test`), and serves the object at `serve_generation`.
+    #[derive(Clone)]
+    struct Refuses {
         patches: Arc<Mutex<Vec<serde_json::Value>>>,
         gets: Arc<AtomicUsize>,
+        /// Refuse the first write only (the spec moved on), or every write
+        /// that does not test the generation (the spec as decoded cannot
+        /// match the stored one).
+        only_first: bool,
+        serve_generation: i64,
     }
 
-    impl StatusSink for SpecMoved {
+    impl Refuses {
+        fn new(only_first: bool, serve_generation: i64) -> Self {
+            Self {
+                patches: Default::default(),
+                gets: Default::default(),
+                only_first,
+                serve_generation,
+            }
+        }
+
+        fn patches(&self) -> Vec<serde_json::Value> {
+            self.patches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        }
+    }
+
+    impl StatusSink for Refuses {
         async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
-            let first = {
+            let n = {
                 let mut p = self.patches.lock().unwrap_or_else(|p| p.into_inner());
                 p.push(patch.clone());
-                p.len() == 1
+                p.len()
             };
-            if first {
+            let by_generation = tests_of(&patch)
+                .iter()
+                .any(|(path, _)| path == "/metadata/generation");
+            let refuse = if self.only_first {
+                n == 1
+            } else {
+                !by_generation
+            };
+            if refuse {
                 return Err(kube::Error::Api(Box::new(kube::core::Status {
                     code: 422,
                     message: "the server rejected our request due to an error in our request"
@@ -599,45 +687,82 @@ mod tests {
                     ..Default::default()
                 })));
             }
-            let mut ni = with_generation("w", 2);
-            ni.status = serde_json::from_value(patch[1]["value"].clone()).ok();
+            let mut ni = with_generation("w", self.serve_generation);
+            ni.status = serde_json::from_value(written(&patch).clone()).ok();
             Ok(ni)
         }
 
         async fn get(&self, _: &str) -> Result<NodeImage, kube::Error> {
             self.gets.fetch_add(1, Ordering::SeqCst);
-            Ok(with_generation("g", 2))
+            Ok(with_generation("g", self.serve_generation))
         }
     }
 
     fn with_generation(rv: &str, generation: i64) -> NodeImage {
         let mut ni = node_image(rv);
         ni.metadata.generation = Some(generation);
+        ni.metadata.uid = Some("u".into());
         ni
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_write_reads_the_object_again_and_writes_on_top_of_it() {
-        let sink = SpecMoved::default();
+        let sink = Refuses::new(true, 2);
         let (h, tx, task) = start(sink.clone(), Default::default());
         // The watch brings generation 1 and nothing after it.
         h.observe(with_generation("1", 1));
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let patches = sink
-            .patches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let patches = sink.patches();
         assert_eq!(
             sink.gets.load(Ordering::SeqCst),
             1,
             "read once after the refusal"
         );
         assert_eq!(patches.len(), 2, "{patches:?}");
-        assert_eq!(patches[0][0]["value"], 1, "first write tested generation 1");
+        // Both guarded by the entries they write, since the spec moved on
+        // between them (generation 1, then 2).
+        for p in &patches {
+            let tests = tests_of(p);
+            assert!(tests.contains(&("/metadata/uid".into(), "u".into())), "{p}");
+            assert!(
+                tests.contains(&("/spec/images/a/tags/0/tag".into(), "1".into())),
+                "{p}"
+            );
+            assert!(
+                !tests.iter().any(|(path, _)| path == "/metadata/generation"),
+                "{p}"
+            );
+        }
+        let _ = tx.send(true);
+        let _ = task.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entries_guard_refused_on_an_unchanged_spec_falls_back_to_the_generation() {
+        let sink = Refuses::new(false, 1);
+        let (h, tx, task) = start(sink.clone(), Default::default());
+        h.observe(with_generation("1", 1));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let patches = sink.patches();
+        assert_eq!(patches.len(), 2, "{patches:?}");
         assert_eq!(
-            patches[1][0]["value"], 2,
-            "second write on top of the object read"
+            tests_of(&patches[1]),
+            vec![("/metadata/generation".to_string(), serde_json::json!(1))],
+            "the second write tests the generation it was refused at"
+        );
+        // A new generation tries the entries guard again (once our own
+        // write no longer outranks the watch).
+        tokio::time::sleep(OWN_WRITE_PRECEDENCE).await;
+        h.observe(with_generation("3", 2));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let patches = sink.patches();
+        assert!(patches.len() >= 3, "{patches:?}");
+        assert!(
+            tests_of(&patches[2])
+                .iter()
+                .any(|(path, _)| path == "/metadata/uid"),
+            "{}",
+            patches[2]
         );
         let _ = tx.send(true);
         let _ = task.await;
@@ -730,7 +855,7 @@ mod tests {
             .clone()
             .unwrap_or_default();
         assert_eq!(
-            last[1]["value"]["imageStatuses"]["a"]["tags"][0]["phase"],
+            written(&last)["imageStatuses"]["a"]["tags"][0]["phase"],
             "Succeeded"
         );
         let _ = tx.send(true);

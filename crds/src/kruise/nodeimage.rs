@@ -440,25 +440,86 @@ pub fn status_for_spec(
     out
 }
 
+/// How a status write is guarded against the object having moved on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusGuard {
+    /// Tests only what the written entries were built from, so the
+    /// controller's entry writes for other images do not void it.
+    Entries,
+    /// Tests the whole spec's generation: the fallback when the spec as
+    /// decoded may not match the stored JSON (a salvaged NodeImage).
+    Generation,
+}
+
 /// The daemons' status write (the NodeImage write contract): the JSON Patch
-/// that writes `new` as the whole status, guarded by the
-/// spec's `metadata.generation` as observed: the status is built from that
-/// spec, so a write must fail if the spec moved on, but it need not fail
-/// because of writes that leave the spec alone (label changes, the
-/// controller's status marks, our own last write), as a resourceVersion
-/// guard would. Without a generation (never seen on a live object) the
-/// resourceVersion guards instead.
+/// that writes `new` as the whole status, guarded as [`StatusGuard::Entries`]
+/// says:
+/// - `metadata.uid`: the object is the one observed, not a recreation;
+/// - `status.desired` as observed: no other writer (the controller's
+///   housekeeping, which removes entries) changed the status meanwhile;
+/// - for each image whose entry this write changes, the name and version of
+///   every spec tag it was built from, at its index.
+///
+/// A tag added to the spec meanwhile does not void the write: the status
+/// then predates that tag, as it does between any spec edit and the next
+/// status write, and the answer (which carries the new spec) makes the
+/// writer build again. A guard on the generation would be voided by every
+/// entry write the controller makes for any image of the node.
 pub fn guarded_status_patch(ni: &NodeImage, new: &NodeImageStatus) -> serde_json::Value {
-    let status = serde_json::to_value(new).unwrap_or_else(|_| serde_json::json!({}));
-    let guard = match (ni.metadata.generation, &ni.metadata.resource_version) {
-        (Some(g), _) => {
-            serde_json::json!({"op": "test", "path": "/metadata/generation", "value": g})
+    guarded_status_patch_with(ni, new, StatusGuard::Entries)
+}
+
+/// [`guarded_status_patch`] with the guard chosen by the caller.
+pub fn guarded_status_patch_with(
+    ni: &NodeImage,
+    new: &NodeImageStatus,
+    guard: StatusGuard,
+) -> serde_json::Value {
+    use serde_json::json;
+    let status = serde_json::to_value(new).unwrap_or_else(|_| json!({}));
+    let mut ops = Vec::new();
+    match (guard, ni.metadata.generation, &ni.metadata.resource_version) {
+        (StatusGuard::Entries, _, _) => {
+            if let Some(uid) = &ni.metadata.uid {
+                ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+            }
+            if let Some(old) = &ni.status {
+                ops.push(json!({"op": "test", "path": "/status/desired", "value": old.desired}));
+            }
+            let old_entries = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref());
+            let specs = ni.spec.images.as_ref();
+            for (image, entry) in new.image_statuses.iter().flatten() {
+                if old_entries.and_then(|m| m.get(image)) == Some(entry) {
+                    continue;
+                }
+                let Some(spec) = specs.and_then(|m| m.get(image)) else {
+                    continue;
+                };
+                let base = format!("/spec/images/{}/tags", pointer_segment(image));
+                for (i, t) in spec.tags.iter().enumerate() {
+                    ops.push(
+                        json!({"op": "test", "path": format!("{base}/{i}/tag"), "value": t.tag}),
+                    );
+                    if let Some(v) = t.version {
+                        ops.push(json!({"op": "test", "path": format!("{base}/{i}/version"), "value": v}));
+                    }
+                }
+            }
         }
-        (None, rv) => {
-            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
+        (StatusGuard::Generation, Some(g), _) => {
+            ops.push(json!({"op": "test", "path": "/metadata/generation", "value": g}));
         }
-    };
-    serde_json::json!([guard, {"op": "add", "path": "/status", "value": status}])
+        (StatusGuard::Generation, None, rv) => {
+            ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+        }
+    }
+    ops.push(json!({"op": "add", "path": "/status", "value": status}));
+    serde_json::Value::Array(ops)
+}
+
+/// One JSON Pointer segment (RFC 6901): image names carry `/`.
+fn pointer_segment(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
 }
 
 /// Whether the API server refused a [`guarded_status_patch`] because its
@@ -581,5 +642,140 @@ mod tests {
             ];
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    /// The object a daemon observed: generation 1, image `reg.io/a` with
+    /// tag 1 at version 2 (Pulling), image `b` with tag 1 (Succeeded).
+    fn observed() -> NodeImage {
+        let mut ni = NodeImage::new("n", spec(&[("reg.io/a", "1", Some(2)), ("b", "1", None)]));
+        ni.metadata.uid = Some("u1".into());
+        ni.metadata.generation = Some(1);
+        let mut st = status(&[
+            ("reg.io/a", "1", Some(2), ImagePullPhase::Pulling),
+            ("b", "1", None, ImagePullPhase::Succeeded),
+        ]);
+        st.recount(&ni.spec);
+        ni.status = Some(st);
+        ni
+    }
+
+    /// What the daemon writes on top of [`observed`]: `reg.io/a` Succeeded.
+    fn written(ni: &NodeImage) -> NodeImageStatus {
+        status_for_spec(ni, |_, t, old| {
+            let mut e = old.cloned().unwrap_or_default();
+            e.tag = t.tag.clone();
+            e.phase = ImagePullPhase::Succeeded;
+            e
+        })
+    }
+
+    #[test]
+    fn status_guard_refuses_only_what_makes_the_written_entries_wrong() {
+        use serde_json::json;
+        // (case, edit of the stored object after the daemon read it, applies)
+        type Edit = fn(&mut serde_json::Value);
+        let cases: Vec<(&str, Edit, bool)> = vec![
+            ("nothing changed", |_| {}, true),
+            (
+                "the controller added an image (an entry write)",
+                |o| o["spec"]["images"]["c"] = json!({"tags": [{"tag": "9"}]}),
+                true,
+            ),
+            (
+                "the controller added a tag of the unchanged image",
+                |o| {
+                    if let Some(t) = o["spec"]["images"]["b"]["tags"].as_array_mut() {
+                        t.push(json!({"tag": "2"}));
+                    }
+                },
+                true,
+            ),
+            (
+                "an owner added to the written tag",
+                |o| o["spec"]["images"]["reg.io/a"]["tags"][0]["ownerReferences"] = json!([]),
+                true,
+            ),
+            (
+                "the written tag's version moved on",
+                |o| o["spec"]["images"]["reg.io/a"]["tags"][0]["version"] = json!(3),
+                false,
+            ),
+            (
+                "the written tag was removed",
+                |o| o["spec"]["images"]["reg.io/a"]["tags"] = json!([]),
+                false,
+            ),
+            (
+                "the written image was removed",
+                |o| {
+                    if let Some(m) = o["spec"]["images"].as_object_mut() {
+                        m.remove("reg.io/a");
+                    }
+                },
+                false,
+            ),
+            (
+                "a tag inserted before the written one",
+                |o| {
+                    if let Some(t) = o["spec"]["images"]["reg.io/a"]["tags"].as_array_mut() {
+                        t.insert(0, json!({"tag": "0"}));
+                    }
+                },
+                false,
+            ),
+            (
+                "the controller's housekeeping removed an entry",
+                |o| o["status"]["desired"] = json!(1),
+                false,
+            ),
+            (
+                "the NodeImage was recreated",
+                |o| o["metadata"]["uid"] = json!("u2"),
+                false,
+            ),
+        ];
+        let ni = observed();
+        let new = written(&ni);
+        let patch: json_patch::Patch =
+            serde_json::from_value(guarded_status_patch(&ni, &new)).expect("a JSON patch");
+        for (case, edit, applies) in cases {
+            let mut stored = serde_json::to_value(&ni).expect("serialises");
+            edit(&mut stored);
+            let result = json_patch::patch(&mut stored, &patch);
+            assert_eq!(result.is_ok(), applies, "{case}: {result:?}");
+            if applies {
+                assert_eq!(
+                    stored["status"],
+                    serde_json::to_value(&new).expect("serialises"),
+                    "{case}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn status_guard_tests_only_the_images_whose_entries_change() {
+        let ni = observed();
+        let patch = guarded_status_patch(&ni, &written(&ni));
+        let paths: Vec<&str> = patch
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|op| op["op"] == "test")
+            .filter_map(|op| op["path"].as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            vec![
+                "/metadata/uid",
+                "/status/desired",
+                "/spec/images/reg.io~1a/tags/0/tag",
+                "/spec/images/reg.io~1a/tags/0/version",
+            ]
+        );
+        let by_generation = guarded_status_patch_with(&ni, &written(&ni), StatusGuard::Generation);
+        assert_eq!(by_generation[0]["path"], "/metadata/generation");
+        assert_eq!(by_generation[0]["value"], 1);
+        assert_eq!(by_generation.as_array().map(Vec::len), Some(2));
     }
 }

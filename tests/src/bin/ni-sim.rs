@@ -16,8 +16,8 @@
 //! real daemon writes, with the same function
 //! (`nodeimage_api::kruise::nodeimage::guarded_status_patch`): a JSON Patch
 //! of the status subresource that replaces the whole status, guarded by the
-//! observed `metadata.generation`, with the counts from
-//! `NodeImageStatus::recount`. All tags of a node that are due move in one
+//! observed uid, `status.desired` and the spec tags of each image whose
+//! entries it changes, with the counts from `NodeImageStatus::recount`. All tags of a node that are due move in one
 //! patch, as the daemon coalesces simultaneous changes. At most
 //! `--concurrency` nodes are being written at once. When the guard fails
 //! (the spec moved on) the node is read again and retried.
@@ -399,8 +399,8 @@ impl Sim {
                         tokio::time::sleep(self.pull).await;
                     }
                 }
-                // The spec moved on (the generation `test` failed) or the
-                // object did: read it again and rebuild, as the daemon does.
+                // What the entries were built from moved on (a `test`
+                // failed): read it again and rebuild, as the daemon does.
                 Err(kube::Error::Api(ae))
                     if ae.code == 409 || nodeimage_api::kruise::nodeimage::is_failed_test(&ae) =>
                 {
