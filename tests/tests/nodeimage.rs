@@ -1519,3 +1519,119 @@ fn counts_match_the_tag_statuses_while_tags_come_and_go_unreported() {
     assert!(versions >= 3, "the watch saw only {versions} versions");
     ni::assert_observed_counts_matched();
 }
+
+/// The daemons' status guard against the real API server (JSON Patch `test`
+/// ops applied by the status subresource): a status built before an entry
+/// write for another image still lands; one built before its own tag's
+/// version moved, or before housekeeping removed an entry, is refused.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn status_guard_survives_entry_writes_and_refuses_stale_entries() {
+    use nodeimage_api::kruise::nodeimage::{guarded_status_patch, status_for_spec};
+    use nodeimage_api::kruise::{ImagePullPhase, NodeImage};
+    let c = cluster();
+    let name = unique("e2e-guard");
+    let mut cleanup = Cleanup::default();
+    let host = c.var("NODEIMAGE_REGISTRY");
+    let (a, b) = (
+        format!("{host}/{}", unique("e2e-guard-a")),
+        format!("{host}/{}", unique("e2e-guard-b")),
+    );
+    // No daemon serves this fake NodeImage: the test is its only status writer.
+    ni::create_fake(
+        &c,
+        &name,
+        &BTreeMap::new(),
+        json!({"images": {&a: {"tags": [{"tag": "v1", "version": 1}]}}}),
+    );
+    forget_nodeimage(&mut cleanup, &c, &name);
+    let read = || -> NodeImage {
+        let obj = ni::get(&c, &name).expect("the NodeImage exists");
+        serde_json::from_value(obj).expect("a NodeImage")
+    };
+    // Marks every spec tag `phase` on top of `seen`, as a daemon would.
+    let write = |seen: &NodeImage, phase: ImagePullPhase| {
+        let status = status_for_spec(seen, |_, t, _| nodeimage_api::kruise::ImageTagStatus {
+            tag: t.tag.clone(),
+            version: t.version,
+            phase,
+            ..Default::default()
+        });
+        c.kubectl(
+            &[
+                "patch",
+                "nodeimages.apps.kruise.io",
+                &name,
+                "--subresource=status",
+                "--type=json",
+                "-p",
+                &guarded_status_patch(seen, &status).to_string(),
+            ],
+            None,
+        )
+    };
+    let phase_of =
+        |obj: &Value, image: &str| ni::tag_status(obj, image, "v1").map(|e| e["phase"].clone());
+
+    // 1. An entry write for another image lands between read and write.
+    let seen = read();
+    ni::set_image(&c, &name, &b, json!({"tags": [{"tag": "v1"}]}));
+    let r = write(&seen, ImagePullPhase::Pulling);
+    assert!(
+        r.success,
+        "a status write voided by an entry write for another image: {}",
+        r.stderr
+    );
+    let obj = ni::get(&c, &name).expect("the NodeImage exists");
+    assert_eq!(phase_of(&obj, &a), Some(json!("Pulling")), "{obj}");
+    assert!(
+        obj["spec"]["images"].get(&b).is_some(),
+        "the entry write stays: {obj}"
+    );
+    ni::check_counts(&obj).unwrap_or_else(|e| panic!("{e}"));
+
+    // 2. The written tag's version moves on between read and write.
+    let seen = read();
+    ni::set_image(
+        &c,
+        &name,
+        &a,
+        json!({"tags": [{"tag": "v1", "version": 2}]}),
+    );
+    let r = write(&seen, ImagePullPhase::Succeeded);
+    assert!(!r.success, "a status for version 1 landed on version 2");
+    let obj = ni::get(&c, &name).expect("the NodeImage exists");
+    assert_eq!(phase_of(&obj, &a), Some(json!("Pulling")), "{obj}");
+
+    // 3. Another status writer (housekeeping) changes the counts between read and write.
+    let seen = read();
+    let r = c.kubectl(
+        &[
+            "patch",
+            "nodeimages.apps.kruise.io",
+            &name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &json!({"status": {"imageStatuses": {&a: null}, "desired": 0, "waiting": 0, "pulling": 0, "succeeded": 0, "failed": 0}}).to_string(),
+        ],
+        None,
+    );
+    assert!(r.success, "housekeeping-like status write: {}", r.stderr);
+    let r = write(&seen, ImagePullPhase::Succeeded);
+    assert!(
+        !r.success,
+        "a status write clobbered another writer's status"
+    );
+
+    // 4. Built on the object as it is now, the write lands.
+    let r = write(&read(), ImagePullPhase::Succeeded);
+    assert!(
+        r.success,
+        "a status write on the current object: {}",
+        r.stderr
+    );
+    let obj = ni::get(&c, &name).expect("the NodeImage exists");
+    assert_eq!(phase_of(&obj, &a), Some(json!("Succeeded")), "{obj}");
+    assert_eq!(obj["status"]["desired"], 2, "{obj}");
+}
