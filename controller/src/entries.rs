@@ -69,7 +69,7 @@ pub fn upsert(
         None => image.tags.push(ImageTagSpec {
             tag: SharedStr::new(&req.tag),
             created_at: Some(api_time(now)),
-            pull_policy: Some(req.pull_policy.clone()),
+            pull_policy: Some(req.pull_policy.clone().into()),
             owner_references: Some(vec![req.owner.clone()].into()),
             version: Some(
                 reported_version
@@ -94,7 +94,7 @@ pub fn upsert(
                     tag.created_at = Some(api_time(now));
                 }
             }
-            tag.pull_policy = Some(req.pull_policy.clone());
+            tag.pull_policy = Some(req.pull_policy.clone().into());
             tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);
             tag.check_items = req.check_items.clone().map(Box::new);
         }

@@ -164,10 +164,10 @@ fn fingerprint(spec: &ImageTagSpec, status: Option<&ImageTagStatus>) -> u64 {
                 &s.completion_time,
                 &s.image_id,
                 &s.message,
-                &s.upgrade_state,
-                &s.upgrade_log,
-                &s.from_version,
-                &s.to_version,
+                s.upgrade_state(),
+                s.upgrade.as_ref().and_then(|u| u.log.as_deref()),
+                s.from_version(),
+                s.to_version(),
             ),
         );
     }

@@ -5,6 +5,7 @@
 //! the 1,000 nodes, and their strings were a third of the cache. The JSON and
 //! the schema are those of the plain types.
 
+use crate::kruise::ImageTagPullPolicy;
 use k8s_openapi::api::core::v1::ObjectReference;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -23,6 +24,12 @@ pub struct SharedStr(Arc<str>);
 /// same owners; copied on the first change (`DerefMut`).
 #[derive(Clone, Default)]
 pub struct Owners(Arc<Vec<ObjectReference>>);
+
+/// A tag's pull policy, shared between the entries that carry the same one
+/// (a job writes one policy on each of its nodes); copied on the first
+/// change (`DerefMut`).
+#[derive(Clone, Default)]
+pub struct SharedPolicy(Arc<ImageTagPullPolicy>);
 
 /// The schema of `$plain` for `$shared`, so that CRDs do not change.
 macro_rules! schema_of {
@@ -45,6 +52,7 @@ macro_rules! schema_of {
 }
 schema_of!(SharedStr, String);
 schema_of!(Owners, Vec<ObjectReference>);
+schema_of!(SharedPolicy, ImageTagPullPolicy);
 
 /// The shared copies still in use, by hash of their value.
 struct Pool<T: ?Sized> {
@@ -97,6 +105,7 @@ impl<T: ?Sized + PartialEq> Pool<T> {
 
 static STRINGS: LazyLock<Mutex<Pool<str>>> = LazyLock::new(Mutex::default);
 static OWNERS: LazyLock<Mutex<Pool<Vec<ObjectReference>>>> = LazyLock::new(Mutex::default);
+static POLICIES: LazyLock<Mutex<Pool<ImageTagPullPolicy>>> = LazyLock::new(Mutex::default);
 
 fn lock<T: ?Sized>(pool: &'static Mutex<Pool<T>>) -> std::sync::MutexGuard<'static, Pool<T>> {
     pool.lock().unwrap_or_else(|p| p.into_inner())
@@ -341,6 +350,59 @@ impl<'de> Deserialize<'de> for Owners {
     }
 }
 
+impl SharedPolicy {
+    /// The shared copy of `policy`.
+    pub fn new(policy: ImageTagPullPolicy) -> Self {
+        let hash = hash_of(&policy);
+        Self(lock(&POLICIES).get(hash, &policy, || Arc::new(policy.clone())))
+    }
+}
+
+impl Deref for SharedPolicy {
+    type Target = ImageTagPullPolicy;
+    fn deref(&self) -> &ImageTagPullPolicy {
+        &self.0
+    }
+}
+
+impl DerefMut for SharedPolicy {
+    fn deref_mut(&mut self) -> &mut ImageTagPullPolicy {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl PartialEq for SharedPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for SharedPolicy {}
+
+impl From<ImageTagPullPolicy> for SharedPolicy {
+    fn from(policy: ImageTagPullPolicy) -> Self {
+        Self::new(policy)
+    }
+}
+
+impl std::fmt::Debug for SharedPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for SharedPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedPolicy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ImageTagPullPolicy::deserialize(d).map(SharedPolicy::new)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +426,12 @@ mod tests {
         assert!(Arc::ptr_eq(&a.0, &b.0));
         assert!(!Arc::ptr_eq(&a.0, &c.0));
         assert_ne!(a, c);
+        let p: SharedPolicy = serde_json::from_str(r#"{"backoffLimit": 3}"#).unwrap();
+        let q: SharedPolicy = serde_json::from_str(r#"{"backoffLimit": 3}"#).unwrap();
+        let r: SharedPolicy = serde_json::from_str(r#"{"backoffLimit": 4}"#).unwrap();
+        assert!(Arc::ptr_eq(&p.0, &q.0));
+        assert!(!Arc::ptr_eq(&p.0, &r.0));
+        assert_eq!(p.backoff_limit, Some(3));
         let s: SharedStr = serde_json::from_str("\"img@sha256:1\"").unwrap();
         let t: SharedStr = serde_json::from_str("\"img@sha256:1\"").unwrap();
         assert!(Arc::ptr_eq(&s.0, &t.0));
@@ -424,6 +492,19 @@ mod tests {
         assert_eq!(
             generator.subschema_for::<Option<SharedStr>>(),
             generator.subschema_for::<Option<String>>()
+        );
+        assert_eq!(
+            generator.subschema_for::<Option<SharedPolicy>>(),
+            generator.subschema_for::<Option<ImageTagPullPolicy>>()
+        );
+        let policy = ImageTagPullPolicy {
+            timeout_seconds: Some(600),
+            ttl_seconds_after_finished: Some(300),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(SharedPolicy::new(policy.clone())).unwrap(),
+            serde_json::to_value(&policy).unwrap()
         );
     }
 

@@ -393,7 +393,9 @@ fn image_row(image: &str, tag: &ImageTagSpec, status: Option<&ImageTagStatus>) -
         message: status
             .and_then(|s| s.message.as_deref().map(String::from))
             .filter(|s| !s.is_empty()),
-        upgrade_state: status.and_then(|s| s.upgrade_state).map(|u| u.to_string()),
+        upgrade_state: status
+            .and_then(|s| s.upgrade_state())
+            .map(|u| u.to_string()),
     }
 }
 

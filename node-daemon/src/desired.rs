@@ -258,7 +258,7 @@ pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
                     version: t.version.unwrap_or(0),
                     phase: t.phase,
                     completed: t.completion_time.is_some(),
-                    upgrade_state: t.upgrade_state,
+                    upgrade_state: t.upgrade_state(),
                 },
             );
         }
@@ -369,10 +369,13 @@ mod tests {
         let mut policy = tag("v1");
         policy.image_pull_policy = Some("Sometimes".into());
         let mut timeout = tag("v1");
-        timeout.pull_policy = Some(ImageTagPullPolicy {
-            timeout_seconds: Some(0),
-            ..Default::default()
-        });
+        timeout.pull_policy = Some(
+            ImageTagPullPolicy {
+                timeout_seconds: Some(0),
+                ..Default::default()
+            }
+            .into(),
+        );
         let cases = [
             (ni(&[("Bad Name!", tag("v1"))]), "cannot pull Bad Name!:v1"),
             (ni(&[("ok", tag(""))]), "tag is empty"),

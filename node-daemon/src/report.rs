@@ -155,10 +155,13 @@ pub struct UpgradeReport {
 impl UpgradeReport {
     /// Copies the fields into a tag status.
     pub fn apply(&self, st: &mut ImageTagStatus) {
-        st.upgrade_state = self.state;
-        st.upgrade_log = self.log.clone();
-        st.from_version = self.from.as_deref().map(Into::into);
-        st.to_version = self.to.as_deref().map(Into::into);
+        st.upgrade = nodeimage_api::kruise::TagUpgradeStatus {
+            state: self.state,
+            log: self.log.clone(),
+            from_version: self.from.as_deref().map(Into::into),
+            to_version: self.to.as_deref().map(Into::into),
+        }
+        .boxed();
     }
 }
 

@@ -228,7 +228,7 @@ measure_end() {
   record "$s.controller.requests" "$ctrl"
   record "$s.controller.reconciles" "$(awk -v a="$M_REC0" -v b="$rec" 'BEGIN { printf "%d", b - a }')"
   record "$s.simulator.requests" "$sim (its own count: $simown)"
-  record "$s.apiserver.nodeimage_patches" "$(awk -v a="$M_PATCH0" -v b="$(nodeimage_patches)" 'BEGIN { split(a, x); split(b, y); printf "%d, of which %d refused with 409 (resourceVersion moved) and %d with 422 (a failed test: the status guard on metadata.generation, the spec test of an entry write, or invalid)", y[1] - x[1], y[2] - x[2], y[3] - x[3] }')"
+  record "$s.apiserver.nodeimage_patches" "$(awk -v a="$M_PATCH0" -v b="$(nodeimage_patches)" 'BEGIN { split(a, x); split(b, y); printf "%d, of which %d refused with 409 (resourceVersion moved) and %d with 422 (a failed test: a status write guard, the spec test of an entry write, or invalid)", y[1] - x[1], y[2] - x[2], y[3] - x[3] }')"
   record "$s.apiserver.requests_all_clients" "$(awk -v a="$M_ALL0" -v b="$all" 'BEGIN { printf "%d", b - a }')"
 }
 # Reconciles per second once everything is complete, over SETTLE_SECONDS.

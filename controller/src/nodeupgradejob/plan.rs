@@ -357,7 +357,7 @@ impl Upgrade<'_> {
             let from = match row {
                 Node::Tracked {
                     detail: Some(t), ..
-                } => t.from_version.as_deref().map(str::to_string),
+                } => t.from_version().map(str::to_string),
                 _ => None,
             };
             let node_version = match row {
@@ -499,7 +499,7 @@ impl NodeTask for Upgrade<'_> {
     /// A pull is not an upgrade: success needs the daemon's word.
     fn settle(&self, state: NodeState, tag: &Option<ImageTagStatus>) -> NodeState {
         if state == NodeState::Succeeded
-            && tag.as_ref().and_then(|t| t.upgrade_state) != Some(UpgradeState::Successful)
+            && tag.as_ref().and_then(|t| t.upgrade_state()) != Some(UpgradeState::Successful)
         {
             NodeState::Failed(NO_UPGRADE_SUPPORT.into())
         } else {
@@ -514,7 +514,7 @@ impl NodeTask for Upgrade<'_> {
         tag: &Option<ImageTagStatus>,
         timed_out: bool,
     ) -> TaskStatus {
-        let upgrade = tag.as_ref().and_then(|t| t.upgrade_state);
+        let upgrade = tag.as_ref().and_then(|t| t.upgrade_state());
         let message = tag
             .as_ref()
             .and_then(|t| t.message.as_deref().map(str::to_string));
@@ -524,8 +524,8 @@ impl NodeTask for Upgrade<'_> {
                 let t = tag.as_ref();
                 let reason = message.or_else(|| {
                     match (
-                        t.and_then(|t| t.from_version.as_deref()),
-                        t.and_then(|t| t.to_version.as_deref()),
+                        t.and_then(|t| t.from_version()),
+                        t.and_then(|t| t.to_version()),
                     ) {
                         (Some(f), Some(to)) => Some(format!("upgraded from {f} to {to}")),
                         (_, Some(to)) => Some(format!("upgraded to {to}")),

@@ -13,7 +13,7 @@ pub use imagepulljob::{
 pub use nodeimage::{
     FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec,
     ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SyncStatus,
-    TagUpgrade, UpgradeState,
+    TagStatusFields, TagUpgrade, TagUpgradeStatus, UpgradeState,
 };
 
 /// The finalizer OpenKruise's controller puts on the jobs it runs; nodeimage

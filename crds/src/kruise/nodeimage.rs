@@ -4,7 +4,7 @@
 //! and users write tag entries into `spec`, the node daemon writes `status`.
 
 use super::common::SandboxConfig;
-use crate::shared::{Owners, SharedStr};
+use crate::shared::{Owners, SharedPolicy, SharedStr};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -111,7 +111,7 @@ pub struct ImageTagSpec {
     /// Timeouts, retries and lifetime of this pull.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = {}))]
-    pub pull_policy: Option<ImageTagPullPolicy>,
+    pub pull_policy: Option<SharedPolicy>,
     /// The jobs that asked for this tag. When the last one is gone the tag is
     /// removed; a tag with no owners (written by hand) stays until its TTL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,7 +171,7 @@ impl TagUpgrade {
 }
 
 /// Timeouts, retries and lifetime of one tag's pull.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageTagPullPolicy {
     /// Limit of one pull attempt, in seconds.
@@ -254,10 +254,80 @@ impl ImagePullPhase {
     }
 }
 
-/// Status of one tag on the node.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// Status of one tag on the node. Its JSON (and CRD schema) is the flat
+/// [`TagStatusFields`]; the upgrade fields, which pull entries never carry,
+/// are boxed here so that the ~100,000 entries a controller caches do not
+/// reserve their space.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "TagStatusFields", into = "TagStatusFields")]
 pub struct ImageTagStatus {
+    /// The tag (or digest) this entry reports on.
+    pub tag: SharedStr,
+    /// Waiting, Pulling, Succeeded or Failed.
+    pub phase: ImagePullPhase,
+    /// Percentage of bytes pulled, 0–100.
+    pub progress: Option<i32>,
+    /// When the pull started.
+    pub start_time: Option<Time>,
+    /// When the pull finished.
+    pub completion_time: Option<Time>,
+    /// The spec version this entry answers.
+    pub version: Option<i64>,
+    /// Repository digest of what was pulled (`name@sha256:…`).
+    pub image_id: Option<SharedStr>,
+    /// Details, such as the registry's reason for a failure.
+    pub message: Option<SharedStr>,
+    /// nodeimage extension, for an entry with `upgrade` (see [`TagUpgradeStatus`]).
+    pub upgrade: Option<Box<TagUpgradeStatus>>,
+}
+
+/// What an upgrade entry's status adds (nodeimage extension; flat in JSON).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TagUpgradeStatus {
+    /// `upgradeState`.
+    pub state: Option<UpgradeState>,
+    /// `upgradeLog`.
+    pub log: Option<String>,
+    /// `fromVersion`.
+    pub from_version: Option<SharedStr>,
+    /// `toVersion`.
+    pub to_version: Option<SharedStr>,
+}
+
+impl TagUpgradeStatus {
+    /// Boxed, or `None` when no field is set (the JSON is the same).
+    pub fn boxed(self) -> Option<Box<Self>> {
+        (self != Self::default()).then(|| Box::new(self))
+    }
+}
+
+impl ImageTagStatus {
+    /// `upgradeState`.
+    pub fn upgrade_state(&self) -> Option<UpgradeState> {
+        self.upgrade.as_ref().and_then(|u| u.state)
+    }
+
+    /// `fromVersion`.
+    pub fn from_version(&self) -> Option<&str> {
+        self.upgrade
+            .as_ref()
+            .and_then(|u| u.from_version.as_deref())
+    }
+
+    /// `toVersion`.
+    pub fn to_version(&self) -> Option<&str> {
+        self.upgrade.as_ref().and_then(|u| u.to_version.as_deref())
+    }
+}
+
+/// The JSON form and CRD schema of [`ImageTagStatus`], flat as upstream's.
+#[derive(Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(
+    rename = "ImageTagStatus",
+    description = "Status of one tag on the node."
+)]
+pub struct TagStatusFields {
     /// The tag (or digest) this entry reports on.
     pub tag: SharedStr,
     /// Waiting, Pulling, Succeeded or Failed.
@@ -296,6 +366,63 @@ pub struct ImageTagStatus {
     /// nodeimage extension: the node-agent version after a successful upgrade.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_version: Option<SharedStr>,
+}
+
+impl From<TagStatusFields> for ImageTagStatus {
+    fn from(f: TagStatusFields) -> Self {
+        Self {
+            tag: f.tag,
+            phase: f.phase,
+            progress: f.progress,
+            start_time: f.start_time,
+            completion_time: f.completion_time,
+            version: f.version,
+            image_id: f.image_id,
+            message: f.message,
+            upgrade: TagUpgradeStatus {
+                state: f.upgrade_state,
+                log: f.upgrade_log,
+                from_version: f.from_version,
+                to_version: f.to_version,
+            }
+            .boxed(),
+        }
+    }
+}
+
+impl From<ImageTagStatus> for TagStatusFields {
+    fn from(s: ImageTagStatus) -> Self {
+        let u = s.upgrade.map(|u| *u).unwrap_or_default();
+        Self {
+            tag: s.tag,
+            phase: s.phase,
+            progress: s.progress,
+            start_time: s.start_time,
+            completion_time: s.completion_time,
+            version: s.version,
+            image_id: s.image_id,
+            message: s.message,
+            upgrade_state: u.state,
+            upgrade_log: u.log,
+            from_version: u.from_version,
+            to_version: u.to_version,
+        }
+    }
+}
+
+impl JsonSchema for ImageTagStatus {
+    fn inline_schema() -> bool {
+        TagStatusFields::inline_schema()
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        TagStatusFields::schema_name()
+    }
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        TagStatusFields::schema_id()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        TagStatusFields::json_schema(generator)
+    }
 }
 
 /// Where a node-agent upgrade stands on the node (nodeimage extension).
@@ -777,5 +904,35 @@ mod tests {
         assert_eq!(by_generation[0]["path"], "/metadata/generation");
         assert_eq!(by_generation[0]["value"], 1);
         assert_eq!(by_generation.as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn a_tag_status_has_flat_json_and_boxes_only_what_an_upgrade_sets() {
+        let pull = serde_json::json!({
+            "tag": "v1", "phase": "Succeeded", "progress": 100, "version": 2,
+            "imageID": "reg/a@sha256:1", "startTime": "2026-11-25T10:00:00Z",
+            "completionTime": "2026-11-25T10:00:05Z", "message": "pulled",
+        });
+        let upgrade = serde_json::json!({
+            "tag": "v1.31", "phase": "Pulling", "upgradeState": "BackingUp",
+            "upgradeLog": "/var/log/up.log", "fromVersion": "v1.30", "toVersion": "v1.31",
+        });
+        for (case, json, boxed) in [("pull", pull, false), ("upgrade", upgrade, true)] {
+            let st: ImageTagStatus = serde_json::from_value(json.clone()).expect(case);
+            assert_eq!(st.upgrade.is_some(), boxed, "{case}");
+            assert_eq!(serde_json::to_value(&st).expect(case), json, "{case}");
+        }
+        let st: ImageTagStatus = serde_json::from_value(serde_json::json!({
+            "tag": "v1.31", "phase": "Succeeded", "upgradeState": "Successful",
+            "fromVersion": "v1.30", "toVersion": "v1.31",
+        }))
+        .expect("decodes");
+        assert_eq!(st.upgrade_state(), Some(UpgradeState::Successful));
+        assert_eq!(
+            (st.from_version(), st.to_version()),
+            (Some("v1.30"), Some("v1.31"))
+        );
+        assert_eq!(TagUpgradeStatus::default().boxed(), None);
+        assert!(std::mem::size_of::<ImageTagStatus>() < std::mem::size_of::<TagStatusFields>());
     }
 }

@@ -1,7 +1,7 @@
 use super::*;
 use crate::nodetasks::fixtures::{self, World, at, cloud, sea_of, tuple};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagSpec};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagSpec, TagUpgradeStatus};
 use nodeimage_api::kubeedge::NodeUpgradeJobSpec;
 
 const UID: &str = "uid-upgrade";
@@ -69,11 +69,15 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
         tag: V.into(),
         version: Some(0),
         phase: r.phase.unwrap_or_default(),
-        upgrade_state: r.state,
         message: r.message.map(Into::into),
         progress: r.progress,
-        from_version: r.from.map(Into::into),
-        to_version: r.to.map(Into::into),
+        upgrade: TagUpgradeStatus {
+            state: r.state,
+            from_version: r.from.map(Into::into),
+            to_version: r.to.map(Into::into),
+            ..Default::default()
+        }
+        .boxed(),
         ..Default::default()
     });
     fixtures::nodeimage_with(name, vec![(IMAGE.into(), entry, status)])
