@@ -9,7 +9,7 @@ use crate::shared::Deps;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType, Recorder};
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, UpgradeState};
+use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus};
 use std::time::Duration;
 
 /// How a tag's pull ended.
@@ -68,10 +68,12 @@ impl<'a> Reporter<'a> {
     }
 
     fn with_upgrade(&self, mut st: ImageTagStatus) -> ImageTagStatus {
-        self.upgrade
+        st.upgrade = self
+            .upgrade
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .apply(&mut st);
+            .clone()
+            .boxed();
         st
     }
 
@@ -140,30 +142,7 @@ pub(crate) fn now() -> Time {
 
 /// The upgrade fields of a tag status (NodeUpgradeJob entries), which a
 /// reporter adds to every status it sends once the upgrade flow set them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct UpgradeReport {
-    /// The step.
-    pub state: Option<UpgradeState>,
-    /// The log on the node.
-    pub log: Option<String>,
-    /// Version before.
-    pub from: Option<String>,
-    /// Version after.
-    pub to: Option<String>,
-}
-
-impl UpgradeReport {
-    /// Copies the fields into a tag status.
-    pub fn apply(&self, st: &mut ImageTagStatus) {
-        st.upgrade = nodeimage_api::kruise::TagUpgradeStatus {
-            state: self.state,
-            log: self.log.clone(),
-            from_version: self.from.as_deref().map(Into::into),
-            to_version: self.to.as_deref().map(Into::into),
-        }
-        .boxed();
-    }
-}
+pub type UpgradeReport = nodeimage_api::kruise::TagUpgradeStatus;
 
 /// Records a finished pull in the metrics.
 pub(crate) fn count(m: &Metrics, outcome: &Outcome, elapsed: Option<Duration>) {

@@ -215,7 +215,7 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
 
     // The version: nothing to do when the node runs it already.
     let from = s.version(&deps.client).await;
-    set(&rep, |u| u.from = from.clone());
+    set(&rep, |u| u.from_version = from.as_deref().map(Into::into));
     if from.as_deref() == Some(up.version.as_str()) {
         let note = format!("already at {}; nothing to do", up.version);
         return finish(&rep, Verdict::succeeded(Some(note)), None, &up.version).await;
@@ -564,7 +564,7 @@ async fn finish(rep: &Reporter<'_>, v: Verdict, image_id: Option<String>, target
     set(rep, |u| {
         u.state = Some(v.state);
         if v.succeeded {
-            u.to = Some(target.to_string());
+            u.to_version = Some(target.into());
         }
     });
     rep.finish_with(v.succeeded, v.message.clone(), image_id);
