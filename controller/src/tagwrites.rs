@@ -153,12 +153,25 @@ const RELEASE_CONCURRENCY: usize = 32;
 /// `nodeimages`, several nodes at a time (a deleted job may hold entries on
 /// thousands). Passing every job of the kind that is being deleted, not
 /// just one, lets the first of them clear a node for all in one write.
+/// Each node is read from the cache when its turn comes: a list of every
+/// NodeImage taken up front kept each as it was then alive for the whole
+/// cleanup, beside the cache's newer copies.
 pub async fn release_all(
     writer: &NodeWriter,
-    nodeimages: Vec<Arc<NodeImage>>,
+    nodeimages: &Store<NodeImage>,
     uids: &[String],
 ) -> Result<(), WriteError> {
-    let results: Vec<Result<(), WriteError>> = futures::stream::iter(nodeimages)
+    let holding: Vec<String> = nodeimages
+        .state()
+        .iter()
+        .filter(|ni| {
+            let images = ni.spec.images.as_ref();
+            images.is_some_and(|images| uids.iter().any(|u| entries::owns_any(images, u)))
+        })
+        .map(|ni| ni.name_any())
+        .collect();
+    let results: Vec<Result<(), WriteError>> = futures::stream::iter(holding)
+        .filter_map(|node| std::future::ready(nodeimages.get(&ObjectRef::new(&node))))
         .map(|ni| release(writer, ni, uids))
         .buffer_unordered(RELEASE_CONCURRENCY)
         .collect()
@@ -229,6 +242,10 @@ impl NodeWriter {
         };
         if start {
             tokio::spawn(self.clone().drain(node.clone(), ni));
+        } else {
+            // The running drain reads the cache; this copy would only keep
+            // an older generation alive while the edit waits.
+            drop(ni);
         }
         result
             .await

@@ -37,7 +37,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
     async fn cleanup(&self, job: &ImagePrePullJob) -> Result<(), Error> {
         let ctx = &self.shared.ctx;
         if let Some(uid) = job.uid() {
-            tagwrites::release_all(&ctx.writer, self.shared.nodeimages.state(), &[uid]).await?;
+            tagwrites::release_all(&ctx.writer, &self.shared.nodeimages, &[uid]).await?;
         }
         pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(job)).await?;
         Ok(())
@@ -51,16 +51,19 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
         } else {
             secrets(&job, ctx).await?
         };
-        let (nodes, nodeimages) = self.snapshot();
         let now = Utc::now();
-        let p = plan::plan(Inputs {
-            job: &job,
-            nodes: &nodes,
-            nodeimages: &nodeimages,
-            edge_only: ctx.kubeedge_edge_only,
-            secrets,
-            now,
-        });
+        // Dropped before any write is awaited (see ImagePullJob's reconcile).
+        let p = {
+            let (nodes, nodeimages) = self.snapshot();
+            plan::plan(Inputs {
+                job: &job,
+                nodes: &nodes,
+                nodeimages: &nodeimages,
+                edge_only: ctx.kubeedge_edge_only,
+                secrets,
+                now,
+            })
+        };
         jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now).await?;
         // A status that changes no job state waits for the pace (its events
         // with it: the next plan makes them again from the same old status).

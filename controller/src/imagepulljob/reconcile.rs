@@ -112,7 +112,7 @@ impl JobReconciler for State {
                 .filter(|u| *u != uid)
                 .collect();
             uids.push(uid);
-            tagwrites::release_all(&ctx.writer, self.shared.nodeimages.state(), &uids).await?;
+            tagwrites::release_all(&ctx.writer, &self.shared.nodeimages, &uids).await?;
         }
         pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(job)).await?;
         Ok(())
@@ -140,7 +140,6 @@ impl JobReconciler for State {
             )
             .await?
         };
-        let nodeimages = self.shared.nodeimages.state();
         let pods: Vec<PodInfo> = if job.spec.template.pod_selector.is_some() {
             self.pods
                 .state()
@@ -152,9 +151,12 @@ impl JobReconciler for State {
             vec![]
         };
         let now = Utc::now();
+        // The snapshot goes before any write is awaited: held, it would keep
+        // each NodeImage as it was here alive while the cache moves on (a
+        // hundred jobs waiting on writes held that many generations).
         let p = plan::plan(Inputs {
             job: &job,
-            nodeimages: &nodeimages,
+            nodeimages: &self.shared.nodeimages.state(),
             pods: &pods,
             secrets,
             missing_secrets: missing.clone(),

@@ -13,8 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use nodeimage_api::kruise::{NodeImage, TagUpgrade};
-use std::sync::Arc;
+use nodeimage_api::kruise::TagUpgrade;
 
 /// Entry writes in flight at once per job.
 const WRITE_CONCURRENCY: usize = 16;
@@ -35,13 +34,14 @@ pub async fn write_entries(
         return Ok(());
     }
     // Nodes already holding the entry as asked are left out here, before
-    // the writer copies their specs.
-    let targets: Vec<Arc<NodeImage>> = nodes
-        .iter()
-        .filter_map(|node| shared.nodeimages.get(&ObjectRef::new(node)))
-        .filter(|ni| entries::would_change(ni, requests, upgrade, now))
-        .collect();
-    let writes: Vec<Result<(), WriteError>> = futures::stream::iter(targets)
+    // the writer copies their specs. Each is read from the cache when its
+    // turn comes, not all up front: a list held over the writes kept every
+    // listed NodeImage as it was alive beside the cache's newer copy.
+    let writes: Vec<Result<(), WriteError>> = futures::stream::iter(nodes.iter().cloned())
+        .filter_map(|node: String| {
+            let ni = shared.nodeimages.get(&ObjectRef::new(&node));
+            std::future::ready(ni.filter(|ni| entries::would_change(ni, requests, upgrade, now)))
+        })
         .map(|ni| {
             let (reqs, upgrade) = (requests.to_vec(), upgrade.cloned());
             let edit: tagwrites::Edit = Box::new(move |current, images| {

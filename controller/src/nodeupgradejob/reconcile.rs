@@ -10,6 +10,7 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use nodeimage_api::NodeUpgradeJob;
 use nodeimage_api::kruise::TagUpgrade;
 use nodeimage_api::kubeedge::kubeedge_version_of_kubelet;
@@ -40,14 +41,13 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
     async fn cleanup(&self, job: &NodeUpgradeJob) -> Result<(), Error> {
         if let Some(uid) = job.uid() {
             let ctx = &self.shared.ctx;
-            tagwrites::release_all(&ctx.writer, self.shared.nodeimages.state(), &[uid]).await?;
+            tagwrites::release_all(&ctx.writer, &self.shared.nodeimages, &[uid]).await?;
         }
         Ok(())
     }
 
     async fn apply(&self, job: Arc<NodeUpgradeJob>) -> Result<Action, Error> {
         let ctx = &self.shared.ctx;
-        let (nodes, nodeimages) = self.snapshot();
         let versions: BTreeMap<String, String> = self
             .nodes
             .state()
@@ -55,14 +55,18 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             .filter_map(|n| Some((n.name_any(), node_version(n)?)))
             .collect();
         let now = Utc::now();
-        let p = plan::plan(Inputs {
-            job: &job,
-            nodes: &nodes,
-            versions: &versions,
-            nodeimages: &nodeimages,
-            edge_only: ctx.kubeedge_edge_only,
-            now,
-        });
+        // Dropped before any write is awaited (see ImagePullJob's reconcile).
+        let p = {
+            let (nodes, nodeimages) = self.snapshot();
+            plan::plan(Inputs {
+                job: &job,
+                nodes: &nodes,
+                versions: &versions,
+                nodeimages: &nodeimages,
+                edge_only: ctx.kubeedge_edge_only,
+                now,
+            })
+        };
         if let Some((req, upgrade)) = &p.request {
             let reqs = std::slice::from_ref(req);
             // Nodes still waiting for confirmation get the entry that says so.
@@ -89,9 +93,12 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
         // Recorded results: the entries go, so no later pull of the tag runs
         // the upgrade again (and an unfinished node that timed out stops waiting).
         if let Some(uid) = job.uid() {
-            for ni in p.release_from.iter().filter_map(|n| nodeimages.get(n)) {
-                tagwrites::release(&ctx.writer, ni.clone(), std::slice::from_ref(&uid)).await?;
-                tracing::debug!(job = %job.name_any(), node = %ni.name_any(), "entry released");
+            for node in &p.release_from {
+                let Some(ni) = self.shared.nodeimages.get(&ObjectRef::new(node)) else {
+                    continue;
+                };
+                tagwrites::release(&ctx.writer, ni, std::slice::from_ref(&uid)).await?;
+                tracing::debug!(job = %job.name_any(), %node, "entry released");
             }
         }
         Ok(match p.requeue_after {
