@@ -1,5 +1,5 @@
 //! Narrow JSON merge patches (RFC 7386) with an optimistic-concurrency
-//! precondition, and spec writes guarded by the spec alone (RFC 6902).
+//! precondition, and entry writes guarded by the images they change (RFC 6902).
 //!
 //! A merge patch cannot replace a map: keys missing from the patch are kept.
 //! So the patch is the difference between what was read and what is
@@ -70,26 +70,20 @@ pub fn guarded<T: Serialize>(
     Ok(Some(body))
 }
 
-/// A JSON Patch that sets `/spec/images` to `new_images` only while `/spec`
-/// still equals `old_spec`. The resourceVersion is shared by spec and status,
-/// so a guard on it makes every status write of a busy node void the
-/// controller's spec writes; a `test` of the spec itself does not.
-pub fn spec_tested<S: Serialize, I: Serialize>(
-    old_spec: &S,
-    new_images: &I,
+/// The entry write that turns `old.images` into `new`, one image at a time,
+/// each tested as read ([`nodeimage_api::kruise::nodeimage::images_patch`]).
+pub fn images_tested(
+    old: &nodeimage_api::kruise::NodeImageSpec,
+    new: &std::collections::BTreeMap<
+        nodeimage_api::shared::SharedStr,
+        nodeimage_api::kruise::ImageSpec,
+    >,
 ) -> Result<json_patch::Patch, PatchError> {
-    let spec = serde_json::to_value(old_spec).map_err(|source| PatchError {
-        what: "spec",
-        source,
-    })?;
-    let images = serde_json::to_value(new_images).map_err(|source| PatchError {
-        what: "spec.images",
-        source,
-    })?;
-    let ops = json!([
-        {"op": "test", "path": "/spec", "value": spec},
-        {"op": "add", "path": "/spec/images", "value": images},
-    ]);
+    let ops =
+        nodeimage_api::kruise::nodeimage::images_patch(old, new).map_err(|source| PatchError {
+            what: "spec.images",
+            source,
+        })?;
     serde_json::from_value(ops).map_err(|source| PatchError {
         what: "JSON patch",
         source,

@@ -46,9 +46,10 @@ pub enum WriteError {
 const ATTEMPTS: usize = 4;
 
 /// Applies `edit` to a copy of `ni`'s `spec.images` and, if it reports a
-/// change, writes the result guarded by the spec it was computed from (a
-/// JSON Patch `test`, so the node's status writes do not void it). When the
-/// spec moved (another writer), the edit is redone on a fresh read. A
+/// change, writes the images it changed, each guarded by that image as it
+/// was read (JSON Patch `test`s, so the node's status writes and entry
+/// writes for other images do not void it). When an image moved (another
+/// writer), the edit is redone on a fresh read. A
 /// NodeImage that is gone is not an error (its node left). Returns the
 /// object as written, if a write was made.
 async fn edit_images(
@@ -72,7 +73,7 @@ async fn edit_images(
             return Ok(None);
         }
         let result = if attempt < ATTEMPTS {
-            let body = patch::spec_tested(&current.spec, &new)?;
+            let body = patch::images_tested(&current.spec, &new)?;
             api.patch(&node, &PatchParams::default(), &Patch::Json::<()>(body))
                 .await
         } else {

@@ -1635,3 +1635,125 @@ fn status_guard_survives_entry_writes_and_refuses_stale_entries() {
     assert_eq!(phase_of(&obj, &a), Some(json!("Succeeded")), "{obj}");
     assert_eq!(obj["status"]["desired"], 2, "{obj}");
 }
+
+/// The controller's entry writes against the real API server: each changed
+/// image is tested as read, so an entry write lands beside a concurrent
+/// write to another image, and is refused when its own image moved, when an
+/// image it adds was added meanwhile (the `test` of an absent key against
+/// `null`), or when an image it removes changed.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn entry_writes_test_only_the_images_they_change() {
+    use nodeimage_api::kruise::NodeImage;
+    use nodeimage_api::kruise::nodeimage::images_patch;
+    let c = cluster();
+    let name = unique("e2e-entries");
+    let mut cleanup = Cleanup::default();
+    let host = c.var("NODEIMAGE_REGISTRY");
+    let [a, b, d, e] =
+        ["a", "b", "d", "e"].map(|s| format!("{host}/{}", unique(&format!("e2e-entries-{s}"))));
+    ni::create_fake(
+        &c,
+        &name,
+        &BTreeMap::new(),
+        json!({"images": {&a: {"tags": [{"tag": "v1"}]}}}),
+    );
+    forget_nodeimage(&mut cleanup, &c, &name);
+    // Reads once housekeeping has filled createdAt everywhere, so that its
+    // own write does not race the test's.
+    let read = || -> NodeImage {
+        let obj = wait_for("every tag to carry createdAt", TIMEOUT, || {
+            let obj = ni::get(&c, &name)?;
+            let filled = obj["spec"]["images"]
+                .as_object()?
+                .values()
+                .flat_map(|i| i["tags"].as_array().into_iter().flatten())
+                .all(|t| t["createdAt"].is_string());
+            filled.then_some(obj)
+        });
+        serde_json::from_value(obj).expect("a NodeImage")
+    };
+    let write = |seen: &NodeImage, edit: &dyn Fn(&mut BTreeMap<_, _>)| {
+        let mut images = seen.spec.images.clone().unwrap_or_default();
+        edit(&mut images);
+        let ops = images_patch(&seen.spec, &images).expect("serialises");
+        c.kubectl(
+            &[
+                "patch",
+                "nodeimages.apps.kruise.io",
+                &name,
+                "--type=json",
+                "-p",
+                &ops.to_string(),
+            ],
+            None,
+        )
+    };
+    let tag_of = |obj: &Value, image: &str| obj["spec"]["images"][image]["tags"][0]["tag"].clone();
+    let image = |tag: &str| -> nodeimage_api::kruise::ImageSpec {
+        serde_json::from_value(json!({"tags": [{"tag": tag}]})).expect("an image")
+    };
+
+    // 1. Another image is added meanwhile: the write (a changed, b added) lands beside it.
+    let seen = read();
+    ni::set_image(&c, &name, &d, json!({"tags": [{"tag": "v4"}]}));
+    let r = write(&seen, &|m| {
+        m.insert(a.as_str().into(), image("v2"));
+        m.insert(b.as_str().into(), image("v3"));
+    });
+    assert!(
+        r.success,
+        "an entry write voided by a write to another image: {}",
+        r.stderr
+    );
+    let obj = ni::get(&c, &name).expect("the NodeImage exists");
+    assert_eq!(tag_of(&obj, &a), json!("v2"), "{obj}");
+    assert_eq!(tag_of(&obj, &b), json!("v3"), "{obj}");
+    assert_eq!(
+        tag_of(&obj, &d),
+        json!("v4"),
+        "the other write stays: {obj}"
+    );
+
+    // 2. An image the write adds was added meanwhile: refused, the other entry kept.
+    let seen = read();
+    ni::set_image(&c, &name, &e, json!({"tags": [{"tag": "hand"}]}));
+    let r = write(&seen, &|m| {
+        m.insert(e.as_str().into(), image("v5"));
+    });
+    assert!(
+        !r.success,
+        "an entry write replaced an image added meanwhile"
+    );
+    let obj = ni::get(&c, &name).expect("the NodeImage exists");
+    assert_eq!(tag_of(&obj, &e), json!("hand"), "{obj}");
+
+    // 3. The image the write changes moved meanwhile: refused.
+    let seen = read();
+    ni::set_image(&c, &name, &a, json!({"tags": [{"tag": "hand"}]}));
+    let r = write(&seen, &|m| {
+        m.insert(a.as_str().into(), image("v6"));
+    });
+    assert!(
+        !r.success,
+        "an entry write overwrote a hand edit of its image"
+    );
+
+    // 4. The image the write removes changed meanwhile: refused; as read, removed.
+    let seen = read();
+    ni::set_image(&c, &name, &b, json!({"tags": [{"tag": "hand"}]}));
+    let r = write(&seen, &|m| {
+        m.remove(b.as_str());
+    });
+    assert!(
+        !r.success,
+        "an entry write removed an image changed meanwhile"
+    );
+    let r = write(&read(), &|m| {
+        m.remove(b.as_str());
+    });
+    assert!(r.success, "removing an image as read: {}", r.stderr);
+    let obj = ni::get(&c, &name).expect("the NodeImage exists");
+    assert!(obj["spec"]["images"].get(&b).is_none(), "{obj}");
+    assert_eq!(tag_of(&obj, &a), json!("hand"), "{obj}");
+}

@@ -137,8 +137,8 @@ async fn delete(
 }
 
 /// Writes the planned spec, then the planned status. A spec-only change is
-/// guarded by the spec it was planned from (the node's status writes do not
-/// void it); when status changes too, both writes are guarded by the
+/// guarded by the images it changes as they were planned from (the node's
+/// status writes do not void it); when status changes too, both writes are guarded by the
 /// resourceVersion, since the status was planned from that same read.
 async fn write(api: &Api<NodeImage>, ni: &NodeImage, plan: &Plan) -> Result<(), Error> {
     let name = ni.name_any();
@@ -147,7 +147,7 @@ async fn write(api: &Api<NodeImage>, ni: &NodeImage, plan: &Plan) -> Result<(), 
         let old = ni.spec.images.clone();
         let new = Some(images.clone());
         if plan.status.is_none() && old != new {
-            let body = patch::spec_tested(&ni.spec, images)?;
+            let body = patch::images_tested(&ni.spec, images)?;
             api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(body))
                 .await
                 .map_err(|e| Error::api("patching spec of", &name, e))?;

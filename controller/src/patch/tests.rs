@@ -67,23 +67,3 @@ fn guarded_patch_nests_the_diff_and_carries_the_resource_version() {
     let same = guarded("spec", Some("42"), &["spec", "images"], &old, &old).expect("serialises");
     assert_eq!(same, None);
 }
-
-#[test]
-fn spec_tested_tests_the_whole_spec_then_sets_the_images() {
-    let old = json!({"images": {"nginx": {"tags": [{"tag": "1"}]}}});
-    let new = json!({"redis": {"tags": [{"tag": "7"}]}});
-    let patch = spec_tested(&old, &new).expect("serialises");
-    assert_eq!(
-        serde_json::to_value(&patch).expect("serialises"),
-        json!([
-            {"op": "test", "path": "/spec", "value": old},
-            {"op": "add", "path": "/spec/images", "value": new},
-        ])
-    );
-    // Applied locally: succeeds on the spec it was built from, fails on any other.
-    let mut doc = json!({"spec": old, "status": {"x": 1}});
-    json_patch::patch(&mut doc, &patch).expect("applies");
-    assert_eq!(doc["spec"]["images"], new);
-    let mut moved = json!({"spec": {"images": {}}, "status": {"x": 1}});
-    assert!(json_patch::patch(&mut moved, &patch).is_err());
-}
