@@ -333,3 +333,66 @@ fn messages_are_openkruise_words() {
         );
     }
 }
+
+#[test]
+fn state_changed_table() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    let running = ImagePullJobStatus {
+        start_time: Some(api_time(now(0))),
+        desired: 10,
+        active: 5,
+        succeeded: 2,
+        message: Some("job is running, progress 20.0%".into()),
+        ..Default::default()
+    };
+    let with = |f: &dyn Fn(&mut ImagePullJobStatus)| {
+        let mut s = running.clone();
+        f(&mut s);
+        s
+    };
+    let condition = |status: &str| Condition {
+        type_: "Complete".into(),
+        status: status.into(),
+        reason: "R".into(),
+        message: String::new(),
+        last_transition_time: api_time(now(0)),
+        observed_generation: None,
+    };
+    // (what, new status, a change a reader acts on at once)
+    let cases: Vec<(&str, ImagePullJobStatus, bool)> = vec![
+        ("same", running.clone(), false),
+        (
+            "counts and progress only",
+            with(&|s| {
+                s.active = 3;
+                s.succeeded = 6;
+                s.message = Some("job is running, progress 60.0%".into());
+            }),
+            false,
+        ),
+        ("first failure", with(&|s| s.failed = 1), true),
+        (
+            "completed",
+            with(&|s| s.completion_time = Some(api_time(now(9)))),
+            true,
+        ),
+        ("target count", with(&|s| s.desired = 11), true),
+        (
+            "message other than progress",
+            with(&|s| s.message = Some("job exceeds activeDeadlineSeconds".into())),
+            true,
+        ),
+        (
+            "a condition",
+            with(&|s| s.conditions = Some(vec![condition("True")])),
+            true,
+        ),
+        ("not started before", with(&|s| s.start_time = None), true),
+    ];
+    for (what, new, expected) in cases {
+        assert_eq!(state_changed(&running, &new), expected, "{what}");
+    }
+    // A second failure is a count change.
+    let failing = with(&|s| s.failed = 1);
+    assert!(!state_changed(&failing, &with(&|s| s.failed = 2)));
+}
