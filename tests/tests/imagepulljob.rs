@@ -682,6 +682,13 @@ fn guide_manifests_by_names_and_by_labels() {
         &["create", "-n", &ns.name, "-f", "-"],
         Some(&manifest("kruise-imagepulljob-labels.yaml")),
     );
+    // Both jobs first: where the second job's entry joins the first one's
+    // tag after the first job completed, its new owner bumps the version and
+    // the node pulls again (Waiting until then); once both are complete,
+    // every entry answers the last version.
+    for name in ["job-with-always", "job-with-always-labels"] {
+        wait_completed(&c, &ns.name, name);
+    }
     for (name, selected) in [
         ("job-with-always", [nodes[0].clone(), nodes[1].clone()]),
         ("job-with-always-labels", labelled.clone()),
