@@ -87,7 +87,6 @@ pub async fn run(
         pods,
         pods_synced,
         jobs: jobs.clone(),
-        status_pace: Default::default(),
     });
     let changes = TagChanges::new(KIND, "apps.kruise.io");
     let controller = controller

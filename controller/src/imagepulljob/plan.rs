@@ -360,38 +360,6 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     }
 }
 
-/// Whether a status change is one a reader acts on at once: the job
-/// started or finished, its target count or its conditions changed, its
-/// first failure, or its message other than the progress figure. Only the
-/// counts and the progress figure change otherwise; those writes are paced
-/// (`pace::STATUS_INTERVAL`): written on each change, a hundred jobs over a
-/// thousand nodes made up to three times as many status writes as entry
-/// writes.
-pub fn state_changed(old: &ImagePullJobStatus, new: &ImagePullJobStatus) -> bool {
-    let key = |s: &ImagePullJobStatus| {
-        let message = s.message.as_deref().map(|m| {
-            m.split_once(", progress")
-                .map_or(m, |(head, _)| head)
-                .to_string()
-        });
-        let conditions: Vec<(String, String, String)> = s
-            .conditions
-            .iter()
-            .flatten()
-            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
-            .collect();
-        (
-            s.start_time.is_some(),
-            s.completion_time.is_some(),
-            s.desired,
-            s.failed > 0,
-            message,
-            conditions,
-        )
-    };
-    key(old) != key(new)
-}
-
 /// `status.message`, word for word as OpenKruise writes it (scripts and the
 /// MESSAGE column match it); the counts are in the status fields.
 fn status_message(t: &Tally, complete: bool, past_deadline: bool) -> String {

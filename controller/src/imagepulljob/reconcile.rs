@@ -42,8 +42,6 @@ pub struct State {
     pub pods_synced: Synced,
     /// Every ImagePullJob (the controller's own cache).
     pub jobs: Store<ImagePullJob>,
-    /// When each job's status was last written (count-only changes are paced).
-    pub status_pace: crate::pace::StatusPace,
 }
 
 /// Keeps only what node selection reads of a pod.
@@ -176,16 +174,6 @@ impl JobReconciler for State {
         );
         let old = job.status.clone().unwrap_or_default();
         if old != p.status {
-            // A change of counts alone waits for the pace, its events with
-            // it (the next plan makes them again from the same old status).
-            let key = job_key(&job);
-            if let Some(wait) = self
-                .status_pace
-                .hold(&key, plan::state_changed(&old, &p.status))
-            {
-                return Ok(Action::requeue(wait));
-            }
-            self.status_pace.wrote(&key);
             jobshell::patch_status(&api, job.as_ref(), &serde_json::json!({"status": p.status}))
                 .await?;
         }
