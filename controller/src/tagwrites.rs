@@ -88,6 +88,7 @@ async fn edit_images(
             else {
                 return Ok(None);
             };
+            let body = patch::clearing_managed_fields(body);
             api.patch(&node, &PatchParams::default(), &Patch::Merge(&body))
                 .await
         };

@@ -471,6 +471,26 @@ fn always_on_one_named_node() {
     let job = wait_completed(&c, &ns.name, name);
     assert_counts(&job, 1, 1, 0);
     assert_nodes_hold(&c, &image, &nodes[..1]);
+    // The controller's entry write cleared the NodeImage's managed fields,
+    // and the daemon's status writes since (Update writes) added none.
+    let raw = c.kubectl_ok(
+        &[
+            "get",
+            "nodeimage",
+            &nodes[0],
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
+        None,
+    );
+    let raw: Value = serde_json::from_str(&raw).expect("kubectl prints JSON");
+    assert!(
+        raw["metadata"]["managedFields"].is_null(),
+        "{} keeps managed fields: {}",
+        nodes[0],
+        raw["metadata"]["managedFields"]
+    );
     let all = kruise::nodeimages(&c);
     for n in &nodes[1..] {
         assert!(

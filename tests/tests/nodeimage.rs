@@ -1074,6 +1074,16 @@ fn node_lifecycle_is_mirrored_into_nodeimages() {
         .then_some(obj)
     });
     assert_eq!(created["metadata"]["name"], node.as_str());
+    assert_eq!(
+        created["metadata"]["annotations"]["nodeimage.dev/mirrored-labels"],
+        "e2e.nodeimage.dev/drop,e2e.nodeimage.dev/zone,nodeimage.dev/e2e",
+        "the mirror records the keys it copied"
+    );
+    // A label someone sets on the NodeImage itself is not the mirror's.
+    c.kubectl_ok(
+        &["label", "nodeimage", &node, "e2e.nodeimage.dev/mine=z"],
+        None,
+    );
 
     c.kubectl_ok(
         &[
@@ -1097,6 +1107,13 @@ fn node_lifecycle_is_mirrored_into_nodeimages() {
                 && !l.contains_key("e2e.nodeimage.dev/drop"))
             .then_some(())
         },
+    );
+    assert_eq!(
+        labels_of(&ni::get(&c, &node).expect("still there"))
+            .get("e2e.nodeimage.dev/mine")
+            .map(String::as_str),
+        Some("z"),
+        "the mirror removed a label it did not set"
     );
     // The mirror has handled the virtual Node (created before the other) by now.
     assert!(

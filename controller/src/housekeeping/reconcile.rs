@@ -158,6 +158,7 @@ async fn write(api: &Api<NodeImage>, ni: &NodeImage, plan: &Plan) -> Result<(), 
             &old,
             &new,
         )? {
+            let body = patch::clearing_managed_fields(body);
             let updated = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
                 .await

@@ -1,17 +1,23 @@
 //! The pure decisions of the node mirror: which Nodes get a NodeImage, when
-//! its labels need applying (when a NodeImage has outlived its Node is
+//! its labels need writing (when a NodeImage has outlived its Node is
 //! `nodes::orphaned`, which housekeeping decides).
 
 use crate::nodes::wants_nodeimage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use nodeimage_api::kruise::NodeImage;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Field manager of the mirror's server-side apply; it owns exactly the
-/// NodeImage labels copied from the Node.
-pub const FIELD_MANAGER: &str = "nodeimage-node-mirror";
+/// Annotation naming the label keys the mirror copied from the Node
+/// (sorted, comma-separated): the labels it may remove again. NodeImages
+/// carry no managed fields (the controller clears them, see
+/// `patch::no_managed_fields`), so ownership is recorded here.
+pub const MIRRORED_LABELS: &str = "nodeimage.dev/mirrored-labels";
+
+/// Field manager of the server-side apply earlier versions used; its label
+/// keys still count as the mirror's until they are rewritten.
+pub const LEGACY_FIELD_MANAGER: &str = "nodeimage-node-mirror";
 
 /// What the mirror does for one Node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,46 +26,87 @@ pub enum Mirror {
     NotWanted,
     /// The NodeImage exists and carries the Node's labels.
     InSync,
-    /// Apply these labels (creating the NodeImage if it is absent).
-    Apply(BTreeMap<String, String>),
+    /// Create the NodeImage with these labels.
+    Create(BTreeMap<String, String>),
+    /// Apply this JSON merge patch to the NodeImage's metadata.
+    Relabel(Value),
 }
 
 /// Decides whether the NodeImage of `node` must be created or relabelled.
 ///
-/// `nodeimage` is the NodeImage's metadata and `owned` the label keys the
-/// mirror set earlier (from its managed-field entry, `owned_label_keys`):
-/// those the Node no longer has must go, while labels others set are left
-/// alone.
+/// The mirror owns the keys its annotation names, and `legacy`, the keys an
+/// earlier version set by server-side apply: those the Node no longer has
+/// must go, while labels others set are left alone.
 pub fn mirror(
     node: &ObjectMeta,
     nodeimage: Option<&ObjectMeta>,
-    owned: &BTreeSet<String>,
+    legacy: &BTreeSet<String>,
 ) -> Mirror {
     if !wants_nodeimage(node) {
         return Mirror::NotWanted;
     }
     let want = node.labels.clone().unwrap_or_default();
     let Some(ni) = nodeimage else {
-        return Mirror::Apply(want);
+        return Mirror::Create(want);
     };
-    let have = ni.labels.clone().unwrap_or_default();
-    let missing_or_different = want.iter().any(|(k, v)| have.get(k) != Some(v));
-    let stale = owned.iter().any(|k| !want.contains_key(k));
-    if missing_or_different || stale {
-        Mirror::Apply(want)
-    } else {
-        Mirror::InSync
+    let empty = BTreeMap::new();
+    let have = ni.labels.as_ref().unwrap_or(&empty);
+    let recorded = ni.annotations.as_ref().and_then(|a| a.get(MIRRORED_LABELS));
+    let owned: BTreeSet<&str> = recorded
+        .map(|r| parse_keys(r))
+        .into_iter()
+        .flatten()
+        .chain(legacy.iter().map(String::as_str))
+        .collect();
+
+    let mut labels = Map::new();
+    for (k, v) in &want {
+        if have.get(k) != Some(v) {
+            labels.insert(k.clone(), Value::String(v.clone()));
+        }
     }
+    for k in owned {
+        if !want.contains_key(k) && have.contains_key(k) {
+            labels.insert(k.to_string(), Value::Null);
+        }
+    }
+    let keys = join_keys(&want);
+    if labels.is_empty() && recorded == Some(&keys) {
+        return Mirror::InSync;
+    }
+    let mut metadata = Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    metadata.insert("annotations".into(), json!({ MIRRORED_LABELS: keys }));
+    Mirror::Relabel(json!({ "metadata": metadata }))
 }
 
-/// The label keys `manager` owns through server-side apply, read from the
-/// object's managed fields (`f:metadata` → `f:labels` → `f:<key>`).
-pub fn owned_label_keys(meta: &ObjectMeta, manager: &str) -> BTreeSet<String> {
+/// The keys an annotation value names (empty items skipped).
+fn parse_keys(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|k| !k.is_empty())
+}
+
+/// The annotation value for `labels`: their keys, sorted, comma-separated
+/// (a label key holds no comma).
+fn join_keys(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .keys()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The label keys an earlier version of the mirror owns through
+/// server-side apply (`f:metadata` → `f:labels` → `f:<key>` of its Apply
+/// entry).
+pub fn legacy_owned_keys(meta: &ObjectMeta) -> BTreeSet<String> {
     meta.managed_fields
         .iter()
         .flatten()
         .filter(|e| {
-            e.manager.as_deref() == Some(manager) && e.operation.as_deref() == Some("Apply")
+            e.manager.as_deref() == Some(LEGACY_FIELD_MANAGER)
+                && e.operation.as_deref() == Some("Apply")
         })
         .filter_map(|e| e.fields_v1.as_ref())
         .filter_map(|f| f.0.get("f:metadata")?.get("f:labels")?.as_object().cloned())
@@ -72,13 +119,17 @@ pub fn owned_label_keys(meta: &ObjectMeta, manager: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The server-side apply body that gives NodeImage `name` exactly `labels`
-/// from this manager, creating it with an empty spec if needed.
-pub fn apply_body(name: &str, labels: &BTreeMap<String, String>) -> Value {
+/// The NodeImage `name` as the mirror creates it: `labels`, the annotation
+/// that records them, and an empty spec.
+pub fn create_body(name: &str, labels: &BTreeMap<String, String>) -> Value {
     json!({
         "apiVersion": NodeImage::api_version(&()),
         "kind": NodeImage::kind(&()),
-        "metadata": { "name": name, "labels": labels },
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": { MIRRORED_LABELS: join_keys(labels) },
+        },
         "spec": {},
     })
 }

@@ -49,10 +49,10 @@ pub async fn run(
     let nodeimages_synced = Synced::default();
     let (nodeimages, nodeimage_writer) = reflector::store::<PartialObjectMeta<NodeImage>>();
     // Node status writes change a NodeImage all the time; only a change of
-    // what the mirror compares (labels, its own field ownership, deletion)
-    // or a deletion wakes the Node.
-    let owned = OwnedLabels::default();
-    let (record, forget, key_of) = (owned.clone(), owned.clone(), owned.clone());
+    // what the mirror compares (labels, its record of them, deletion) or a
+    // deletion wakes the Node.
+    let legacy = LegacyOwned::default();
+    let (record, forget, key_of) = (legacy.clone(), legacy.clone(), legacy.clone());
     let listed = nodeimages.clone();
     let nodeimage_events = watch::reflect(
         "nodeimages (mirror)",
@@ -80,7 +80,7 @@ pub async fn run(
         ctx,
         nodeimages,
         nodeimages_synced,
-        owned,
+        legacy,
     });
     tracing::info!("node mirror starting");
     Controller::for_stream(node_events, nodes)
@@ -98,23 +98,24 @@ pub async fn run(
     tracing::info!("node mirror stopped");
 }
 
-/// The label keys the mirror owns on each NodeImage, read from its
+/// The label keys an earlier version of the mirror applied (server-side
+/// apply) on each NodeImage that still records them, read from its
 /// managed-field entry as each NodeImage arrives and kept apart from the
-/// cached metadata: the managed-field JSON itself cost about 2.5 KB per
-/// NodeImage, the keys a few hundred bytes.
+/// cached metadata, which drops the managed fields. Empty once the
+/// controller's entry writes have cleared them.
 #[derive(Clone, Default)]
-pub struct OwnedLabels(Arc<Mutex<HashMap<String, BTreeSet<String>>>>);
+pub struct LegacyOwned(Arc<Mutex<HashMap<String, BTreeSet<String>>>>);
 
-impl OwnedLabels {
+impl LegacyOwned {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeSet<String>>> {
         // Plain data: a panic elsewhere cannot leave it half-written.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records the keys the mirror owns on `ni` and drops its managed
-    /// fields, which the cache then does not hold.
+    /// Records the keys an earlier mirror applied on `ni` and drops its
+    /// managed fields, which the cache then does not hold.
     fn take_from(&self, ni: &mut PartialObjectMeta<NodeImage>) {
-        let keys = decide::owned_label_keys(&ni.metadata, decide::FIELD_MANAGER);
+        let keys = decide::legacy_owned_keys(&ni.metadata);
         ni.metadata.managed_fields = None;
         let mut owned = self.lock();
         match ni.metadata.name.as_ref() {
@@ -128,7 +129,7 @@ impl OwnedLabels {
         }
     }
 
-    /// The keys the mirror owns on NodeImage `name`.
+    /// The keys an earlier mirror applied on NodeImage `name`.
     pub fn of(&self, name: &str) -> BTreeSet<String> {
         self.lock().get(name).cloned().unwrap_or_default()
     }
@@ -147,15 +148,17 @@ impl OwnedLabels {
 #[derive(Hash)]
 struct MirrorKey {
     labels: BTreeMap<String, String>,
-    owned: BTreeSet<String>,
+    recorded: Option<String>,
+    legacy: BTreeSet<String>,
     deleting: bool,
 }
 
 impl MirrorKey {
-    fn of(ni: &PartialObjectMeta<NodeImage>, owned: &OwnedLabels) -> Self {
+    fn of(ni: &PartialObjectMeta<NodeImage>, legacy: &LegacyOwned) -> Self {
         Self {
             labels: ni.labels().clone(),
-            owned: owned.of(&ni.name_any()),
+            recorded: ni.annotations().get(decide::MIRRORED_LABELS).cloned(),
+            legacy: legacy.of(&ni.name_any()),
             deleting: ni.metadata.deletion_timestamp.is_some(),
         }
     }

@@ -1,20 +1,20 @@
 //! The imperative shell of the node mirror: read the caches, decide, and
-//! server-side apply the NodeImage's labels when they differ.
+//! create the NodeImage or merge-patch its labels when they differ.
 
-use super::OwnedLabels;
-use super::decide::{self, FIELD_MANAGER, Mirror};
+use super::LegacyOwned;
+use super::decide::{self, Mirror};
 use crate::context::Context;
 use crate::watch::Synced;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::NodeImage;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Wait before retrying a failed apply.
+/// Wait before retrying a failed write.
 const RETRY: Duration = Duration::from_secs(5);
 
 /// Wait while the NodeImage cache has not synced yet.
@@ -26,8 +26,8 @@ pub struct State {
     pub ctx: Context,
     /// NodeImage metadata, without managed fields.
     pub nodeimages: Store<PartialObjectMeta<NodeImage>>,
-    /// The label keys the mirror owns on each NodeImage.
-    pub owned: OwnedLabels,
+    /// The label keys an earlier version applied on each NodeImage.
+    pub legacy: LegacyOwned,
     /// Whether `nodeimages` has been listed.
     pub nodeimages_synced: Synced,
 }
@@ -35,14 +35,25 @@ pub struct State {
 /// Why mirroring one Node failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The server-side apply of the NodeImage was refused or failed.
-    #[error("applying labels to NodeImage {name}: {source}")]
-    Apply {
+    /// Creating or relabelling the NodeImage was refused or failed.
+    #[error("{action} NodeImage {name}: {source}")]
+    Write {
+        /// What was being done.
+        action: &'static str,
         /// NodeImage name.
         name: String,
         /// The API error.
         #[source]
         source: kube::Error,
+    },
+    /// The NodeImage to create did not decode (a bug, not input).
+    #[error("building NodeImage {name}: {source}")]
+    Build {
+        /// NodeImage name.
+        name: String,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -54,31 +65,50 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
     }
     let name = node.name_any();
     let current = state.nodeimages.get(&ObjectRef::new(&name));
-    let owned = state.owned.of(&name);
-    let labels = match decide::mirror(
+    let legacy = state.legacy.of(&name);
+    let decision = decide::mirror(
         &node.metadata,
         current.as_ref().map(|ni| &ni.metadata),
-        &owned,
-    ) {
-        Mirror::NotWanted | Mirror::InSync => return Ok(Action::await_change()),
-        Mirror::Apply(labels) => labels,
-    };
+        &legacy,
+    );
     let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(
-        &name,
-        &params,
-        &Patch::Apply(decide::apply_body(&name, &labels)),
-    )
-    .await
-    .map_err(|source| Error::Apply {
+    let write_err = |action, source| Error::Write {
+        action,
         name: name.clone(),
         source,
-    })?;
-    if current.is_none() {
-        tracing::info!(node = %name, labels = labels.len(), "created NodeImage for node");
-    } else {
-        tracing::info!(node = %name, labels = labels.len(), "mirrored node labels to NodeImage");
+    };
+    match decision {
+        Mirror::NotWanted | Mirror::InSync => {}
+        Mirror::Create(labels) => {
+            let ni: NodeImage = serde_json::from_value(decide::create_body(&name, &labels))
+                .map_err(|source| Error::Build {
+                    name: name.clone(),
+                    source,
+                })?;
+            match api.create(&PostParams::default(), &ni).await {
+                Ok(_) => {
+                    tracing::info!(node = %name, labels = labels.len(), "created NodeImage for node")
+                }
+                // Made meanwhile (or not yet in the cache): its watch event
+                // wakes this Node again.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    return Ok(Action::requeue(NOT_SYNCED));
+                }
+                Err(source) => return Err(write_err("creating", source)),
+            }
+        }
+        Mirror::Relabel(patch) => {
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => tracing::info!(node = %name, "mirrored node labels to NodeImage"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Ok(Action::requeue(NOT_SYNCED));
+                }
+                Err(source) => return Err(write_err("relabelling", source)),
+            }
+        }
     }
     Ok(Action::await_change())
 }

@@ -67,3 +67,41 @@ fn guarded_patch_nests_the_diff_and_carries_the_resource_version() {
     let same = guarded("spec", Some("42"), &["spec", "images"], &old, &old).expect("serialises");
     assert_eq!(same, None);
 }
+
+#[test]
+fn spec_writes_clear_the_managed_fields() {
+    let guarded_body =
+        json!({"metadata": {"resourceVersion": "42"}, "spec": {"images": {"a": null}}});
+    assert_eq!(
+        clearing_managed_fields(guarded_body),
+        json!({
+            "metadata": {"resourceVersion": "42", "managedFields": [{}]},
+            "spec": {"images": {"a": null}},
+        })
+    );
+
+    let old: nodeimage_api::kruise::NodeImageSpec = serde_json::from_value(json!({
+        "images": {"a": {"tags": [{"tag": "1", "version": 0}]}}
+    }))
+    .expect("decodes");
+    let mut new = old.images.clone().unwrap_or_default();
+    new.clear();
+    let ops = serde_json::to_value(images_tested(&old, &new).expect("builds")).expect("encodes");
+    let ops = ops.as_array().expect("a JSON Patch is a list");
+    assert_eq!(
+        ops.last(),
+        Some(&json!({"op": "add", "path": "/metadata/managedFields", "value": [{}]})),
+        "{ops:?}"
+    );
+    // Applied to a stored object with managed fields, the patch leaves the
+    // one empty entry the API server reads as "clear".
+    let mut doc = json!({
+        "metadata": {"managedFields": [{"manager": "m", "operation": "Update"}]},
+        "spec": {"images": {"a": {"tags": [{"tag": "1", "version": 0}]}}},
+    });
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops.clone())).expect("decodes");
+    json_patch::patch(&mut doc, &patch).expect("applies");
+    assert_eq!(doc["metadata"]["managedFields"], json!([{}]));
+    assert_eq!(doc["spec"]["images"], json!({}));
+}

@@ -2,8 +2,16 @@ use super::*;
 use crate::nodes::fixtures::{meta, terminating};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
-/// NodeImage metadata whose labels `owned` were applied by the mirror.
-fn with_owned(mut m: ObjectMeta, manager: &str, owned: &[&str]) -> ObjectMeta {
+/// NodeImage metadata whose annotation records `keys` as the mirror's.
+fn recorded(mut m: ObjectMeta, keys: &str) -> ObjectMeta {
+    m.annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(MIRRORED_LABELS.into(), keys.into());
+    m
+}
+
+/// NodeImage metadata whose labels `owned` were applied by `manager`.
+fn applied(mut m: ObjectMeta, manager: &str, owned: &[&str]) -> ObjectMeta {
     let labels: serde_json::Map<String, Value> = owned
         .iter()
         .map(|k| (format!("f:{k}"), json!({})))
@@ -24,6 +32,14 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+fn relabel(labels: Value, keys: &str) -> Mirror {
+    let mut metadata = json!({"annotations": {MIRRORED_LABELS: keys}});
+    if !labels.is_null() {
+        metadata["labels"] = labels;
+    }
+    Mirror::Relabel(json!({ "metadata": metadata }))
+}
+
 #[test]
 fn mirror_table() {
     let zone = ("zone", "a");
@@ -32,7 +48,7 @@ fn mirror_table() {
             "absent NodeImage is created with the node's labels",
             meta(&[zone]),
             None,
-            Mirror::Apply(labels(&[zone])),
+            Mirror::Create(labels(&[zone])),
         ),
         (
             "virtual-kubelet node gets none",
@@ -50,82 +66,122 @@ fn mirror_table() {
             "other type label is a normal node",
             meta(&[("type", "worker")]),
             None,
-            Mirror::Apply(labels(&[("type", "worker")])),
+            Mirror::Create(labels(&[("type", "worker")])),
         ),
         (
-            "same labels: in sync",
+            "same labels, recorded: in sync",
             meta(&[zone]),
-            Some(with_owned(meta(&[zone]), FIELD_MANAGER, &["zone"])),
+            Some(recorded(meta(&[zone]), "zone")),
+            Mirror::InSync,
+        ),
+        (
+            "no labels anywhere, recorded as none: in sync",
+            meta(&[]),
+            Some(recorded(meta(&[]), "")),
             Mirror::InSync,
         ),
         (
             "label added on the node",
             meta(&[zone, ("gpu", "yes")]),
-            Some(with_owned(meta(&[zone]), FIELD_MANAGER, &["zone"])),
-            Mirror::Apply(labels(&[zone, ("gpu", "yes")])),
+            Some(recorded(meta(&[zone]), "zone")),
+            relabel(json!({"gpu": "yes"}), "gpu,zone"),
         ),
         (
             "label changed on the node",
             meta(&[("zone", "b")]),
-            Some(with_owned(meta(&[zone]), FIELD_MANAGER, &["zone"])),
-            Mirror::Apply(labels(&[("zone", "b")])),
+            Some(recorded(meta(&[zone]), "zone")),
+            relabel(json!({"zone": "b"}), "zone"),
         ),
         (
             "label removed from the node that the mirror set",
             meta(&[]),
-            Some(with_owned(meta(&[zone]), FIELD_MANAGER, &["zone"])),
-            Mirror::Apply(labels(&[])),
+            Some(recorded(meta(&[zone]), "zone")),
+            relabel(json!({"zone": null}), ""),
         ),
         (
             "extra label set by someone else is left alone",
             meta(&[zone]),
-            Some(with_owned(
-                meta(&[zone, ("team", "x")]),
-                FIELD_MANAGER,
-                &["zone"],
+            Some(recorded(meta(&[zone, ("team", "x")]), "zone")),
+            Mirror::InSync,
+        ),
+        (
+            "a label someone else set is not removed with the node's",
+            meta(&[]),
+            Some(recorded(meta(&[zone, ("team", "x")]), "zone")),
+            relabel(json!({"zone": null}), ""),
+        ),
+        (
+            "a recorded key already gone from the NodeImage: only the record changes",
+            meta(&[]),
+            Some(recorded(meta(&[]), "zone")),
+            relabel(Value::Null, ""),
+        ),
+        (
+            "labels right but unrecorded (made by an earlier version): recorded",
+            meta(&[zone]),
+            Some(meta(&[zone])),
+            relabel(Value::Null, "zone"),
+        ),
+        (
+            "a key the earlier version applied and the node dropped goes",
+            meta(&[]),
+            Some(applied(meta(&[zone]), LEGACY_FIELD_MANAGER, &["zone"])),
+            relabel(json!({"zone": null}), ""),
+        ),
+        (
+            "labels another manager applied are not the mirror's",
+            meta(&[]),
+            Some(recorded(
+                applied(meta(&[("team", "x")]), "kubectl", &["team"]),
+                "",
             )),
             Mirror::InSync,
         ),
         (
-            "labels owned by another manager do not count as ours",
+            "a hand-edited record with blanks and spaces still parses",
             meta(&[]),
-            Some(with_owned(meta(&[("team", "x")]), "kubectl", &["team"])),
-            Mirror::InSync,
+            Some(recorded(meta(&[zone, ("team", "x")]), " zone ,,")),
+            relabel(json!({"zone": null}), ""),
         ),
     ];
     for (name, node, ni, want) in cases {
-        let owned = ni
-            .as_ref()
-            .map(|m| owned_label_keys(m, FIELD_MANAGER))
-            .unwrap_or_default();
-        assert_eq!(mirror(&node, ni.as_ref(), &owned), want, "{name}");
+        let legacy = ni.as_ref().map(legacy_owned_keys).unwrap_or_default();
+        assert_eq!(mirror(&node, ni.as_ref(), &legacy), want, "{name}");
     }
 }
 
 #[test]
-fn owned_keys_come_from_the_apply_entry_of_the_manager() {
-    let mut m = with_owned(meta(&[]), FIELD_MANAGER, &["a", "kubernetes.io/hostname"]);
+fn legacy_keys_come_from_the_apply_entry_of_the_old_manager() {
+    let mut m = applied(
+        meta(&[]),
+        LEGACY_FIELD_MANAGER,
+        &["a", "kubernetes.io/hostname"],
+    );
     if let Some(fields) = m.managed_fields.as_mut() {
         fields.push(ManagedFieldsEntry {
-            manager: Some(FIELD_MANAGER.into()),
+            manager: Some(LEGACY_FIELD_MANAGER.into()),
             operation: Some("Update".into()),
             fields_v1: Some(FieldsV1(json!({"f:metadata": {"f:labels": {"f:b": {}}}}))),
             ..Default::default()
         });
     }
-    let keys: Vec<String> = owned_label_keys(&m, FIELD_MANAGER).into_iter().collect();
+    let keys: Vec<String> = legacy_owned_keys(&m).into_iter().collect();
     assert_eq!(keys, vec!["a", "kubernetes.io/hostname"]);
 }
 
 #[test]
-fn apply_body_sets_only_labels_and_an_empty_spec() {
-    let body = apply_body("node-1", &labels(&[("zone", "a")]));
+fn create_body_sets_labels_their_record_and_an_empty_spec() {
+    let body = create_body("node-1", &labels(&[("zone", "a"), ("gpu", "yes")]));
     assert_eq!(
         body,
         json!({
             "apiVersion": "apps.kruise.io/v1alpha1",
             "kind": "NodeImage",
-            "metadata": {"name": "node-1", "labels": {"zone": "a"}},
+            "metadata": {
+                "name": "node-1",
+                "labels": {"zone": "a", "gpu": "yes"},
+                "annotations": {MIRRORED_LABELS: "gpu,zone"},
+            },
             "spec": {},
         })
     );
