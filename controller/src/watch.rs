@@ -122,6 +122,30 @@ where
         .applied_objects()
 }
 
+/// [`controller_trigger`] without the job's status-only changes: a job is
+/// woken when its generation (spec, and deletion), finalizers, labels or
+/// annotations change, not by its own status writes. Everything it reads
+/// of the status is in the store when something else wakes it.
+pub fn spec_trigger<K>(
+    client: kube::Client,
+    writer: Writer<K>,
+    skipped: Skipped,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    use kube::runtime::{Predicate, predicates};
+    // Deletion bumps the generation of an object with finalizers; the
+    // deletion mark is compared too, so no server detail decides it.
+    let deleting = |o: &K| Some(u64::from(o.meta().deletion_timestamp.is_some()));
+    let what = (predicates::generation::<K>)
+        .combine(predicates::finalizers::<K>)
+        .combine(predicates::labels::<K>)
+        .combine(predicates::annotations::<K>)
+        .combine(deleting);
+    controller_trigger(client, writer, skipped).predicate_filter(what, Default::default())
+}
+
 /// [`reflect`] into a shared store, whose subscribers are woken by every
 /// applied object (and by every object after each (re)list).
 pub fn reflect_shared<K, F>(

@@ -2,7 +2,9 @@
 //! a time, through tag entries in their NodeImages. The decisions are in
 //! `plan`; `reconcile` reads, calls the plan, and writes narrow patches.
 //!
-//! A job is woken when it changes, when one of its tags changes in a
+//! A job is woken when it changes (not by its own status writes: with a
+//! hundred jobs rolling out, each status write woke its job to plan again
+//! and, counts having moved meanwhile, write again), when one of its tags changes in a
 //! NodeImage (see `wakeups`), when a pod in its namespace changes (podSelector jobs), when one
 //! of its source pull secrets changes, and when its plan's due time comes.
 
@@ -72,7 +74,7 @@ pub async fn run(
     let (jobs, job_writer) = reflector::store::<ImagePullJob>();
     let skipped = crate::skipped::Skipped::new(&ctx, KIND, Some("message"));
     let controller = Controller::for_stream(
-        watch::controller_trigger(client.clone(), job_writer, skipped),
+        watch::spec_trigger(client.clone(), job_writer, skipped),
         jobs.clone(),
     );
     let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());

@@ -173,10 +173,12 @@ impl JobReconciler for State {
             &crate::clock::api_time(now),
         );
         let old = job.status.clone().unwrap_or_default();
-        if old != p.status {
-            jobshell::patch_status(&api, job.as_ref(), &serde_json::json!({"status": p.status}))
-                .await?;
-        }
+        let written = if old != p.status {
+            let body = serde_json::json!({"status": p.status});
+            Some(jobshell::written_status(&api, job.as_ref(), &body).await?)
+        } else {
+            None
+        };
         let mut events: Vec<_> = missing
             .iter()
             .filter(|m| {
@@ -201,8 +203,22 @@ impl JobReconciler for State {
         // As OpenKruise does once a job's secrets are released: a completed
         // job it created loses its deletion-protection finalizer (recorded
         // completion only, so this write never races the status patch).
-        if completed {
-            tagwrites::edit_finalizers(&api, job.as_ref(), None, Self::UPSTREAM_FINALIZERS).await?;
+        // The job's own status writes do not wake it (see `mod.rs`), so a
+        // completion recorded just now is acted on here, on the job as
+        // written.
+        let recorded = match &written {
+            Some(w)
+                if w.status
+                    .as_ref()
+                    .is_some_and(|s| s.completion_time.is_some()) =>
+            {
+                Some(w)
+            }
+            _ if completed => Some(job.as_ref()),
+            _ => None,
+        };
+        if let Some(recorded) = recorded {
+            tagwrites::edit_finalizers(&api, recorded, None, Self::UPSTREAM_FINALIZERS).await?;
         }
         if p.delete {
             tracing::info!(job = %job_key(&job), "deleting job: ttlSecondsAfterFinished passed");

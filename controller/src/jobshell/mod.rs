@@ -12,7 +12,7 @@ pub use reconcile::{error_policy, reconcile, retry};
 pub use run::{
     NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks, wake_owners,
 };
-pub use writes::{patch_status, publish, write_entries, write_guarded_status};
+pub use writes::{patch_status, publish, write_entries, write_guarded_status, written_status};
 
 use crate::context::Context;
 use crate::tagwrites::WriteError;

@@ -72,11 +72,20 @@ pub async fn patch_status<K: JobKind>(
     job: &K,
     body: &serde_json::Value,
 ) -> Result<(), Error> {
+    written_status(api, job, body).await.map(drop)
+}
+
+/// [`patch_status`], returning the job as written (for a write that must
+/// follow it in the same reconcile, guarded by its resourceVersion).
+pub async fn written_status<K: JobKind>(
+    api: &Api<K>,
+    job: &K,
+    body: &serde_json::Value,
+) -> Result<K, Error> {
     let name = job.name_any();
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
         .await
-        .map_err(api_err(format!("writing status of {} {name}", K::KIND)))?;
-    Ok(())
+        .map_err(api_err(format!("writing status of {} {name}", K::KIND)))
 }
 
 /// Publishes the plan's events on the job (a failure to record is logged).
