@@ -21,7 +21,7 @@ const BUFFER: usize = 1024;
 
 /// The shared store and what its watch needs to run.
 pub struct NodeImages {
-    /// Every NodeImage, without managed fields.
+    /// Every NodeImage, without managed fields and annotations.
     pub store: Store<NodeImage>,
     /// Set once the store holds a complete list.
     pub synced: Synced,
@@ -30,7 +30,7 @@ pub struct NodeImages {
 
 /// What one controller reads of the shared cache.
 pub struct Subscription {
-    /// Every NodeImage, without managed fields.
+    /// Every NodeImage, without managed fields and annotations.
     pub store: Store<NodeImage>,
     /// Set once the store holds a complete list.
     pub synced: Synced,
@@ -90,13 +90,16 @@ impl NodeImages {
     }
 }
 
-/// Trims a decoded NodeImage to what it holds, without changing its value:
-/// no managed fields (decoded, four times the spec), and lists at their
+/// Trims a decoded NodeImage to what the controller reads: no managed
+/// fields (decoded, four times the spec) and no annotations (nothing here
+/// reads a NodeImage's; the node mirror's record of its labels cost ~0.7 KB
+/// per cached NodeImage, a map node and two strings), and lists at their
 /// length. Decoding grows each list to at least four items, and most images
 /// have one tag: at 100 images a node's cached copy was 226 KB, 97 KB of it
 /// in use.
 pub fn compact(ni: &mut NodeImage) {
     ni.metadata.managed_fields = None;
+    ni.metadata.annotations = None;
     for image in ni.spec.images.iter_mut().flat_map(|m| m.values_mut()) {
         image.tags.shrink_to_fit();
         if let Some(secrets) = image.pull_secrets.as_mut() {
@@ -119,7 +122,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn compacting_keeps_the_value_and_drops_spare_capacity() {
+    fn compacting_keeps_spec_status_and_labels_and_drops_spare_capacity() {
         let json = serde_json::json!({
             "apiVersion": "apps.kruise.io/v1alpha1",
             "kind": "NodeImage",
@@ -127,6 +130,7 @@ mod tests {
                 "name": "n1",
                 "resourceVersion": "7",
                 "labels": {"zone": "a"},
+                "annotations": {"nodeimage.dev/mirrored-labels": "zone"},
                 "managedFields": [{"manager": "m", "operation": "Update"}]
             },
             "spec": {"images": {"img": {
@@ -150,6 +154,7 @@ mod tests {
         compact(&mut compacted);
         let mut expected = decoded;
         expected.metadata.managed_fields = None;
+        expected.metadata.annotations = None;
         assert_eq!(
             serde_json::to_value(&compacted).unwrap(),
             serde_json::to_value(&expected).unwrap()

@@ -32,16 +32,40 @@ pub enum Mirror {
     Relabel(Value),
 }
 
+/// Which labels of a NodeImage are the mirror's, as read from it.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Ownership {
+    /// The value of the [`MIRRORED_LABELS`] annotation.
+    pub recorded: Option<String>,
+    /// The keys an earlier version set by server-side apply.
+    pub legacy: BTreeSet<String>,
+}
+
+impl Ownership {
+    /// What `meta` says the mirror owns.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self {
+            recorded: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(MIRRORED_LABELS))
+                .cloned(),
+            legacy: legacy_owned_keys(meta),
+        }
+    }
+
+    /// Nothing recorded either way.
+    pub fn is_empty(&self) -> bool {
+        self.recorded.is_none() && self.legacy.is_empty()
+    }
+}
+
 /// Decides whether the NodeImage of `node` must be created or relabelled.
 ///
-/// The mirror owns the keys its annotation names, and `legacy`, the keys an
-/// earlier version set by server-side apply: those the Node no longer has
-/// must go, while labels others set are left alone.
-pub fn mirror(
-    node: &ObjectMeta,
-    nodeimage: Option<&ObjectMeta>,
-    legacy: &BTreeSet<String>,
-) -> Mirror {
+/// `nodeimage` is the NodeImage's metadata and `owned` what it records of
+/// the mirror's labels ([`Ownership::of`]): the keys the Node no longer
+/// has must go, while labels others set are left alone.
+pub fn mirror(node: &ObjectMeta, nodeimage: Option<&ObjectMeta>, owned: &Ownership) -> Mirror {
     if !wants_nodeimage(node) {
         return Mirror::NotWanted;
     }
@@ -51,12 +75,12 @@ pub fn mirror(
     };
     let empty = BTreeMap::new();
     let have = ni.labels.as_ref().unwrap_or(&empty);
-    let recorded = ni.annotations.as_ref().and_then(|a| a.get(MIRRORED_LABELS));
+    let recorded = owned.recorded.as_ref();
     let owned: BTreeSet<&str> = recorded
         .map(|r| parse_keys(r))
         .into_iter()
         .flatten()
-        .chain(legacy.iter().map(String::as_str))
+        .chain(owned.legacy.iter().map(String::as_str))
         .collect();
 
     let mut labels = Map::new();

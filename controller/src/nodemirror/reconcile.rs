@@ -1,7 +1,7 @@
 //! The imperative shell of the node mirror: read the caches, decide, and
 //! create the NodeImage or merge-patch its labels when they differ.
 
-use super::LegacyOwned;
+use super::Owned;
 use super::decide::{self, Mirror};
 use crate::context::Context;
 use crate::watch::Synced;
@@ -24,10 +24,10 @@ const NOT_SYNCED: Duration = Duration::from_secs(1);
 pub struct State {
     /// Client and settings.
     pub ctx: Context,
-    /// NodeImage metadata, without managed fields.
+    /// NodeImage metadata, without managed fields and annotations.
     pub nodeimages: Store<PartialObjectMeta<NodeImage>>,
-    /// The label keys an earlier version applied on each NodeImage.
-    pub legacy: LegacyOwned,
+    /// What each NodeImage records of the mirror's labels.
+    pub owned: Owned,
     /// Whether `nodeimages` has been listed.
     pub nodeimages_synced: Synced,
 }
@@ -65,11 +65,11 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
     }
     let name = node.name_any();
     let current = state.nodeimages.get(&ObjectRef::new(&name));
-    let legacy = state.legacy.of(&name);
+    let owned = state.owned.of(&name);
     let decision = decide::mirror(
         &node.metadata,
         current.as_ref().map(|ni| &ni.metadata),
-        &legacy,
+        &owned,
     );
     let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
     let write_err = |action, source| Error::Write {

@@ -145,8 +145,8 @@ fn mirror_table() {
         ),
     ];
     for (name, node, ni, want) in cases {
-        let legacy = ni.as_ref().map(legacy_owned_keys).unwrap_or_default();
-        assert_eq!(mirror(&node, ni.as_ref(), &legacy), want, "{name}");
+        let owned = ni.as_ref().map(Ownership::of).unwrap_or_default();
+        assert_eq!(mirror(&node, ni.as_ref(), &owned), want, "{name}");
     }
 }
 
