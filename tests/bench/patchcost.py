@@ -89,21 +89,19 @@ def run(label, make, sub, spec_based=False):
     cur = out
     print(f"{label:21s} {rounds} patches: apiserver CPU {1000*(c1-c0)/rounds:6.1f} ms/patch, wall {1000*(t1-t0)/rounds:6.1f} ms/patch, body {len(json.dumps(body, separators=(',',':')))} B")
 
+def three_rounds():
+    for _ in range(3):
+        run("status whole", status_whole, "/status")
+        run("status narrow", status_narrow, "/status")
+        run("spec whole", spec_whole, "", True)
+        run("spec narrow", spec_narrow, "", True)
+    print("managed fields:", len(json.dumps(cur["metadata"].get("managedFields") or [], separators=(",", ":"))), "B")
+
 suffix = ""
-for _ in range(3):
-    run("status whole", status_whole, "/status")
-    run("status narrow", status_narrow, "/status")
-    run("spec whole", spec_whole, "", True)
-    run("spec narrow", spec_narrow, "", True)
+three_rounds()
 # The same, once the object's managed fields are cleared (a list of one
 # empty entry clears them; Update writes then record none).
-print("managed fields:", len(json.dumps(cur["metadata"].get("managedFields") or [], separators=(",", ":"))), "B")
 cur = req("PATCH", f"{base}/{name}", [{"op": "add", "path": "/metadata/managedFields", "value": [{}]}], JP)
 suffix = " (none)"
-for _ in range(3):
-    run("status whole", status_whole, "/status")
-    run("status narrow", status_narrow, "/status")
-    run("spec whole", spec_whole, "", True)
-    run("spec narrow", spec_narrow, "", True)
-print("managed fields:", len(json.dumps(cur["metadata"].get("managedFields") or [], separators=(",", ":"))), "B")
+three_rounds()
 req("DELETE", f"{base}/{name}")

@@ -201,24 +201,17 @@ impl JobReconciler for State {
             pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(&job)).await?;
         }
         // As OpenKruise does once a job's secrets are released: a completed
-        // job it created loses its deletion-protection finalizer (recorded
-        // completion only, so this write never races the status patch).
-        // The job's own status writes do not wake it (see `mod.rs`), so a
-        // completion recorded just now is acted on here, on the job as
-        // written.
-        let recorded = match &written {
-            Some(w)
-                if w.status
-                    .as_ref()
-                    .is_some_and(|s| s.completion_time.is_some()) =>
-            {
-                Some(w)
-            }
-            _ if completed => Some(job.as_ref()),
-            _ => None,
-        };
-        if let Some(recorded) = recorded {
-            tagwrites::edit_finalizers(&api, recorded, None, Self::UPSTREAM_FINALIZERS).await?;
+        // job it created loses its deletion-protection finalizer, once its
+        // completion is recorded. The job's own status writes do not wake it
+        // (see `mod.rs`), so this reads the job as last written here, whose
+        // resourceVersion also keeps the write from racing the status patch.
+        let latest = written.as_ref().unwrap_or(job.as_ref());
+        if latest
+            .status
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some())
+        {
+            tagwrites::edit_finalizers(&api, latest, None, Self::UPSTREAM_FINALIZERS).await?;
         }
         if p.delete {
             tracing::info!(job = %job_key(&job), "deleting job: ttlSecondsAfterFinished passed");
