@@ -12,6 +12,7 @@ mod metrics;
 mod progress;
 mod pull;
 mod report;
+mod resume;
 mod retry;
 mod shared;
 mod status;

@@ -71,6 +71,19 @@ pub fn digest_of_ref(r: &str) -> String {
     }
 }
 
+/// Which active ingests (name, digest) belong to a pull: those writing one
+/// of its manifest's blobs, none before the manifest is known (an ingest
+/// then may be another client's, such as kubelet's).
+pub fn ingests_of_pull(refs: Vec<(String, String)>, blobs: Option<&[Blob]>) -> Vec<String> {
+    let Some(blobs) = blobs else {
+        return Vec::new();
+    };
+    refs.into_iter()
+        .filter(|(_, d)| blobs.iter().any(|b| &b.digest == d))
+        .map(|(r, _)| r)
+        .collect()
+}
+
 #[derive(Deserialize)]
 struct Manifest {
     config: Option<Descriptor>,
@@ -100,6 +113,9 @@ pub fn manifest_blobs(raw: &[u8]) -> Option<Vec<Blob>> {
     Some(out)
 }
 
+/// Offset and total of each active ingest, by digest.
+type ActiveIngests = BTreeMap<String, (u64, u64)>;
+
 /// Watches one pull's progress through containerd's content service.
 pub struct Probe {
     client: ContentClient<Channel>,
@@ -107,6 +123,7 @@ pub struct Probe {
     repository: String,
     started: SystemTime,
     blobs: Option<Vec<Blob>>,
+    ingests: Vec<String>,
 }
 
 impl Probe {
@@ -118,16 +135,18 @@ impl Probe {
             repository: repository.to_string(),
             started,
             blobs: None,
+            ingests: Vec::new(),
         }
     }
 
     /// Current percentage, if it can be told. `alone` says whether this is
     /// the only pull on the node (then unattributed ingests are ours).
     pub async fn sample(&mut self, alone: bool) -> Option<i32> {
-        let active = self.active_ingests().await?;
+        let (active, refs) = self.active_ingests().await?;
         if self.blobs.is_none() {
             self.blobs = self.find_manifest().await;
         }
+        self.ingests = ingests_of_pull(refs, self.blobs.as_deref());
         match self.blobs.clone() {
             Some(blobs) => {
                 let mut committed = Vec::with_capacity(blobs.len());
@@ -143,23 +162,32 @@ impl Probe {
         }
     }
 
-    async fn active_ingests(&mut self) -> Option<BTreeMap<String, (u64, u64)>> {
+    /// The ingests of this pull seen by the last sample (containerd's
+    /// names for them), for `resume::Keeper` to hold.
+    pub fn ingests(&self) -> &[String] {
+        &self.ingests
+    }
+
+    /// Active ingests: offset and total by digest, and each one's name with
+    /// its digest.
+    async fn active_ingests(&mut self) -> Option<(ActiveIngests, Vec<(String, String)>)> {
         let req = namespaced(ListStatusesRequest { filters: vec![] });
         let statuses = self.client.list_statuses(req).await.ok()?.into_inner();
-        Some(
-            statuses
-                .statuses
-                .into_iter()
-                .map(|s| {
-                    let digest = if s.expected.is_empty() {
-                        digest_of_ref(&s.r#ref)
-                    } else {
-                        s.expected
-                    };
-                    (digest, (s.offset.max(0) as u64, s.total.max(0) as u64))
-                })
-                .collect(),
-        )
+        let mut active = BTreeMap::new();
+        let mut refs = Vec::new();
+        for s in statuses.statuses {
+            let digest = if s.expected.is_empty() {
+                digest_of_ref(&s.r#ref)
+            } else {
+                s.expected
+            };
+            active.insert(
+                digest.clone(),
+                (s.offset.max(0) as u64, s.total.max(0) as u64),
+            );
+            refs.push((s.r#ref, digest));
+        }
+        Some((active, refs))
     }
 
     async fn exists(&mut self, digest: &str) -> bool {
@@ -248,6 +276,23 @@ mod tests {
             digest: d.into(),
             size,
         }
+    }
+
+    #[test]
+    fn ingests_of_a_pull() {
+        let refs = || {
+            vec![
+                ("layer-sha256:a".to_string(), "sha256:a".to_string()),
+                ("layer-sha256:z".to_string(), "sha256:z".to_string()),
+            ]
+        };
+        let blobs = [blob("sha256:c", 1), blob("sha256:a", 2)];
+        assert_eq!(
+            ingests_of_pull(refs(), Some(&blobs)),
+            vec!["layer-sha256:a".to_string()]
+        );
+        assert!(ingests_of_pull(refs(), None).is_empty());
+        assert!(ingests_of_pull(Vec::new(), Some(&blobs)).is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::desired::{PullMode, PullTask, SecretRef, Target};
 use crate::metrics::ItemLabels;
 use crate::progress::Probe;
 use crate::report::{Outcome, Reporter};
+use crate::resume::Keeper;
 use crate::retry::{self, Next};
 use k8s_cri::v1::AuthConfig;
 use k8s_openapi::api::core::v1::Secret;
@@ -147,6 +148,26 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
         .chain(std::iter::once(None))
         .collect();
 
+    // Partial blobs are kept between attempts and across a restart of the
+    // daemon until the tag's pull ends (see `resume`).
+    let mut keeper = Keeper::new(deps.runtime.channel(), &reference);
+    let outcome = attempt_pulls(rep, t, deadline, &candidates, &unusable, &mut keeper).await;
+    // Not awaited: the outcome is reported without waiting on containerd.
+    tokio::spawn(keeper.release());
+    outcome
+}
+
+/// The attempts of one tag's pull, as `retry` paces them.
+async fn attempt_pulls(
+    rep: &Reporter<'_>,
+    t: &Target,
+    deadline: Option<Instant>,
+    candidates: &[Option<&Credential>],
+    unusable: &str,
+    keeper: &mut Keeper,
+) -> Outcome {
+    let deps = rep.deps;
+    let name = t.image.name();
     let attempts = retry::attempts(t.backoff_limit);
     let mut attempt = 1;
     let mut last_error = String::new();
@@ -165,7 +186,8 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
             }
         }
         let limit = retry::attempt_limit(t.timeout, Instant::now(), deadline);
-        let result = tokio::time::timeout(limit, pull_with_progress(rep, t, &candidates)).await;
+        let result =
+            tokio::time::timeout(limit, pull_with_progress(rep, t, candidates, keeper)).await;
         match result {
             Ok(Ok(image_ref)) => {
                 let status =
@@ -235,6 +257,7 @@ async fn pull_with_progress(
     rep: &Reporter<'_>,
     t: &Target,
     candidates: &[Option<&Credential>],
+    keeper: &mut Keeper,
 ) -> Result<String, CriError> {
     let deps = rep.deps;
     let reference = t.image.pull_ref();
@@ -272,6 +295,9 @@ async fn pull_with_progress(
                 _ = tick.tick() => {
                     let alone = deps.metrics.in_flight.get() <= 1;
                     let sample = tokio::time::timeout(QUERY_TIMEOUT, probe.sample(alone)).await;
+                    // Held before the progress is shown: bytes reported
+                    // are bytes a restart keeps.
+                    let _ = tokio::time::timeout(QUERY_TIMEOUT, keeper.hold(probe.ingests())).await;
                     if let Ok(Some(p)) = sample && p != shown {
                         shown = p;
                         rep.send(ImagePullPhase::Pulling, p, None);

@@ -3,6 +3,7 @@
 
 use crate::decode::{self, Decoded};
 use crate::desired::{self, TagKey};
+use crate::resume;
 use crate::worker::Workers;
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -10,13 +11,15 @@ use kube::runtime::watcher::{self, Event};
 use nodeimage_api::kruise::NodeImage;
 use nodeimage_api::lenient::Lenient;
 use nodeimage_ops::health::Check;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 struct Running {
     version: i64,
     handle: JoinHandle<()>,
+    /// The image reference it pulls, if the entry was valid.
+    reference: Option<String>,
 }
 
 /// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec asks.
@@ -115,19 +118,42 @@ fn apply(
         .map(|(k, r)| (k.clone(), r.version))
         .collect();
     let plan = desired::plan(&tasks, &reported, &versions);
-    for key in plan.cancel {
-        if let Some(r) = running.remove(&key) {
-            if !r.handle.is_finished() {
+    let restarted: BTreeSet<&TagKey> = plan.start.iter().map(|t| &t.key).collect();
+    for key in &plan.cancel {
+        if let Some(r) = running.remove(key) {
+            let unfinished = !r.handle.is_finished();
+            if unfinished {
                 tracing::info!(tag = %key, "pull cancelled: entry removed or superseded");
             }
             r.handle.abort();
+            // A removed entry's partial blobs are not kept for a later pull
+            // (a superseded one's are, for the pull that replaces it). The
+            // lease ends once the pull is gone, so it cannot hold them again.
+            if unfinished
+                && !restarted.contains(key)
+                && let Some(reference) = r.reference
+            {
+                let (channel, handle) = (workers.deps.runtime.channel(), r.handle);
+                tokio::spawn(async move {
+                    let _ = handle.await;
+                    resume::end(channel, reference).await;
+                });
+            }
         }
-        workers.deps.status.clear(&key);
+        workers.deps.status.clear(key);
     }
     for task in plan.start {
         let key = task.key.clone();
         let version = task.version;
+        let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
         let handle = workers.spawn(task);
-        running.insert(key, Running { version, handle });
+        running.insert(
+            key,
+            Running {
+                version,
+                handle,
+                reference,
+            },
+        );
     }
 }
