@@ -54,6 +54,22 @@ impl Ownership {
         }
     }
 
+    /// What a NodeImage records now, given what it recorded when last seen
+    /// (`before`) and whether its managed fields are gone (`cleared`): keys
+    /// an earlier version applied still count once a job's entry write has
+    /// cleared the managed fields that named them, until the mirror's
+    /// annotation records its keys. Upgraded with jobs running, the mirror
+    /// would otherwise forget them and leave a label the Node lost.
+    pub fn carried_over(self, before: Option<&Ownership>, cleared: bool) -> Self {
+        match before {
+            Some(b) if cleared && self.is_empty() && b.recorded.is_none() => Self {
+                recorded: None,
+                legacy: b.legacy.clone(),
+            },
+            _ => self,
+        }
+    }
+
     /// Nothing recorded either way.
     pub fn is_empty(&self) -> bool {
         self.recorded.is_none() && self.legacy.is_empty()

@@ -116,10 +116,19 @@ impl Owned {
     /// Records what `ni` says the mirror owns and drops its annotations
     /// and managed fields, which the cache then does not hold.
     fn take_from(&self, ni: &mut PartialObjectMeta<NodeImage>) {
-        let owned = Ownership::of(&ni.metadata);
+        let now = Ownership::of(&ni.metadata);
+        let cleared = ni
+            .metadata
+            .managed_fields
+            .as_ref()
+            .is_none_or(Vec::is_empty);
         ni.metadata.managed_fields = None;
         ni.metadata.annotations = None;
         let mut all = self.lock();
+        let owned = match ni.metadata.name.as_ref() {
+            Some(name) => now.carried_over(all.get(name), cleared),
+            None => now,
+        };
         match ni.metadata.name.as_ref() {
             Some(name) if owned.is_empty() => {
                 all.remove(name);

@@ -170,6 +170,55 @@ fn legacy_keys_come_from_the_apply_entry_of_the_old_manager() {
 }
 
 #[test]
+fn legacy_keys_outlive_managed_fields_cleared_before_the_record() {
+    let legacy = |keys: &[&str]| Ownership {
+        recorded: None,
+        legacy: keys.iter().map(|k| k.to_string()).collect(),
+    };
+    let record = |r: &str| Ownership {
+        recorded: Some(r.into()),
+        legacy: BTreeSet::new(),
+    };
+    let none = Ownership::default();
+    // (now, before, managed fields cleared, expected)
+    let cases: Vec<(Ownership, Option<Ownership>, bool, Ownership)> = vec![
+        // Managed fields cleared by an entry write before the mirror wrote
+        // its annotation: the keys seen before still count.
+        (
+            none.clone(),
+            Some(legacy(&["zone"])),
+            true,
+            legacy(&["zone"]),
+        ),
+        // Managed fields still there but the old manager's keys gone (taken
+        // over by another apply): what the object says.
+        (none.clone(), Some(legacy(&["zone"])), false, none.clone()),
+        // Never seen, or nothing before: nothing.
+        (none.clone(), None, true, none.clone()),
+        (none.clone(), Some(none.clone()), true, none.clone()),
+        // Recorded since: the record rules, the old keys go.
+        (
+            record("zone"),
+            Some(legacy(&["zone", "old"])),
+            true,
+            record("zone"),
+        ),
+        // Recorded before and the annotation removed by hand: not revived
+        // from legacy keys (the mirror records anew what the Node has).
+        (none.clone(), Some(record("zone")), true, none.clone()),
+        // Still applied: what the object says now.
+        (legacy(&["a"]), Some(legacy(&["b"])), false, legacy(&["a"])),
+    ];
+    for (now, before, cleared, want) in cases {
+        assert_eq!(
+            now.clone().carried_over(before.as_ref(), cleared),
+            want,
+            "now {now:?}, before {before:?}, cleared {cleared}"
+        );
+    }
+}
+
+#[test]
 fn create_body_sets_labels_their_record_and_an_empty_spec() {
     let body = create_body("node-1", &labels(&[("zone", "a"), ("gpu", "yes")]));
     assert_eq!(
