@@ -77,6 +77,7 @@ pub struct Metrics {
     reconciles: Family<KindLabels, Counter>,
     errors: Family<KindLabels, Counter>,
     duration: Family<KindLabels, Histogram, fn() -> Histogram>,
+    in_progress: Family<KindLabels, Gauge>,
     /// Tags failed because their node did not respond in time.
     pub response_timeouts: Counter,
     invalid: Family<KindLabels, Gauge>,
@@ -98,6 +99,7 @@ impl Default for Metrics {
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(reconcile_histogram),
+            in_progress: Family::default(),
             response_timeouts: Counter::default(),
             invalid: Family::default(),
             leader: Gauge::default(),
@@ -106,7 +108,8 @@ impl Default for Metrics {
     }
 }
 
-/// Counts a reconcile and its duration when dropped.
+/// Counts a reconcile as running while it lives, and as done (with its
+/// duration) when dropped.
 pub struct ReconcileTimer {
     metrics: Metrics,
     kind: &'static str,
@@ -118,6 +121,7 @@ impl Drop for ReconcileTimer {
         let l = KindLabels {
             kind: self.kind.into(),
         };
+        self.metrics.in_progress.get_or_create(&l).dec();
         self.metrics.reconciles.get_or_create(&l).inc();
         self.metrics
             .duration
@@ -137,6 +141,7 @@ impl Metrics {
             let _ = self.reconciles.get_or_create(&l);
             let _ = self.errors.get_or_create(&l);
             let _ = self.duration.get_or_create(&l);
+            let _ = self.in_progress.get_or_create(&l);
         }
         let c = r.sub_registry_with_prefix("nodeimage_controller");
         c.register(
@@ -153,6 +158,11 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Duration of reconciles, by kind",
             self.duration.clone(),
+        );
+        c.register(
+            "reconciles_in_progress",
+            "Reconciles running now, by kind (a long one, such as releasing a deleted job's entries on many nodes, shows here before it is counted)",
+            self.in_progress.clone(),
         );
         c.register(
             "response_timeouts",
@@ -174,6 +184,9 @@ impl Metrics {
 
     /// Starts timing a reconcile of `kind`.
     pub fn reconcile(&self, kind: &'static str) -> ReconcileTimer {
+        self.in_progress
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
         ReconcileTimer {
             metrics: self.clone(),
             kind,

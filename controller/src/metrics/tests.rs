@@ -58,8 +58,22 @@ fn renders_without_caches_and_counts_reconciles() {
     drop(m.reconcile("ImagePullJob"));
     m.error("ImagePullJob");
     m.response_timeouts.inc();
+    let running = m.reconcile("NodeImage");
+    let text = nodeimage_ops::metrics::render(&r);
+    assert!(
+        text.contains("nodeimage_controller_reconciles_in_progress{kind=\"NodeImage\"} 1"),
+        "a running reconcile shows:\n{text}"
+    );
+    assert!(
+        text.contains("nodeimage_controller_reconciles_total{kind=\"NodeImage\"} 0"),
+        "and is not counted yet:\n{text}"
+    );
+    drop(running);
     let text = nodeimage_ops::metrics::render(&r);
     for needle in [
+        "nodeimage_controller_reconciles_in_progress{kind=\"NodeImage\"} 0",
+        "nodeimage_controller_reconciles_in_progress{kind=\"ImagePullJob\"} 0",
+        "nodeimage_controller_reconciles_total{kind=\"NodeImage\"} 1",
         "nodeimage_controller_reconciles_total{kind=\"ImagePullJob\"} 1",
         "nodeimage_controller_reconcile_errors_total{kind=\"ImagePullJob\"} 1",
         "nodeimage_controller_reconcile_duration_seconds_count{kind=\"ImagePullJob\"} 1",
