@@ -7,6 +7,7 @@
 //! deleted, when any of those caches is (re)listed, and when its plan's next
 //! due time comes.
 
+mod orphans;
 mod owners;
 pub mod plan;
 mod reconcile;
@@ -92,6 +93,7 @@ pub async fn run(
             image_pre_pull_jobs: pre_pull_jobs,
             node_upgrade_jobs: upgrade_jobs,
         },
+        orphans: Default::default(),
     });
     tracing::info!("housekeeping starting");
     let Subscription {

@@ -14,8 +14,12 @@
 //! - an unfinished tag is marked Failed when the node has not reported on
 //!   its version within the response timeout of `createdAt`, or when it has
 //!   not finished within `createdAt + activeDeadlineSeconds` plus a grace;
-//! - an image left without tags is removed, status entries of tags no longer
-//!   in spec are dropped, and the counts are recomputed.
+//! - an image left without tags is removed;
+//! - status entries of tags no longer in spec are the daemon's to drop (it
+//!   rewrites its status when the spec changes); housekeeping drops them,
+//!   and recomputes the counts, only when they are still there the response
+//!   timeout after it first saw them, for a node whose daemon does not
+//!   answer. (Dropping them at once raced every live daemon's own write.)
 
 use crate::clock::{after, api_time, go_duration, instant, seconds};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -64,6 +68,9 @@ pub struct Inputs<'a, O> {
     pub response_timeout: TimeDelta,
     /// The owner stores.
     pub owners: &'a O,
+    /// When housekeeping first saw this NodeImage's status hold entries of
+    /// tags its spec no longer has (None: not seen so far).
+    pub orphans_since: Option<DateTime<Utc>>,
 }
 
 /// Why a tag leaves the spec.
@@ -148,6 +155,9 @@ pub struct Plan {
     pub failures: Vec<Failure>,
     /// When to look again: the earliest future due time, capped at [`MAX_REQUEUE`].
     pub requeue_after: Duration,
+    /// Whether the status, as planned, still holds entries of tags the
+    /// planned spec no longer has (the shell remembers since when).
+    pub orphaned: bool,
 }
 
 impl Plan {
@@ -174,6 +184,9 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
     let mut changes = Vec::new();
     let mut failures = Vec::new();
     let mut due = Vec::new();
+    let drop_orphans = inputs
+        .orphans_since
+        .is_some_and(|since| after(since, inputs.response_timeout) <= inputs.now);
 
     for (name, image) in old_images {
         let reported = old_statuses
@@ -197,13 +210,22 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
             changes.push(Change::ImageRemoved {
                 image: name.to_string(),
             });
+            if !drop_orphans && !reported.is_empty() {
+                statuses.insert(
+                    name.clone(),
+                    ImageStatus {
+                        tags: reported.to_vec(),
+                    },
+                );
+            }
             continue;
         }
-        // Keep the node's entries for tags still in spec, in their order,
-        // with the entries this plan failed in place of the old ones.
+        // Keep the node's entries for tags still in spec (and, until they
+        // are due, those of tags no longer in it), in their order, with the
+        // entries this plan failed in place of the old ones.
         let mut kept: Vec<ImageTagStatus> = reported
             .iter()
-            .filter(|s| tags.iter().any(|t| t.tag == s.tag))
+            .filter(|s| !drop_orphans || tags.iter().any(|t| t.tag == s.tag))
             .map(|s| match entries.iter().position(|e| e.tag == s.tag) {
                 Some(i) => entries.remove(i),
                 None => s.clone(),
@@ -222,8 +244,30 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         );
     }
 
+    // Images with entries but no spec at all.
+    if !drop_orphans {
+        for (name, status) in old_statuses {
+            if !old_images.contains_key(name) {
+                statuses.insert(name.clone(), status.clone());
+            }
+        }
+    }
+    let orphaned = statuses.iter().any(|(name, status)| {
+        status.tags.iter().any(|s| {
+            !images
+                .get(name)
+                .is_some_and(|i: &ImageSpec| i.tags.iter().any(|t| t.tag == s.tag))
+        })
+    });
+    if orphaned {
+        due.push(after(
+            inputs.orphans_since.unwrap_or(inputs.now),
+            inputs.response_timeout,
+        ));
+    }
+
     // Status belongs to the daemon: housekeeping writes it only when it
-    // changed an entry (removed or failed one). Recounting merely because the
+    // changed an entry (dropped orphans or failed one). Recounting merely because the
     // spec changed would race the daemon and publish counts for tags that
     // have no entry yet.
     let entries_changed = *old_statuses != statuses;
@@ -246,6 +290,7 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         changes,
         failures,
         requeue_after: requeue_after(inputs.now, &due),
+        orphaned,
     }
 }
 

@@ -2,6 +2,7 @@
 //! delete it if its Node is gone, otherwise plan and write the plan as narrow
 //! guarded merge patches (spec first, then status), then publish events.
 
+use super::orphans::OrphansSeen;
 use super::owners::OwnerCaches;
 use super::plan::{self, Change, Inputs, Plan};
 use crate::context::Context;
@@ -39,6 +40,8 @@ pub struct State {
     pub nodes_synced: Synced,
     /// Job metadata, to tell whether a tag's owners still exist.
     pub owners: OwnerCaches,
+    /// Since when each NodeImage's status has held entries of removed tags.
+    pub orphans: OrphansSeen,
 }
 
 /// Why housekeeping of one NodeImage failed.
@@ -93,20 +96,24 @@ pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, 
         node.as_ref().map(|n| &n.metadata),
         state.nodes_synced.get(),
     ) {
+        state.orphans.forget(&name);
         return delete(&api, &ni, why).await;
     }
 
+    let now = Utc::now();
     let plan = plan::plan(
         &ni,
         &Inputs {
-            now: Utc::now(),
+            now,
             response_timeout: state.ctx.response_timeout,
             owners: &state.owners,
+            orphans_since: state.orphans.since(&name),
         },
     );
     if !plan.is_noop() {
         write(&api, &ni, &plan).await?;
     }
+    state.orphans.record(&name, plan.orphaned, now);
     log_changes(&name, &plan);
     publish_failures(&state.ctx, &ni, &plan).await;
     Ok(Action::requeue(plan.requeue_after))

@@ -149,12 +149,18 @@ fn nodeimage(tags: &[Tag], reports: Option<&[Report]>) -> NodeImage {
 }
 
 fn run(ni: &NodeImage, now: i64) -> Plan {
+    run_since(ni, now, None)
+}
+
+/// As [`run`], with orphaned status entries first seen at `since`.
+fn run_since(ni: &NodeImage, now: i64, since: Option<i64>) -> Plan {
     plan(
         ni,
         &Inputs {
             now: at(now),
             response_timeout: TimeDelta::minutes(10),
             owners: &FakeOwners,
+            orphans_since: since.map(at),
         },
     )
 }
@@ -258,16 +264,16 @@ fn plan_table() {
             want_status_write: false,
         },
         Case {
-            name: "TTL just passed: removed from spec and status, image emptied",
+            name: "TTL just passed: removed from spec, image emptied, its status entry left to the node",
             tags: vec![tag("nginx:1.25").ttl(60)],
             reports: Some(vec![report("nginx:1.25", Succeeded).completed(10)]),
             now: 70,
             want_spec: &[],
-            want_status: &[],
+            want_status: &["nginx:1.25=Succeeded"],
             want_failures: &[],
-            want_requeue_secs: hour,
+            want_requeue_secs: 600,
             want_spec_write: true,
-            want_status_write: true,
+            want_status_write: false,
         },
         Case {
             name: "TTL long passed on a failed pull: removed, other tag of the image stays",
@@ -278,11 +284,11 @@ fn plan_table() {
             ]),
             now: hours(10),
             want_spec: &["nginx:1.26"],
-            want_status: &["nginx:1.26=Pulling"],
+            want_status: &["nginx:1.25=Failed", "nginx:1.26=Pulling"],
             want_failures: &[],
-            want_requeue_secs: hour,
+            want_requeue_secs: 600,
             want_spec_write: true,
-            want_status_write: true,
+            want_status_write: false,
         },
         Case {
             name: "TTL counts only for a status of the same version",
@@ -306,11 +312,11 @@ fn plan_table() {
             ]),
             now: 100,
             want_spec: &[],
-            want_status: &[],
+            want_status: &["nginx:1.25=Succeeded"],
             want_failures: &[],
-            want_requeue_secs: hour,
+            want_requeue_secs: 600,
             want_spec_write: true,
-            want_status_write: true,
+            want_status_write: false,
         },
         Case {
             name: "finished without TTL stays",
@@ -345,11 +351,11 @@ fn plan_table() {
             ]),
             now: 100,
             want_spec: &["redis:7"],
-            want_status: &["redis:7=Pulling"],
+            want_status: &["nginx:1.25=Pulling", "redis:7=Pulling"],
             want_failures: &[],
-            want_requeue_secs: hour,
+            want_requeue_secs: 600,
             want_spec_write: true,
-            want_status_write: true,
+            want_status_write: false,
         },
         Case {
             name: "owner in an unsynced store is kept",
@@ -505,7 +511,7 @@ fn plan_table() {
             want_status_write: false,
         },
         Case {
-            name: "status of a tag no longer in spec is dropped",
+            name: "status entries of tags no longer in spec are left to the node",
             tags: vec![tag("nginx:1.25")],
             reports: Some(vec![
                 report("nginx:1.25", Pulling),
@@ -514,11 +520,11 @@ fn plan_table() {
             ]),
             now: 10,
             want_spec: &["nginx:1.25"],
-            want_status: &["nginx:1.25=Pulling"],
+            want_status: &["gone:1=Failed", "nginx:1.25=Pulling", "nginx:old=Succeeded"],
             want_failures: &[],
-            want_requeue_secs: hour,
+            want_requeue_secs: 600,
             want_spec_write: false,
-            want_status_write: true,
+            want_status_write: false,
         },
     ];
 
@@ -677,4 +683,62 @@ fn a_new_tag_without_an_entry_leaves_status_to_the_daemon() {
     }
     let p = run(&stale, 2);
     assert!(p.status.is_none(), "status written: {:?}", p.status);
+}
+
+/// Orphaned status entries (of tags no longer in spec) are dropped, and the
+/// counts recomputed, only the response timeout after they were first seen.
+#[test]
+fn orphaned_entries_are_dropped_only_after_the_response_timeout() {
+    use ImagePullPhase::*;
+    let ni = nodeimage(
+        &[tag("nginx:1.25")],
+        Some(&[
+            report("nginx:1.25", Pulling),
+            report("nginx:old", Succeeded).completed(0),
+            report("gone:1", Failed).completed(0),
+        ]),
+    );
+    // (first seen, now, status after the plan, status written, requeue s, still orphaned)
+    let cases: &[(Option<i64>, i64, &[&str], bool, u64, bool)] = &[
+        // First sighting: kept, looked at again when due.
+        (
+            None,
+            100,
+            &["gone:1=Failed", "nginx:1.25=Pulling", "nginx:old=Succeeded"],
+            false,
+            600,
+            true,
+        ),
+        // Seen 599 s ago: one second to go.
+        (
+            Some(1),
+            600,
+            &["gone:1=Failed", "nginx:1.25=Pulling", "nginx:old=Succeeded"],
+            false,
+            1,
+            true,
+        ),
+        // Seen the response timeout ago: the node did not drop them.
+        (Some(0), 600, &["nginx:1.25=Pulling"], true, 3600, false),
+        (Some(0), 10_000, &["nginx:1.25=Pulling"], true, 3600, false),
+    ];
+    for (since, now, want, written, requeue, orphaned) in cases {
+        let p = run_since(&ni, *now, *since);
+        let what = format!("first seen {since:?}, now {now}");
+        assert_eq!(status_tags(&ni, &p), *want, "{what}: status");
+        assert_eq!(p.status.is_some(), *written, "{what}: status write");
+        assert_eq!(
+            p.requeue_after,
+            Duration::from_secs(*requeue),
+            "{what}: requeue"
+        );
+        assert_eq!(p.orphaned, *orphaned, "{what}: orphaned");
+        if let Some(status) = &p.status {
+            assert_eq!(status.desired, 1, "{what}: recounted");
+            assert_eq!(status.pulling, Some(1), "{what}: recounted");
+        }
+    }
+    // Nothing orphaned: nothing to remember.
+    let clean = nodeimage(&[tag("nginx:1.25")], Some(&[report("nginx:1.25", Pulling)]));
+    assert!(!run_since(&clean, 100, Some(0)).orphaned);
 }
