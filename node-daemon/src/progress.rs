@@ -18,6 +18,8 @@ use tonic::transport::Channel;
 /// containerd namespace that CRI (and kubelet) use.
 pub const K8S_NAMESPACE: &str = "k8s.io";
 const SOURCE_LABEL_PREFIX: &str = "containerd.io/distribution.source.";
+/// containerd's labels naming the blobs a manifest refers to.
+const GC_REF_PREFIX: &str = "containerd.io/gc.ref.content.";
 const MAX_MANIFEST_BYTES: i64 = 4 << 20;
 
 /// One blob of an image: digest and size.
@@ -84,6 +86,28 @@ pub fn ingests_of_pull(refs: Vec<(String, String)>, blobs: Option<&[Blob]>) -> V
         .collect()
 }
 
+/// The label keys under which containerd may record that a blob came from
+/// `registry`: containerd 1.6 names the host without its port
+/// (`containerd.io/distribution.source.127.0.0.1` for `127.0.0.1:5000`), so
+/// both forms are tried.
+pub fn source_label_keys(registry: &str) -> Vec<String> {
+    let mut keys = vec![format!("{SOURCE_LABEL_PREFIX}{registry}")];
+    let host = match registry.rsplit_once(':') {
+        Some((host, port))
+            if !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!host.contains(':') || host.ends_with(']')) =>
+        {
+            host
+        }
+        _ => registry,
+    };
+    if host != registry {
+        keys.push(format!("{SOURCE_LABEL_PREFIX}{host}"));
+    }
+    keys
+}
+
 #[derive(Deserialize)]
 struct Manifest {
     config: Option<Descriptor>,
@@ -144,7 +168,7 @@ impl Probe {
     pub async fn sample(&mut self, alone: bool) -> Option<i32> {
         let (active, refs) = self.active_ingests().await?;
         if self.blobs.is_none() {
-            self.blobs = self.find_manifest().await;
+            self.blobs = self.find_manifest(&active).await;
         }
         self.ingests = ingests_of_pull(refs, self.blobs.as_deref());
         match self.blobs.clone() {
@@ -200,8 +224,8 @@ impl Probe {
     }
 
     /// The newest manifest of our repository fetched since the pull began.
-    async fn find_manifest(&mut self) -> Option<Vec<Blob>> {
-        let label = format!("{SOURCE_LABEL_PREFIX}{}", self.registry);
+    async fn find_manifest(&mut self, active: &ActiveIngests) -> Option<Vec<Blob>> {
+        let keys = source_label_keys(&self.registry);
         let mut stream = self
             .client
             .list(namespaced(ListContentRequest { filters: vec![] }))
@@ -211,16 +235,23 @@ impl Probe {
         let mut candidates: Vec<Info> = Vec::new();
         while let Ok(Some(msg)) = stream.message().await {
             for info in msg.info {
-                let ours = info
-                    .labels
-                    .get(&label)
-                    .is_some_and(|repos| repos.split(',').any(|r| r == self.repository));
+                let ours = keys
+                    .iter()
+                    .filter_map(|k| info.labels.get(k))
+                    .any(|repos| repos.split(',').any(|r| r == self.repository));
                 let recent = info
                     .updated_at
                     .as_ref()
                     .and_then(|t| SystemTime::try_from(*t).ok())
                     .is_some_and(|t| t + std::time::Duration::from_secs(2) >= self.started);
-                if ours && recent && info.size < MAX_MANIFEST_BYTES {
+                // containerd 1.6 reports no update time for these (year 1),
+                // so a manifest also counts when it refers to a blob being
+                // written now (its `containerd.io/gc.ref.content.*` labels).
+                let writing = info
+                    .labels
+                    .iter()
+                    .any(|(k, v)| k.starts_with(GC_REF_PREFIX) && active.contains_key(v));
+                if ours && (recent || writing) && info.size < MAX_MANIFEST_BYTES {
                     candidates.push(info);
                 }
             }
@@ -275,6 +306,24 @@ mod tests {
         Blob {
             digest: d.into(),
             size,
+        }
+    }
+
+    #[test]
+    fn source_label_keys_with_and_without_the_port() {
+        let p = SOURCE_LABEL_PREFIX;
+        let cases: &[(&str, &[&str])] = &[
+            ("docker.io", &["docker.io"]),
+            ("127.0.0.1:5000", &["127.0.0.1:5000", "127.0.0.1"]),
+            ("reg.example:443", &["reg.example:443", "reg.example"]),
+            ("[::1]:5000", &["[::1]:5000", "[::1]"]),
+            ("[::1]", &["[::1]"]),
+            ("host:", &["host:"]),
+            ("host:abc", &["host:abc"]),
+        ];
+        for (registry, want) in cases {
+            let want: Vec<String> = want.iter().map(|h| format!("{p}{h}")).collect();
+            assert_eq!(source_label_keys(registry), want, "{registry}");
         }
     }
 

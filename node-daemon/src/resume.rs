@@ -73,6 +73,8 @@ pub struct Keeper {
     id: String,
     exists: bool,
     held: BTreeSet<String>,
+    /// Whether a failure to hold was logged (once per pull).
+    warned: bool,
 }
 
 impl Keeper {
@@ -86,6 +88,7 @@ impl Keeper {
             id: lease_id(reference),
             exists: false,
             held: BTreeSet::new(),
+            warned: false,
         }
     }
 
@@ -102,7 +105,10 @@ impl Keeper {
                     self.held.insert(r.clone());
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, ingest = %r, "could not keep a partial blob");
+                    if !self.warned {
+                        self.warned = true;
+                        tracing::warn!(error = %e, ingest = %r, "could not keep a partial blob for a restart; a pull started again fetches it anew");
+                    }
                     return;
                 }
             }
