@@ -236,6 +236,20 @@ impl PresentImage {
     }
 }
 
+/// containerd namespace that CRI (and kubelet) use.
+pub const K8S_NAMESPACE: &str = "k8s.io";
+
+/// A request to one of containerd's own services (content, images, leases)
+/// in CRI's namespace, where kubelet's images live.
+pub fn namespaced<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "containerd-namespace",
+        tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
+    );
+    req
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 //! Before that, and only when this is the only pull on the node, the active
 //! ingests are summed.
 
+use crate::cri::namespaced;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::{
     Info, InfoRequest, ListContentRequest, ListStatusesRequest, ReadContentRequest,
@@ -12,11 +13,8 @@ use containerd_client::services::v1::{
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
-use tonic::Request;
 use tonic::transport::Channel;
 
-/// containerd namespace that CRI (and kubelet) use.
-pub const K8S_NAMESPACE: &str = "k8s.io";
 const SOURCE_LABEL_PREFIX: &str = "containerd.io/distribution.source.";
 /// containerd's labels naming the blobs a manifest refers to.
 const GC_REF_PREFIX: &str = "containerd.io/gc.ref.content.";
@@ -287,15 +285,6 @@ impl Probe {
         }
         Some(out)
     }
-}
-
-fn namespaced<T>(msg: T) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "containerd-namespace",
-        tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
-    );
-    req
 }
 
 #[cfg(test)]

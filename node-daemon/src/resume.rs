@@ -16,10 +16,10 @@ use containerd_client::services::v1::leases_client::LeasesClient;
 use containerd_client::services::v1::{AddResourceRequest, CreateRequest, DeleteRequest, Resource};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeSet, HashMap};
+use tonic::Code;
 use tonic::transport::Channel;
-use tonic::{Code, Request};
 
-use crate::progress::K8S_NAMESPACE;
+use crate::cri::namespaced;
 
 /// How long a lease keeps partial blobs if no pull of its image ends.
 pub const KEEP_FOR: SignedDuration = SignedDuration::from_hours(6);
@@ -178,15 +178,6 @@ pub async fn end(channel: Channel, reference: String) {
             tracing::debug!(lease = %id, error = %s.message(), "could not end a resume lease; it expires on its own");
         }
     }
-}
-
-fn namespaced<T>(msg: T) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "containerd-namespace",
-        tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
-    );
-    req
 }
 
 #[cfg(test)]

@@ -888,6 +888,82 @@ fn resume_lease(socket: &Path, reference: &str) -> Option<String> {
     })
 }
 
+/// A 32 MiB single-layer image pulled through a 4 MB/s proxy by a test
+/// daemon on a fake node, caught mid-layer with its resume lease held.
+/// Fields drop in order: the daemon first, the registry's directory last.
+struct SlowPull {
+    daemon: Daemon,
+    cleanup: Cleanup,
+    proxy: Proxy,
+    big: PushedImage,
+    /// `proxy-host/repository`, the NodeImage image key.
+    name: String,
+    /// `name:v1`, what the daemon pulls (and names its lease after).
+    reference: String,
+    fake: String,
+    socket: PathBuf,
+    /// The entry once it showed progress.
+    mid: Value,
+    _reg: TestRegistry,
+    _dir: tempfile::TempDir,
+}
+
+impl SlowPull {
+    fn start(c: &Cluster, prefix: &str) -> SlowPull {
+        let dir = temp_dir();
+        let reg = TestRegistry::start(dir.path());
+        let big = Registry::new(&reg.host())
+            .push_image(&unique(prefix), Some("v1"), 32 << 20)
+            .expect("push the big image");
+        let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
+        let name = format!("{}/{}", proxy.host(), big.repository);
+        let reference = format!("{name}:v1");
+        let socket = c.socket(0);
+        let mut cleanup = Cleanup::default();
+        forget_pulled(
+            &mut cleanup,
+            socket.clone(),
+            std::slice::from_ref(&reference),
+        );
+        let (fake, daemon) = fake_node_with_daemon(
+            &mut cleanup,
+            c,
+            prefix,
+            json!({"images": {&name: {"tags": [{"tag": "v1"}]}}}),
+            dir.path(),
+            &socket,
+            &[],
+        );
+        let (_, mid) = ni::wait_tag(
+            c,
+            tag(&fake, &name, "v1"),
+            "Pulling with some progress",
+            TIMEOUT,
+            |e| e["phase"] == "Pulling" && e["progress"].as_i64().is_some_and(|p| p > 0),
+            |e| matches!(e["phase"].as_str(), Some("Succeeded" | "Failed")),
+        );
+        // Progress can come from other pulls' ingests before the manifest
+        // is known (the node's only pull of this daemon, on a containerd
+        // other tests share); the lease shows this pull's layer is held.
+        wait_for("a lease to hold the pull's partial layer", TIMEOUT, || {
+            resume_lease(&socket, &reference)
+        });
+        SlowPull {
+            daemon,
+            cleanup,
+            proxy,
+            big,
+            name,
+            reference,
+            fake,
+            socket,
+            mid,
+            _reg: reg,
+            _dir: dir,
+        }
+    }
+}
+
 /// A daemon SIGKILLed in the middle of a slow pull, and started again,
 /// resumes the tag and finishes it, fetching only what it had not: the
 /// partial layer outlives the killed CRI call under the daemon's lease,
@@ -896,42 +972,22 @@ fn resume_lease(socket: &Path, reference: &str) -> Option<String> {
 #[ignore = "needs the local cluster (make test)"]
 fn daemon_killed_mid_pull_resumes_and_finishes() {
     let c = cluster();
-    let dir = temp_dir();
-    let reg = TestRegistry::start(dir.path());
-    let big = Registry::new(&reg.host())
-        .push_image(&unique("e2e-kill"), Some("v1"), 32 << 20)
-        .expect("push the big image");
-    let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
-    let name = format!("{}/{}", proxy.host(), big.repository);
-    let socket = c.socket(0);
-    let mut cleanup = Cleanup::default();
-    forget_pulled(&mut cleanup, socket.clone(), &[format!("{name}:v1")]);
-    let (fake, mut daemon) = fake_node_with_daemon(
-        &mut cleanup,
-        &c,
-        "e2e-kill",
-        json!({"images": {&name: {"tags": [{"tag": "v1"}]}}}),
-        dir.path(),
-        &socket,
-        &[],
-    );
+    let SlowPull {
+        mut daemon,
+        cleanup: _cleanup,
+        proxy,
+        big,
+        name,
+        reference,
+        fake,
+        socket,
+        mid,
+        // Bound, not `..`: an unbound field would drop (the registry stop)
+        // at the end of this statement.
+        _reg,
+        _dir,
+    } = SlowPull::start(&c, "e2e-kill");
     let t = tag(&fake, &name, "v1");
-
-    let (_, mid) = ni::wait_tag(
-        &c,
-        t,
-        "Pulling with some progress",
-        TIMEOUT,
-        |e| e["phase"] == "Pulling" && e["progress"].as_i64().is_some_and(|p| p > 0),
-        |e| matches!(e["phase"].as_str(), Some("Succeeded" | "Failed")),
-    );
-    // Progress can come from other pulls' ingests before the manifest is
-    // known (the node's only pull of this daemon, on a containerd other
-    // tests share); the lease shows that this pull's layer is being held.
-    let reference = format!("{name}:v1");
-    wait_for("a lease to hold the pull's partial layer", TIMEOUT, || {
-        resume_lease(&socket, &reference)
-    });
     daemon.kill();
     let passed = proxy.bytes_down();
     assert!(
@@ -951,11 +1007,7 @@ fn daemon_killed_mid_pull_resumes_and_finishes() {
     daemon.restart();
     let done = ni::wait_phase(&c, t, 0, "Succeeded", Duration::from_secs(240));
     assert_eq!(done["imageID"], format!("{name}@{}", big.digest), "{done}");
-    assert_on_node(
-        &socket,
-        &format!("{name}:v1"),
-        &format!("{name}@{}", big.digest),
-    );
+    assert_on_node(&socket, &reference, &format!("{name}@{}", big.digest));
     let log = daemon.log_of_latest_start();
     assert!(
         log.lines()
@@ -988,43 +1040,15 @@ fn daemon_killed_mid_pull_resumes_and_finishes() {
 #[ignore = "needs the local cluster (make test)"]
 fn removed_entry_mid_pull_keeps_no_partial_layer() {
     let c = cluster();
-    let dir = temp_dir();
-    let reg = TestRegistry::start(dir.path());
-    let big = Registry::new(&reg.host())
-        .push_image(&unique("e2e-drop"), Some("v1"), 32 << 20)
-        .expect("push the big image");
-    let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
-    let name = format!("{}/{}", proxy.host(), big.repository);
-    let socket = c.socket(0);
-    let mut cleanup = Cleanup::default();
-    forget_pulled(&mut cleanup, socket.clone(), &[format!("{name}:v1")]);
-    let (fake, _daemon) = fake_node_with_daemon(
-        &mut cleanup,
-        &c,
-        "e2e-drop",
-        json!({"images": {&name: {"tags": [{"tag": "v1"}]}}}),
-        dir.path(),
-        &socket,
-        &[],
-    );
-    ni::wait_tag(
-        &c,
-        tag(&fake, &name, "v1"),
-        "Pulling with some progress",
-        TIMEOUT,
-        |e| e["phase"] == "Pulling" && e["progress"].as_i64().is_some_and(|p| p > 0),
-        |e| matches!(e["phase"].as_str(), Some("Succeeded" | "Failed")),
-    );
-    let reference = format!("{name}:v1");
-    wait_for("a lease to hold the pull's partial layer", TIMEOUT, || {
-        resume_lease(&socket, &reference)
-    });
-    ni::remove_images(&c, &fake, std::slice::from_ref(&name));
+    let pull = SlowPull::start(&c, "e2e-drop");
+    ni::remove_images(&c, &pull.fake, std::slice::from_ref(&pull.name));
     wait_for("the removed entry's resume lease to end", TIMEOUT, || {
-        resume_lease(&socket, &reference).is_none().then_some(())
+        resume_lease(&pull.socket, &pull.reference)
+            .is_none()
+            .then_some(())
     });
     assert!(
-        proxy.bytes_down() < big.size as u64,
+        pull.proxy.bytes_down() < pull.big.size as u64,
         "the removal stopped the pull before it finished"
     );
 }

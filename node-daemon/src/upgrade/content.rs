@@ -3,13 +3,12 @@
 //! node's platform from an index), and its layer blobs as blocking readers
 //! for the extraction, which runs on a blocking thread.
 
-use crate::progress::K8S_NAMESPACE;
+use crate::cri::namespaced;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::images_client::ImagesClient;
 use containerd_client::services::v1::{GetImageRequest, ReadContentRequest};
 use serde::Deserialize;
 use std::io::Read;
-use tonic::Request;
 use tonic::transport::Channel;
 
 /// Largest manifest or index read into memory.
@@ -94,15 +93,6 @@ pub fn parse(raw: &[u8], arch: &str) -> Result<Parsed, String> {
             .ok_or_else(|| format!("the image has no manifest for linux/{arch}"));
     }
     Err("not an image manifest or index".into())
-}
-
-fn namespaced<T>(msg: T) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "containerd-namespace",
-        tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
-    );
-    req
 }
 
 /// The digest containerd's image record `name` points at (a manifest or
