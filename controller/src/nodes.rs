@@ -94,6 +94,13 @@ pub fn node_info(n: &Node) -> NodeInfo {
     }
 }
 
+/// The KubeEdge version a Node reports (`kubeletVersion` ending in
+/// `-kubeedge-vX.Y.Z`), which NodeUpgradeJob compares with its target.
+pub fn kubeedge_version(n: &Node) -> Option<String> {
+    let v = &n.status.as_ref()?.node_info.as_ref()?.kubelet_version;
+    nodeimage_api::kubeedge::kubeedge_version_of_kubelet(v)
+}
+
 /// Keeps only what the plans read of a Node: labels, deletion, the Ready
 /// condition's status and `nodeInfo.kubeletVersion` (where KubeEdge nodes
 /// report their version).
@@ -209,6 +216,111 @@ mod tests {
         ];
         for (name, ni, node, synced, want) in cases {
             assert_eq!(orphaned(&ni, node.as_ref(), synced), want, "{name}");
+        }
+    }
+
+    /// A Node as the API server serves it, with every part a kubelet fills
+    /// in, so that trimming has something to drop.
+    fn full_node(
+        labels: serde_json::Value,
+        ready: &str,
+        kubelet_version: &str,
+        deleting: bool,
+    ) -> Node {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "node-1",
+                "uid": "5f0c",
+                "resourceVersion": "42",
+                "labels": labels,
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Thing", "name": "t", "uid": "u"}],
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]
+            },
+            "spec": {"podCIDR": "10.0.0.0/24", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": ready, "message": "kubelet is posting ready status",
+                     "lastHeartbeatTime": "2026-11-26T10:00:00Z",
+                     "lastTransitionTime": "2026-11-26T09:00:00Z"},
+                    {"type": "DiskPressure", "status": "True"}
+                ],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "capacity": {"cpu": "2"},
+                "images": [{"names": ["registry.example/app:v1"], "sizeBytes": 1000}],
+                "nodeInfo": {
+                    "kubeletVersion": kubelet_version, "architecture": "amd64",
+                    "bootID": "b", "containerRuntimeVersion": "containerd://1.6",
+                    "kernelVersion": "6", "kubeProxyVersion": "", "machineID": "m",
+                    "operatingSystem": "linux", "osImage": "Debian", "systemUUID": "s"
+                }
+            }
+        }))
+        .expect("a valid Node");
+        if deleting {
+            node.metadata = terminating(node.metadata);
+        }
+        node
+    }
+
+    /// The Node cache holds trimmed Nodes (`trim_node`, fed by the watch):
+    /// every decision that reads a Node must answer the same on the trimmed
+    /// copy as on the Node the API server served.
+    #[test]
+    fn trimming_keeps_every_field_a_decision_reads() {
+        use crate::nodemirror::decide::{Ownership, mirror};
+        let (vk, vv) = VIRTUAL_KUBELET;
+        let nodes = [
+            full_node(serde_json::json!({"zone": "a"}), "True", "v1.33.1", false),
+            full_node(serde_json::json!({}), "False", "v1.33.1", false),
+            full_node(serde_json::json!({"zone": "b"}), "Unknown", "", false),
+            full_node(serde_json::json!({vk: vv}), "True", "v1.33.1", false),
+            full_node(
+                serde_json::json!({"node-role.kubernetes.io/edge": ""}),
+                "True",
+                "v1.29.5-kubeedge-v1.20.0",
+                false,
+            ),
+            full_node(serde_json::json!({"zone": "a"}), "True", "v1.33.1", true),
+        ];
+        let nodeimage = meta(&[("zone", "old")]);
+        for full in nodes {
+            let mut trimmed = full.clone();
+            trim_node(&mut trimmed);
+            let name = format!("{:?}", full.metadata.labels);
+            assert_eq!(node_info(&trimmed), node_info(&full), "{name}");
+            assert_eq!(
+                kubeedge_version(&trimmed),
+                kubeedge_version(&full),
+                "{name}"
+            );
+            assert_eq!(
+                wants_nodeimage(&trimmed.metadata),
+                wants_nodeimage(&full.metadata),
+                "{name}"
+            );
+            assert_eq!(
+                orphaned(&nodeimage, Some(&trimmed.metadata), true),
+                orphaned(&nodeimage, Some(&full.metadata), true),
+                "{name}"
+            );
+            for ni in [None, Some(&nodeimage)] {
+                let owned = Ownership::default();
+                assert_eq!(
+                    mirror(&trimmed.metadata, ni, &owned),
+                    mirror(&full.metadata, ni, &owned),
+                    "{name}"
+                );
+            }
+            assert_eq!(trimmed.metadata.name, full.metadata.name, "{name}");
+            // What trimming is for: the parts no decision reads are gone.
+            assert!(trimmed.spec.is_none() && trimmed.metadata.managed_fields.is_none());
+            let status = trimmed.status.as_ref().expect("status kept");
+            assert!(status.images.is_none() && status.addresses.is_none());
+            assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1), "{name}");
         }
     }
 }

@@ -23,7 +23,7 @@ use nodeimage_api::NodeUpgradeJob;
 /// What of a Node matters to a job, to pass on only its changes: labels,
 /// readiness, whether it gets a NodeImage, and its KubeEdge version.
 fn node_key(n: &Node) -> (nodes::NodeInfo, Option<String>) {
-    (nodes::node_info(n), reconcile::node_version(n))
+    (nodes::node_info(n), nodes::kubeedge_version(n))
 }
 
 /// How the controller is wired (run by `jobshell::run_node_tasks`).

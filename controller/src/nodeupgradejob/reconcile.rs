@@ -7,13 +7,11 @@ use super::plan::{self, Inputs};
 use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs};
 use crate::tagwrites;
 use chrono::Utc;
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use nodeimage_api::NodeUpgradeJob;
 use nodeimage_api::kruise::TagUpgrade;
-use nodeimage_api::kubeedge::kubeedge_version_of_kubelet;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -24,12 +22,6 @@ impl JobKind for NodeUpgradeJob {
     const KIND: &'static str = plan::KIND;
     const NAME: &'static str = "nodeupgradejob";
     const EVENT_ACTION: &'static str = "Upgrade";
-}
-
-/// The KubeEdge version a Node reports (`kubeletVersion` ending in `-kubeedge-vX.Y.Z`).
-pub fn node_version(n: &Node) -> Option<String> {
-    let v = &n.status.as_ref()?.node_info.as_ref()?.kubelet_version;
-    kubeedge_version_of_kubelet(v)
 }
 
 impl JobReconciler for NodeJobs<NodeUpgradeJob> {
@@ -52,7 +44,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             .nodes
             .state()
             .iter()
-            .filter_map(|n| Some((n.name_any(), node_version(n)?)))
+            .filter_map(|n| Some((n.name_any(), crate::nodes::kubeedge_version(n)?)))
             .collect();
         let now = Utc::now();
         // Dropped before any write is awaited (see ImagePullJob's reconcile).
