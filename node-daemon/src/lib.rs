@@ -102,6 +102,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let api: kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> = kube::Api::all(client.clone());
     let status = writer::StatusHandle::default();
     let deps = Arc::new(shared::Deps {
+        node: flags.node_name.clone(),
         runtime,
         client: client.clone(),
         slots: Arc::new(tokio::sync::Semaphore::new(

@@ -5,15 +5,19 @@
 //! when the call ends (a killed daemon ends it), containerd deletes that
 //! lease and its garbage collector drops the ingests at once. The daemon
 //! therefore adds every ingest of its pull to a lease of its own, named after
-//! the image reference. containerd's fetcher resumes an ingest it finds
+//! the node and the image reference. containerd's fetcher resumes an ingest it finds
 //! under the same name with a range request, so a pull started again (after a
 //! restart, or a timed-out attempt) picks up where the bytes stop. The lease
-//! is deleted when the tag's pull ends either way, and expires on its own
-//! (`KEEP_FOR`) when no pull ends it, such as a tag removed while the daemon
-//! was down.
+//! is deleted when the tag's outcome is known, whatever it is, when its
+//! entry is removed mid-pull, and when the NodeImage is deleted. Leases a
+//! previous run left for images no longer pulled (a tag removed while the
+//! daemon was down) are swept once the daemon has read its NodeImage
+//! ([`sweep`]); one that nothing ends expires on its own (`KEEP_FOR`).
 
 use containerd_client::services::v1::leases_client::LeasesClient;
-use containerd_client::services::v1::{AddResourceRequest, CreateRequest, DeleteRequest, Resource};
+use containerd_client::services::v1::{
+    AddResourceRequest, CreateRequest, DeleteRequest, ListRequest, Resource,
+};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeSet, HashMap};
 use tonic::Code;
@@ -21,32 +25,41 @@ use tonic::transport::Channel;
 
 use crate::cri::namespaced;
 
+/// What every lease of the daemon's is named with, and only they.
+const LEASE_PREFIX: &str = "nodeimage-resume-";
 /// How long a lease keeps partial blobs if no pull of its image ends.
 pub const KEEP_FOR: SignedDuration = SignedDuration::from_hours(6);
 /// containerd's label that makes its garbage collector drop a lease.
 const EXPIRE_LABEL: &str = "containerd.io/gc.expire";
 /// Label naming the image a lease keeps blobs for (for `ctr leases ls`).
 const IMAGE_LABEL: &str = "nodeimage.dev/image";
+/// Label naming the node whose daemon made a lease: a sweep ends only its
+/// own node's (test clusters run several daemons on one containerd).
+const NODE_LABEL: &str = "nodeimage.dev/node";
 /// containerd's resource type for an ingest (a blob being written).
 const INGEST: &str = "ingests";
 /// Longest label value containerd accepts.
 const MAX_LABEL_VALUE: usize = 4096;
 
-/// The lease's name for an image reference: stable across daemon versions
-/// (FNV-1a, not std's unspecified hasher) and within containerd's identifier
-/// rules (letters, digits and `-`; at most 76 characters).
-pub fn lease_id(reference: &str) -> String {
+/// The lease's name for a node's pulls of an image reference: stable across
+/// daemon versions (FNV-1a, not std's unspecified hasher) and within
+/// containerd's identifier rules (letters, digits and `-`; at most 76
+/// characters).
+pub fn lease_id(node: &str, reference: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in reference.bytes() {
+    // A node name holds no NUL, so no two pairs hash the same bytes.
+    for b in node.bytes().chain([0]).chain(reference.bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    format!("nodeimage-resume-{h:016x}")
+    format!("{LEASE_PREFIX}{h:016x}")
 }
 
-/// The labels a new lease gets: when it expires, and which image it is for.
-pub fn lease_labels(reference: &str, now: Timestamp) -> HashMap<String, String> {
+/// The labels a new lease gets: when it expires, and which node and image it
+/// is for.
+pub fn lease_labels(node: &str, reference: &str, now: Timestamp) -> HashMap<String, String> {
     let mut labels = HashMap::new();
+    labels.insert(NODE_LABEL.to_string(), node.to_string());
     if let Ok(at) = now.checked_add(KEEP_FOR) {
         labels.insert(EXPIRE_LABEL.to_string(), at.to_string());
     }
@@ -67,8 +80,8 @@ pub struct LeaseError {
 
 /// Holds one image's partial blobs under the daemon's lease while it pulls.
 pub struct Keeper {
-    channel: Channel,
     client: LeasesClient<Channel>,
+    node: String,
     reference: String,
     id: String,
     exists: bool,
@@ -78,14 +91,14 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// A keeper for pulls of `reference`; it creates its lease only once it
-    /// has an ingest to hold.
-    pub fn new(channel: Channel, reference: &str) -> Self {
+    /// A keeper for `node`'s pulls of `reference`; it creates its lease only
+    /// once it has an ingest to hold.
+    pub fn new(channel: Channel, node: &str, reference: &str) -> Self {
         Keeper {
-            client: LeasesClient::new(channel.clone()),
-            channel,
+            client: LeasesClient::new(channel),
+            node: node.to_string(),
             reference: reference.to_string(),
-            id: lease_id(reference),
+            id: lease_id(node, reference),
             exists: false,
             held: BTreeSet::new(),
             warned: false,
@@ -119,7 +132,7 @@ impl Keeper {
         if !self.exists {
             let req = CreateRequest {
                 id: self.id.clone(),
-                labels: lease_labels(&self.reference, Timestamp::now()),
+                labels: lease_labels(&self.node, &self.reference, Timestamp::now()),
             };
             match self.client.create(namespaced(req)).await {
                 Ok(_) => {}
@@ -147,13 +160,6 @@ impl Keeper {
         }
     }
 
-    /// Ends the lease once the tag's pull has an outcome: what the pull
-    /// fetched belongs to the image now, and a failed pull's partial blobs
-    /// are not kept. A lease a previous run left is ended too.
-    pub async fn release(self) {
-        end(self.channel, self.reference).await;
-    }
-
     fn error(&self, action: &'static str, s: &tonic::Status) -> LeaseError {
         LeaseError {
             lease: self.id.clone(),
@@ -164,14 +170,63 @@ impl Keeper {
 }
 
 /// Ends the lease of `reference`'s partial blobs, if there is one, so
-/// containerd's garbage collector drops them.
-pub async fn end(channel: Channel, reference: String) {
-    let id = lease_id(&reference);
+/// containerd's garbage collector drops them: once the tag's outcome is
+/// known (what the pull fetched belongs to the image now, and a failed
+/// pull's partial blobs are not kept), or once its entry is gone.
+pub async fn end(channel: Channel, node: String, reference: String) {
+    delete(&mut LeasesClient::new(channel), lease_id(&node, &reference)).await;
+}
+
+/// Ends every lease of `node`'s daemon but those of `pulling` (image
+/// references of the pulls now running): a previous run left them for pulls
+/// that will not come back, and their partial blobs would stay on disk for
+/// `KEEP_FOR`. Best effort, like every lease call.
+pub async fn sweep(channel: Channel, node: String, pulling: Vec<String>) {
+    let mut client = LeasesClient::new(channel);
+    let listed = match client.list(namespaced(ListRequest::default())).await {
+        Ok(r) => r.into_inner().leases,
+        Err(s) => {
+            tracing::debug!(error = %s.message(), "could not list resume leases; they expire on their own");
+            return;
+        }
+    };
+    let listed = listed
+        .iter()
+        .map(|l| (l.id.as_str(), l.labels.get(NODE_LABEL)));
+    let ended = stale(listed, &node, &pulling);
+    for id in &ended {
+        delete(&mut client, id.clone()).await;
+    }
+    if !ended.is_empty() {
+        tracing::info!(
+            leases = ended.len(),
+            "ended resume leases of pulls that no longer run"
+        );
+    }
+}
+
+/// The ids of `node`'s leases among `listed` (id and node label) that
+/// belong to none of `pulling`.
+fn stale<'a>(
+    listed: impl Iterator<Item = (&'a str, Option<&'a String>)>,
+    node: &str,
+    pulling: &[String],
+) -> Vec<String> {
+    let keep: BTreeSet<String> = pulling.iter().map(|r| lease_id(node, r)).collect();
+    listed
+        .filter(|(id, of)| {
+            id.starts_with(LEASE_PREFIX) && of.is_some_and(|n| n == node) && !keep.contains(*id)
+        })
+        .map(|(id, _)| id.to_string())
+        .collect()
+}
+
+async fn delete(client: &mut LeasesClient<Channel>, id: String) {
     let req = DeleteRequest {
         id: id.clone(),
         sync: false,
     };
-    match LeasesClient::new(channel).delete(namespaced(req)).await {
+    match client.delete(namespaced(req)).await {
         Ok(_) => {}
         Err(s) if s.code() == Code::NotFound => {}
         Err(s) => {
@@ -185,13 +240,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_sweep_ends_only_the_daemons_leases_of_images_not_pulling() {
+        let app = "127.0.0.1:5000/app:v1".to_string();
+        let gone = "127.0.0.1:5000/gone:v1".to_string();
+        let (app_id, gone_id) = (lease_id("n1", &app), lease_id("n1", &gone));
+        let other_node = lease_id("n2", &gone);
+        let (n1, n2) = ("n1".to_string(), "n2".to_string());
+        let listed = [
+            (app_id.as_str(), Some(&n1)),
+            (gone_id.as_str(), Some(&n1)),
+            // Another daemon's on the same containerd, one of no node, and
+            // containerd's own and other tools' leases are never touched.
+            (other_node.as_str(), Some(&n2)),
+            ("nodeimage-resume-cbf29ce484222325", None),
+            ("k8s.io/pull-1", Some(&n1)),
+            ("other-nodeimage-resume-0000000000000000", Some(&n1)),
+        ];
+        let cases: Vec<(&str, Vec<String>, Vec<String>)> = vec![
+            (
+                "nothing pulling",
+                vec![],
+                vec![app_id.clone(), gone_id.clone()],
+            ),
+            ("one pulling", vec![app.clone()], vec![gone_id.clone()]),
+            ("both pulling", vec![app.clone(), gone.clone()], vec![]),
+            (
+                "a pull of an image without a lease",
+                vec!["127.0.0.1:5000/new:v1".into()],
+                vec![app_id.clone(), gone_id.clone()],
+            ),
+        ];
+        for (name, pulling, want) in cases {
+            assert_eq!(
+                stale(listed.iter().copied(), "n1", &pulling),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn lease_ids_are_stable_distinct_and_valid_identifiers() {
-        let a = lease_id("127.0.0.1:5000/app:v1");
-        assert_eq!(a, lease_id("127.0.0.1:5000/app:v1"));
-        assert_ne!(a, lease_id("127.0.0.1:5000/app:v2"));
-        // FNV-1a of the empty string is its offset basis: the rule is fixed.
-        assert_eq!(lease_id(""), "nodeimage-resume-cbf29ce484222325");
-        for id in [a, lease_id(&"x".repeat(10_000))] {
+        let a = lease_id("n1", "127.0.0.1:5000/app:v1");
+        assert_eq!(a, lease_id("n1", "127.0.0.1:5000/app:v1"));
+        assert_ne!(a, lease_id("n1", "127.0.0.1:5000/app:v2"));
+        assert_ne!(a, lease_id("n2", "127.0.0.1:5000/app:v1"));
+        // The separator keeps the node's bytes apart from the reference's.
+        assert_ne!(lease_id("n1", "x/app:v1"), lease_id("n1x", "/app:v1"));
+        // FNV-1a of one NUL byte: the rule is fixed.
+        assert_eq!(lease_id("", ""), "nodeimage-resume-af63bd4c8601b7df");
+        for id in [a, lease_id(&"n".repeat(253), &"x".repeat(10_000))] {
             assert!(id.len() <= 76, "{id}");
             assert!(
                 id.chars()
@@ -204,14 +302,15 @@ mod tests {
     #[test]
     fn labels_expire_later_and_skip_overlong_references() {
         let now: Timestamp = "2026-11-26T08:00:00Z".parse().expect("a timestamp");
-        let l = lease_labels("r/app:v1", now);
+        let l = lease_labels("n1", "r/app:v1", now);
         assert_eq!(l[EXPIRE_LABEL], "2026-11-26T14:00:00Z");
         assert_eq!(l[IMAGE_LABEL], "r/app:v1");
+        assert_eq!(l[NODE_LABEL], "n1");
         let long = "r/".to_string() + &"a".repeat(MAX_LABEL_VALUE);
-        let l = lease_labels(&long, now);
+        let l = lease_labels("n1", &long, now);
         assert!(!l.contains_key(IMAGE_LABEL));
         assert!(l.contains_key(EXPIRE_LABEL));
         // At the end of time there is no expiry to write, and no panic.
-        assert!(!lease_labels("r/app:v1", Timestamp::MAX).contains_key(EXPIRE_LABEL));
+        assert!(!lease_labels("n1", "r/app:v1", Timestamp::MAX).contains_key(EXPIRE_LABEL));
     }
 }

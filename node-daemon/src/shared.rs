@@ -10,6 +10,9 @@ use tokio::sync::Semaphore;
 
 /// What every worker shares.
 pub struct Deps {
+    /// This node's name: scopes what the daemon keeps in a containerd that
+    /// other daemons may share (the resume leases).
+    pub node: String,
     /// The node's runtime.
     pub runtime: Runtime,
     /// Client for reading pull secrets.

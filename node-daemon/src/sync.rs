@@ -38,6 +38,9 @@ pub async fn run(
     let mut running: BTreeMap<TagKey, Running> = BTreeMap::new();
     let mut init: Option<Decoded> = None;
     let mut logged: BTreeMap<TagKey, String> = BTreeMap::new();
+    // Whether the leases a previous run left have been swept (once the
+    // first NodeImage says what this run pulls).
+    let mut swept = false;
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
@@ -54,11 +57,13 @@ pub async fn run(
                     &mut running,
                     &mut logged,
                 );
+                sweep_once(&workers, &running, &mut swept);
             }
             Ok(Event::Delete(_)) => {
                 tracing::warn!(node = %node, "NodeImage deleted; stopping every pull");
                 for (_, r) in std::mem::take(&mut running) {
                     r.handle.abort();
+                    end_lease_after(&workers, r);
                 }
                 workers.deps.status.forget();
             }
@@ -67,7 +72,10 @@ pub async fn run(
             Ok(Event::InitDone) => {
                 synced.set(true);
                 match init.take() {
-                    Some(ni) => apply(&workers, ni, true, &mut running, &mut logged),
+                    Some(ni) => {
+                        apply(&workers, ni, true, &mut running, &mut logged);
+                        sweep_once(&workers, &running, &mut swept);
+                    }
                     None => {
                         tracing::warn!(node = %node, "no NodeImage for this node yet; waiting for the controller to create it")
                     }
@@ -129,15 +137,8 @@ fn apply(
             // A removed entry's partial blobs are not kept for a later pull
             // (a superseded one's are, for the pull that replaces it). The
             // lease ends once the pull is gone, so it cannot hold them again.
-            if unfinished
-                && !restarted.contains(key)
-                && let Some(reference) = r.reference
-            {
-                let (channel, handle) = (workers.deps.runtime.channel(), r.handle);
-                tokio::spawn(async move {
-                    let _ = handle.await;
-                    resume::end(channel, reference).await;
-                });
+            if unfinished && !restarted.contains(key) {
+                end_lease_after(workers, r);
             }
         }
         workers.deps.status.clear(key);
@@ -156,4 +157,34 @@ fn apply(
             },
         );
     }
+}
+
+/// Ends the resume lease of an aborted pull once the pull is gone, so it
+/// cannot hold its blobs again.
+fn end_lease_after(workers: &Workers, r: Running) {
+    let Some(reference) = r.reference else { return };
+    let (channel, node) = (workers.deps.runtime.channel(), workers.deps.node.clone());
+    tokio::spawn(async move {
+        let _ = r.handle.await;
+        resume::end(channel, node, reference).await;
+    });
+}
+
+/// Once per run, after the first NodeImage is acted on: ends the leases a
+/// previous run left for images this run does not pull (`resume::sweep`).
+fn sweep_once(workers: &Workers, running: &BTreeMap<TagKey, Running>, swept: &mut bool) {
+    if std::mem::replace(swept, true) {
+        return;
+    }
+    let pulling = running
+        .values()
+        .filter(|r| !r.handle.is_finished())
+        .filter_map(|r| r.reference.clone())
+        .collect();
+    let deps = &workers.deps;
+    tokio::spawn(resume::sweep(
+        deps.runtime.channel(),
+        deps.node.clone(),
+        pulling,
+    ));
 }

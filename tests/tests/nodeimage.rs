@@ -1053,6 +1053,70 @@ fn removed_entry_mid_pull_keeps_no_partial_layer() {
     );
 }
 
+/// A tag removed while its daemon was down leaves no partial layer behind:
+/// the restarted daemon, once it has read its NodeImage, ends the resume
+/// leases of images it no longer pulls (the lease would otherwise keep the
+/// bytes for six hours).
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_tag_removed_while_the_daemon_was_down_keeps_no_partial_layer() {
+    let c = cluster();
+    let SlowPull {
+        mut daemon,
+        cleanup: _cleanup,
+        proxy,
+        big,
+        name,
+        reference,
+        fake,
+        socket,
+        _reg,
+        _dir,
+        ..
+    } = SlowPull::start(&c, "e2e-sweep");
+    daemon.kill();
+    ni::remove_images(&c, &fake, std::slice::from_ref(&name));
+    assert!(
+        resume_lease(&socket, &reference).is_some(),
+        "with the daemon down, nothing has ended the lease yet"
+    );
+    daemon.restart();
+    wait_for("the restarted daemon to end the lease", TIMEOUT, || {
+        resume_lease(&socket, &reference).is_none().then_some(())
+    });
+    let log = daemon.log_of_latest_start();
+    assert!(
+        log.contains("ended resume leases of pulls that no longer run"),
+        "the sweep says what it did:\n{log}"
+    );
+    assert!(
+        proxy.bytes_down() < big.size as u64,
+        "the removed tag was not pulled again"
+    );
+}
+
+/// Deleting a NodeImage mid-pull stops its pulls and ends their leases.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn deleted_nodeimage_mid_pull_keeps_no_partial_layer() {
+    let c = cluster();
+    let pull = SlowPull::start(&c, "e2e-delni");
+    ni::delete(&c, &pull.fake);
+    wait_for(
+        "the deleted NodeImage's resume lease to end",
+        TIMEOUT,
+        || {
+            resume_lease(&pull.socket, &pull.reference)
+                .is_none()
+                .then_some(())
+        },
+    );
+    assert!(
+        pull.proxy.bytes_down() < pull.big.size as u64,
+        "the deletion stopped the pull before it finished"
+    );
+}
+
 /// A tag Succeeded before a restart is not pulled again after it (imagePullPolicy
 /// Always, so a re-run would have to fetch the manifest): the registry sees
 /// no new manifest request while the restarted daemon pulls a new tag, and
