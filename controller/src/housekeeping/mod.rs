@@ -94,6 +94,7 @@ pub async fn run(
             node_upgrade_jobs: upgrade_jobs,
         },
         orphans: Default::default(),
+        nodeimages: nodeimages.store.clone(),
     });
     tracing::info!("housekeeping starting");
     let Subscription {

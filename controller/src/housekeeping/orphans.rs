@@ -24,13 +24,22 @@ impl OrphansSeen {
     }
 
     /// Records what a plan made at `now` left: orphaned entries (first seen
-    /// now unless seen before) or none.
-    pub fn record(&self, name: &str, orphaned: bool, now: DateTime<Utc>) {
+    /// now unless seen before) or none. A first sighting also forgets the
+    /// NodeImages `exists` no longer finds: housekeeping is not called for a
+    /// deleted one, so the map holds at most the live ones.
+    pub fn record(
+        &self,
+        name: &str,
+        orphaned: bool,
+        now: DateTime<Utc>,
+        exists: impl Fn(&str) -> bool,
+    ) {
         let mut seen = self.lock();
-        if orphaned {
-            seen.entry(name.to_string()).or_insert(now);
-        } else {
+        if !orphaned {
             seen.remove(name);
+        } else if !seen.contains_key(name) {
+            seen.retain(|n, _| exists(n));
+            seen.insert(name.to_string(), now);
         }
     }
 
@@ -48,14 +57,29 @@ mod tests {
     fn first_sighting_is_kept_until_none_are_left() {
         let seen = OrphansSeen::default();
         let t = |s| DateTime::from_timestamp(s, 0).expect("valid");
+        let all = |_: &str| true;
         assert_eq!(seen.since("a"), None);
-        seen.record("a", true, t(10));
-        seen.record("a", true, t(20));
+        seen.record("a", true, t(10), all);
+        seen.record("a", true, t(20), all);
         assert_eq!(seen.since("a"), Some(t(10)));
-        seen.record("a", false, t(30));
+        seen.record("a", false, t(30), all);
         assert_eq!(seen.since("a"), None);
-        seen.record("b", true, t(40));
+        seen.record("b", true, t(40), all);
         seen.forget("b");
         assert_eq!(seen.since("b"), None);
+    }
+
+    #[test]
+    fn a_first_sighting_forgets_nodeimages_that_are_gone() {
+        let seen = OrphansSeen::default();
+        let t = |s| DateTime::from_timestamp(s, 0).expect("valid");
+        seen.record("gone", true, t(10), |_| true);
+        seen.record("kept", true, t(10), |_| true);
+        // Seen again: nothing else is looked up.
+        seen.record("kept", true, t(20), |_| panic!("no lookup"));
+        seen.record("new", true, t(30), |n| n != "gone");
+        assert_eq!(seen.since("gone"), None);
+        assert_eq!(seen.since("kept"), Some(t(10)));
+        assert_eq!(seen.since("new"), Some(t(30)));
     }
 }

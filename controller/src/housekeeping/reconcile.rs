@@ -42,6 +42,8 @@ pub struct State {
     pub owners: OwnerCaches,
     /// Since when each NodeImage's status has held entries of removed tags.
     pub orphans: OrphansSeen,
+    /// The NodeImage cache, to forget sightings of deleted NodeImages.
+    pub nodeimages: Store<NodeImage>,
 }
 
 /// Why housekeeping of one NodeImage failed.
@@ -113,7 +115,8 @@ pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, 
     if !plan.is_noop() {
         write(&api, &ni, &plan).await?;
     }
-    state.orphans.record(&name, plan.orphaned, now);
+    let exists = |n: &str| state.nodeimages.get(&ObjectRef::new(n)).is_some();
+    state.orphans.record(&name, plan.orphaned, now, exists);
     log_changes(&name, &plan);
     publish_failures(&state.ctx, &ni, &plan).await;
     Ok(Action::requeue(plan.requeue_after))
