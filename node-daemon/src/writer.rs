@@ -17,7 +17,9 @@ use tokio::time::Instant;
 
 /// Quiet time that gathers simultaneous phase changes into one write (the
 /// tags a spec change starts report within a few milliseconds of each
-/// other); short, since it is added to every Succeeded a watcher waits for.
+/// other); short, since it is added to a Succeeded a watcher waits for.
+/// Skipped when nothing is left to gather: no spec change waits for its
+/// tags' first reports and every tag has finished (`StatusHandle::quiet`).
 const COALESCE: Duration = Duration::from_millis(30);
 /// Least time between writes that only move progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -52,6 +54,9 @@ struct Inner {
     seen_during_request: Option<Vec<String>>,
     live: BTreeMap<TagKey, ImageTagStatus>,
     urgent: bool,
+    /// A spec change not written since: its tags' first reports follow
+    /// within milliseconds.
+    spec_pending: bool,
     pending: bool,
     /// A generation at which a write guarded by its entries was refused
     /// although the spec had not moved: the spec as decoded does not match
@@ -172,6 +177,7 @@ impl StatusHandle {
             if !matches!(source, Source::Response) || spec_changed {
                 g.pending = true;
                 g.urgent |= spec_changed;
+                g.spec_pending |= spec_changed;
                 drop(g);
                 self.notify.notify_one();
             }
@@ -249,6 +255,7 @@ impl StatusHandle {
         let mut g = self.lock();
         g.pending = false;
         g.urgent = false;
+        g.spec_pending = false;
         let ni = g.observed.clone()?;
         let new = status::build(&ni, &g.live);
         if ni.status.as_ref() == Some(&new) {
@@ -282,6 +289,14 @@ impl StatusHandle {
     fn state(&self) -> (bool, bool) {
         let g = self.lock();
         (g.pending, g.urgent)
+    }
+
+    /// Nothing is about to report: no spec change waits for its tags' first
+    /// reports, and every tag's pull has finished. A change now is the last
+    /// of its burst, so waiting to gather more would only delay it.
+    fn quiet(&self) -> bool {
+        let g = self.lock();
+        !g.spec_pending && g.live.values().all(|s| s.phase.is_finished())
     }
 }
 
@@ -345,7 +360,9 @@ pub async fn run(
             continue;
         }
         if urgent {
-            tokio::time::sleep(COALESCE).await;
+            if !handle.quiet() {
+                tokio::time::sleep(COALESCE).await;
+            }
         } else {
             // A phase change while progress waits out its interval must not
             // wait with it: wake on every report and look again.
@@ -512,14 +529,22 @@ mod tests {
     }
 
     fn node_image(rv: &str) -> NodeImage {
+        node_image_with(rv, &["1"])
+    }
+
+    /// A NodeImage with these tags of image `a`.
+    fn node_image_with(rv: &str, tags: &[&str]) -> NodeImage {
         let mut images = BTreeMap::new();
         images.insert(
             "a".into(),
             ImageSpec {
-                tags: vec![ImageTagSpec {
-                    tag: "1".into(),
-                    ..Default::default()
-                }],
+                tags: tags
+                    .iter()
+                    .map(|t| ImageTagSpec {
+                        tag: (*t).into(),
+                        ..Default::default()
+                    })
+                    .collect(),
                 ..Default::default()
             },
         );
@@ -848,6 +873,53 @@ mod tests {
             before + 1,
             "Succeeded written within the coalescing pause"
         );
+        let _ = tx.send(true);
+        let _ = task.await;
+    }
+
+    /// The coalescing pause gathers a burst of reports; the last pull of a
+    /// burst ending has nothing left to gather and is written at once, while
+    /// one ending beside a running pull still waits for the pause.
+    #[tokio::test(start_paused = true)]
+    async fn only_the_last_pull_to_end_skips_the_coalescing_pause() {
+        let sink = Recorder::default();
+        let (h, tx, task) = start(sink.clone(), Default::default());
+        h.observe(node_image_with("1", &["1", "2"]));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let key = |tag: &str| TagKey {
+            image: "a".into(),
+            tag: tag.into(),
+        };
+        let st = |tag: &str, phase| ImageTagStatus {
+            tag: tag.into(),
+            phase,
+            version: Some(0),
+            ..Default::default()
+        };
+        h.report(&key("1"), st("1", ImagePullPhase::Pulling));
+        h.report(&key("2"), st("2", ImagePullPhase::Pulling));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let writes = || sink.writes.load(Ordering::SeqCst);
+        let before = writes();
+
+        // Tag 2 still pulls: tag 1's success waits for the pause.
+        h.report(&key("1"), st("1", ImagePullPhase::Succeeded));
+        tokio::time::sleep(COALESCE / 2).await;
+        assert_eq!(writes(), before, "not written before the pause ends");
+        tokio::time::sleep(COALESCE).await;
+        assert_eq!(writes(), before + 1, "written after the pause");
+
+        // Tag 2 is the last: written without the pause.
+        h.report(&key("2"), st("2", ImagePullPhase::Failed));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(writes(), before + 2, "the last one is written at once");
+
+        // A spec change still waits for its tags' first reports.
+        h.observe(node_image_with("2", &["1", "2", "3"]));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(writes(), before + 2, "a spec change waits for the pause");
+        tokio::time::sleep(COALESCE).await;
+        assert_eq!(writes(), before + 3, "the new tag's Waiting is written");
         let last = sink
             .last
             .lock()
