@@ -1,6 +1,11 @@
 //! The kube client: from `--kubeconfig`, `KUBECONFIG`, or the in-cluster config.
 
+use hyper_util::client::legacy::connect::HttpConnector;
+use kube::client::ConfigExt;
+use kube::client::retry::RetryPolicy;
 use std::path::PathBuf;
+use tower::retry::RetryLayer;
+use tower::{BoxError, ServiceBuilder};
 
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +46,38 @@ pub async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Clien
         }
         None => kube::Config::infer().await?,
     };
+    // kube's own stack, but for one socket option: it leaves Nagle's
+    // algorithm on (kube-rs/kube#2056), so a small request sent while an
+    // earlier one is unacknowledged waits for the API server's delayed ACK,
+    // up to 40 ms (a daemon's Succeeded status write sent beside its event
+    // did, in tests/bench/pull.sh). Go clients, kubelet and client-go among
+    // them, send with TCP_NODELAY.
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http_client =
+        hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let retry = config
+        .default_retry
+        .then(|| RetryLayer::new(RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(http_client);
     // Every request is counted and timed (`nodeimage_api_*`).
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&crate::apimetrics::MetricsLayer)
-        .build())
+    Ok(
+        kube::client::ClientBuilder::new(service, config.default_namespace.clone())
+            .with_layer(&crate::apimetrics::MetricsLayer)
+            .build(),
+    )
 }
