@@ -91,13 +91,14 @@ impl NodeImages {
 }
 
 /// Projects a decoded NodeImage onto what the controller reads, before the
-/// store keeps it: its name, uid, resourceVersion, labels and deletion, the
-/// whole spec (an entry write `test`s each image it changes as read) and the
-/// whole status but `firstSyncStatus` (housekeeping's status writes are
-/// built from it; every tag status field feeds a job's status or a wakeup).
-/// Dropped: managed fields (decoded, four times the spec), annotations
-/// (the node mirror's record of its labels cost ~0.7 KB per cached
-/// NodeImage), the other metadata, and lists' spare capacity: decoding
+/// store keeps it: its name, uid, resourceVersion, labels and deletion (and
+/// the small metadata fields kept as decoded), the whole spec (an entry
+/// write `test`s each image it changes as read) and the whole status but
+/// `firstSyncStatus` (housekeeping's status writes are built from it; every
+/// tag status field feeds a job's status or a wakeup). Dropped: managed
+/// fields (decoded, four times the spec), annotations (the node mirror's
+/// record of its labels cost ~0.7 KB per cached NodeImage), creation time,
+/// owner references, finalizers, and lists' spare capacity: decoding
 /// grows each list to at least four items, and most images have one tag,
 /// so at 100 images a node's cached copy was 226 KB, 97 KB of it in use.
 pub fn compact(ni: &mut NodeImage) {

@@ -10,7 +10,7 @@ use crate::desired::{PullMode, PullTask, SecretRef, Target};
 use crate::metrics::ItemLabels;
 use crate::progress::Probe;
 use crate::report::{Outcome, Reporter};
-use crate::resume::{self, Keeper};
+use crate::resume::Keeper;
 use crate::retry::{self, Next};
 use k8s_cri::v1::AuthConfig;
 use k8s_openapi::api::core::v1::Secret;
@@ -71,21 +71,8 @@ async fn wait_for_runtime(rep: &Reporter<'_>, msg: &str, deadline: Option<Instan
     }
 }
 
-/// Checks, then pulls (unless present and IfNotPresent), with retries; then
-/// ends the image's resume lease, whatever the outcome (see `resume`).
+/// Checks, then pulls (unless present and IfNotPresent), with retries.
 pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outcome {
-    let outcome = check_and_pull(rep, t, deadline).await;
-    // Not awaited: the outcome is reported without waiting on containerd.
-    let deps = rep.deps;
-    tokio::spawn(resume::end(
-        deps.runtime.channel(),
-        deps.node.clone(),
-        t.image.pull_ref(),
-    ));
-    outcome
-}
-
-async fn check_and_pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instant>) -> Outcome {
     let deps = rep.deps;
     let name = t.image.name();
     let reference = t.image.pull_ref();

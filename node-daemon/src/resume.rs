@@ -20,6 +20,7 @@ use containerd_client::services::v1::{
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeSet, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -36,6 +37,10 @@ const IMAGE_LABEL: &str = "nodeimage.dev/image";
 /// Label naming the node whose daemon made a lease: a sweep ends only its
 /// own node's (test clusters run several daemons on one containerd).
 const NODE_LABEL: &str = "nodeimage.dev/node";
+/// How often the start-up sweep asks containerd for its leases, and how
+/// long it waits between asks.
+const SWEEP_ATTEMPTS: u32 = 10;
+const SWEEP_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 /// containerd's resource type for an ingest (a blob being written).
 const INGEST: &str = "ingests";
 /// Longest label value containerd accepts.
@@ -152,8 +157,10 @@ impl Keeper {
             Ok(_) => Ok(()),
             Err(s) => {
                 if s.code() == Code::NotFound {
-                    // The lease expired or was removed by hand: make it anew.
+                    // The lease expired or was ended: make it anew, and
+                    // hold again what the old one held.
                     self.exists = false;
+                    self.held.clear();
                 }
                 Err(self.error("add ingest", &s))
             }
@@ -177,23 +184,36 @@ pub async fn end(channel: Channel, node: String, reference: String) {
     delete(&mut LeasesClient::new(channel), lease_id(&node, &reference)).await;
 }
 
-/// Ends every lease of `node`'s daemon but those of `pulling` (image
-/// references of the pulls now running): a previous run left them for pulls
-/// that will not come back, and their partial blobs would stay on disk for
-/// `KEEP_FOR`. Best effort, like every lease call.
-pub async fn sweep(channel: Channel, node: String, pulling: Vec<String>) {
+/// Ends every lease of `node`'s daemon that this run did not make, but
+/// those of `pulling` (image references of the pulls now running): a
+/// previous run left them for pulls that will not come back, and their
+/// partial blobs would stay on disk for `KEEP_FOR`. Leases made since
+/// `run_started` belong to this run's pulls and are left to them. Tries
+/// again while containerd does not answer (a node just booted), then gives
+/// up: the leases expire on their own.
+pub async fn sweep(channel: Channel, node: String, pulling: Vec<String>, run_started: SystemTime) {
     let mut client = LeasesClient::new(channel);
-    let listed = match client.list(namespaced(ListRequest::default())).await {
-        Ok(r) => r.into_inner().leases,
-        Err(s) => {
-            tracing::debug!(error = %s.message(), "could not list resume leases; they expire on their own");
-            return;
+    let mut attempt = 1;
+    let listed = loop {
+        match client.list(namespaced(ListRequest::default())).await {
+            Ok(r) => break r.into_inner().leases,
+            Err(s) if attempt < SWEEP_ATTEMPTS => {
+                tracing::debug!(error = %s.message(), attempt, "could not list resume leases; trying again");
+                attempt += 1;
+                tokio::time::sleep(SWEEP_RETRY).await;
+            }
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "could not list resume leases; those a previous run left expire on their own");
+                return;
+            }
         }
     };
-    let listed = listed
-        .iter()
-        .map(|l| (l.id.as_str(), l.labels.get(NODE_LABEL)));
-    let ended = stale(listed, &node, &pulling);
+    let listed = listed.iter().map(|l| Listed {
+        id: &l.id,
+        node: l.labels.get(NODE_LABEL).map(String::as_str),
+        created: l.created_at.as_ref().map(|t| (t.seconds, t.nanos)),
+    });
+    let ended = stale(listed, &node, &pulling, unix_parts(run_started));
     for id in &ended {
         delete(&mut client, id.clone()).await;
     }
@@ -205,19 +225,43 @@ pub async fn sweep(channel: Channel, node: String, pulling: Vec<String>) {
     }
 }
 
-/// The ids of `node`'s leases among `listed` (id and node label) that
-/// belong to none of `pulling`.
+/// One listed lease, as far as the sweep cares.
+struct Listed<'a> {
+    id: &'a str,
+    /// Its node label.
+    node: Option<&'a str>,
+    /// When containerd made it: seconds and nanoseconds since the epoch.
+    created: Option<(i64, i32)>,
+}
+
+/// A time as seconds and nanoseconds since the epoch, as containerd reports
+/// lease creation (before the epoch counts as the epoch).
+fn unix_parts(t: SystemTime) -> (i64, i32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    // Below one billion, so it fits.
+    let nanos = i32::try_from(d.subsec_nanos()).unwrap_or(0);
+    (secs, nanos)
+}
+
+/// The ids of `node`'s leases among `listed`, made before `run_started`,
+/// that belong to none of `pulling`. A lease without a creation time is
+/// left alone.
 fn stale<'a>(
-    listed: impl Iterator<Item = (&'a str, Option<&'a String>)>,
+    listed: impl Iterator<Item = Listed<'a>>,
     node: &str,
     pulling: &[String],
+    run_started: (i64, i32),
 ) -> Vec<String> {
     let keep: BTreeSet<String> = pulling.iter().map(|r| lease_id(node, r)).collect();
     listed
-        .filter(|(id, of)| {
-            id.starts_with(LEASE_PREFIX) && of.is_some_and(|n| n == node) && !keep.contains(*id)
+        .filter(|l| {
+            l.id.starts_with(LEASE_PREFIX)
+                && l.node == Some(node)
+                && l.created.is_some_and(|c| c < run_started)
+                && !keep.contains(l.id)
         })
-        .map(|(id, _)| id.to_string())
+        .map(|l| l.id.to_string())
         .collect()
 }
 
@@ -245,17 +289,32 @@ mod tests {
         let gone = "127.0.0.1:5000/gone:v1".to_string();
         let (app_id, gone_id) = (lease_id("n1", &app), lease_id("n1", &gone));
         let other_node = lease_id("n2", &gone);
-        let (n1, n2) = ("n1".to_string(), "n2".to_string());
-        let listed = [
-            (app_id.as_str(), Some(&n1)),
-            (gone_id.as_str(), Some(&n1)),
-            // Another daemon's on the same containerd, one of no node, and
-            // containerd's own and other tools' leases are never touched.
-            (other_node.as_str(), Some(&n2)),
-            ("nodeimage-resume-cbf29ce484222325", None),
-            ("k8s.io/pull-1", Some(&n1)),
-            ("other-nodeimage-resume-0000000000000000", Some(&n1)),
-        ];
+        let new_id = lease_id("n1", "127.0.0.1:5000/new:v1");
+        let started = (1_000, 500);
+        let before = Some((999, 900));
+        let listed = || {
+            [
+                (app_id.as_str(), Some("n1"), before),
+                (gone_id.as_str(), Some("n1"), before),
+                // Made by this run (a pull started after the keep list was
+                // taken), even within the same second.
+                (new_id.as_str(), Some("n1"), Some((1_000, 501))),
+                // Another daemon's on the same containerd, one of no node,
+                // one of no creation time, and containerd's own and other
+                // tools' leases are never touched.
+                (other_node.as_str(), Some("n2"), before),
+                ("nodeimage-resume-cbf29ce484222325", None, before),
+                (gone_id.as_str(), Some("n1"), None),
+                ("k8s.io/pull-1", Some("n1"), before),
+                (
+                    "other-nodeimage-resume-0000000000000000",
+                    Some("n1"),
+                    before,
+                ),
+            ]
+            .into_iter()
+            .map(|(id, node, created)| Listed { id, node, created })
+        };
         let cases: Vec<(&str, Vec<String>, Vec<String>)> = vec![
             (
                 "nothing pulling",
@@ -264,19 +323,19 @@ mod tests {
             ),
             ("one pulling", vec![app.clone()], vec![gone_id.clone()]),
             ("both pulling", vec![app.clone(), gone.clone()], vec![]),
-            (
-                "a pull of an image without a lease",
-                vec!["127.0.0.1:5000/new:v1".into()],
-                vec![app_id.clone(), gone_id.clone()],
-            ),
         ];
         for (name, pulling, want) in cases {
-            assert_eq!(
-                stale(listed.iter().copied(), "n1", &pulling),
-                want,
-                "{name}"
-            );
+            assert_eq!(stale(listed(), "n1", &pulling, started), want, "{name}");
         }
+    }
+
+    #[test]
+    fn times_before_the_epoch_or_past_the_range_do_not_panic() {
+        assert_eq!(unix_parts(UNIX_EPOCH), (0, 0));
+        let before = UNIX_EPOCH - std::time::Duration::from_secs(5);
+        assert_eq!(unix_parts(before), (0, 0));
+        let t = UNIX_EPOCH + std::time::Duration::new(7, 9);
+        assert_eq!(unix_parts(t), (7, 9));
     }
 
     #[test]

@@ -39,8 +39,10 @@ pub async fn run(
     let mut init: Option<Decoded> = None;
     let mut logged: BTreeMap<TagKey, String> = BTreeMap::new();
     // Whether the leases a previous run left have been swept (once the
-    // first NodeImage says what this run pulls).
+    // first NodeImage says what this run pulls); leases made since this
+    // run started are its own.
     let mut swept = false;
+    let run_started = std::time::SystemTime::now();
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
@@ -57,7 +59,7 @@ pub async fn run(
                     &mut running,
                     &mut logged,
                 );
-                sweep_once(&workers, &running, &mut swept);
+                sweep_once(&workers, &running, &mut swept, run_started);
             }
             Ok(Event::Delete(_)) => {
                 tracing::warn!(node = %node, "NodeImage deleted; stopping every pull");
@@ -74,7 +76,7 @@ pub async fn run(
                 match init.take() {
                     Some(ni) => {
                         apply(&workers, ni, true, &mut running, &mut logged);
-                        sweep_once(&workers, &running, &mut swept);
+                        sweep_once(&workers, &running, &mut swept, run_started);
                     }
                     None => {
                         tracing::warn!(node = %node, "no NodeImage for this node yet; waiting for the controller to create it")
@@ -172,7 +174,12 @@ fn end_lease_after(workers: &Workers, r: Running) {
 
 /// Once per run, after the first NodeImage is acted on: ends the leases a
 /// previous run left for images this run does not pull (`resume::sweep`).
-fn sweep_once(workers: &Workers, running: &BTreeMap<TagKey, Running>, swept: &mut bool) {
+fn sweep_once(
+    workers: &Workers,
+    running: &BTreeMap<TagKey, Running>,
+    swept: &mut bool,
+    run_started: std::time::SystemTime,
+) {
     if std::mem::replace(swept, true) {
         return;
     }
@@ -186,5 +193,6 @@ fn sweep_once(workers: &Workers, running: &BTreeMap<TagKey, Running>, swept: &mu
         deps.runtime.channel(),
         deps.node.clone(),
         pulling,
+        run_started,
     ));
 }

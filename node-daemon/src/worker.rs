@@ -7,6 +7,7 @@ use crate::desired::PullTask;
 use crate::metrics::GaugeGuard;
 use crate::pull;
 use crate::report::{self, Outcome, Reporter, now};
+use crate::resume;
 use crate::shared::Deps;
 use crate::upgrade;
 use nodeimage_api::kruise::ImagePullPhase;
@@ -74,6 +75,14 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
             (o, Some(started.elapsed()))
         }
     };
+    // Whatever the outcome (a deadline in the queue included), this image's
+    // partial blobs are no longer kept (see `resume`). Not awaited: the
+    // outcome is reported without waiting on containerd.
+    tokio::spawn(resume::end(
+        deps.runtime.channel(),
+        deps.node.clone(),
+        target.image.pull_ref(),
+    ));
     report::count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
     report::announce(&deps, &task.key, &outcome).await;

@@ -25,6 +25,12 @@ pub enum ClientError {
     /// The configuration was found but a client could not be built from it.
     #[error("building the client: {0}")]
     Build(#[from] kube::Error),
+    /// The kubeconfig (or HTTPS_PROXY) names a proxy, which this build
+    /// cannot use; connecting around it would surprise more than failing.
+    #[error(
+        "proxy {0} from the kubeconfig or HTTPS_PROXY: proxies are not supported; unset it or set NO_PROXY"
+    )]
+    Proxy(String),
 }
 
 /// Builds a client, preferring an explicit kubeconfig path.
@@ -46,12 +52,18 @@ pub async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Clien
         }
         None => kube::Config::infer().await?,
     };
-    // kube's own stack, but for one socket option: it leaves Nagle's
-    // algorithm on (kube-rs/kube#2056), so a small request sent while an
-    // earlier one is unacknowledged waits for the API server's delayed ACK,
-    // up to 40 ms (a daemon's Succeeded status write sent beside its event
-    // did, in tests/bench/pull.sh). Go clients, kubelet and client-go among
-    // them, send with TCP_NODELAY.
+    if let Some(proxy) = &config.proxy_url {
+        return Err(ClientError::Proxy(proxy.to_string()));
+    }
+    // kube's own stack (`ClientBuilder::try_from`), built here for one
+    // socket option: kube leaves Nagle's algorithm on (kube-rs/kube#2056),
+    // so a small request sent while an earlier one is unacknowledged waits
+    // for the API server's delayed ACK, up to 40 ms (a daemon's Succeeded
+    // status write sent beside its event did, in tests/bench/pull.sh). Go
+    // clients, kubelet and client-go among them, send with TCP_NODELAY.
+    // Left out of kube's stack: its tracing layer (callers log their
+    // failures; `nodeimage_api_*` counts them) and the expiry of an exec
+    // plugin's client certificate, which nothing here reads.
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

@@ -26,7 +26,8 @@ impl OrphansSeen {
     /// Records what a plan made at `now` left: orphaned entries (first seen
     /// now unless seen before) or none. A first sighting also forgets the
     /// NodeImages `exists` no longer finds: housekeeping is not called for a
-    /// deleted one, so the map holds at most the live ones.
+    /// deleted one, so the map holds the live ones and those deleted since
+    /// the last first sighting.
     pub fn record(
         &self,
         name: &str,
