@@ -1034,6 +1034,22 @@ fn daemon_killed_mid_pull_resumes_and_finishes() {
     ni::assert_observed_counts_matched();
 }
 
+impl SlowPull {
+    /// Waits until no resume lease holds this pull's partial layer.
+    fn wait_until_the_lease_ends(&self, what: &str) {
+        wait_for(what, TIMEOUT, || {
+            resume_lease(&self.socket, &self.reference)
+                .is_none()
+                .then_some(())
+        });
+    }
+
+    /// Asserts that the image never passed the proxy whole.
+    fn assert_not_finished(&self, what: &str) {
+        assert!(self.proxy.bytes_down() < self.big.size as u64, "{what}");
+    }
+}
+
 /// An entry removed mid-pull takes its kept partial layer with it: the
 /// daemon ends the resume lease, so nothing holds the bytes on the node.
 #[test]
@@ -1042,15 +1058,8 @@ fn removed_entry_mid_pull_keeps_no_partial_layer() {
     let c = cluster();
     let pull = SlowPull::start(&c, "e2e-drop");
     ni::remove_images(&c, &pull.fake, std::slice::from_ref(&pull.name));
-    wait_for("the removed entry's resume lease to end", TIMEOUT, || {
-        resume_lease(&pull.socket, &pull.reference)
-            .is_none()
-            .then_some(())
-    });
-    assert!(
-        pull.proxy.bytes_down() < pull.big.size as u64,
-        "the removal stopped the pull before it finished"
-    );
+    pull.wait_until_the_lease_ends("the removed entry's resume lease to end");
+    pull.assert_not_finished("the removal stopped the pull before it finished");
 }
 
 /// A tag removed while its daemon was down leaves no partial layer behind:
@@ -1061,38 +1070,21 @@ fn removed_entry_mid_pull_keeps_no_partial_layer() {
 #[ignore = "needs the local cluster (make test)"]
 fn a_tag_removed_while_the_daemon_was_down_keeps_no_partial_layer() {
     let c = cluster();
-    let SlowPull {
-        mut daemon,
-        cleanup: _cleanup,
-        proxy,
-        big,
-        name,
-        reference,
-        fake,
-        socket,
-        _reg,
-        _dir,
-        ..
-    } = SlowPull::start(&c, "e2e-sweep");
-    daemon.kill();
-    ni::remove_images(&c, &fake, std::slice::from_ref(&name));
+    let mut pull = SlowPull::start(&c, "e2e-sweep");
+    pull.daemon.kill();
+    ni::remove_images(&c, &pull.fake, std::slice::from_ref(&pull.name));
     assert!(
-        resume_lease(&socket, &reference).is_some(),
+        resume_lease(&pull.socket, &pull.reference).is_some(),
         "with the daemon down, nothing has ended the lease yet"
     );
-    daemon.restart();
-    wait_for("the restarted daemon to end the lease", TIMEOUT, || {
-        resume_lease(&socket, &reference).is_none().then_some(())
-    });
-    let log = daemon.log_of_latest_start();
+    pull.daemon.restart();
+    pull.wait_until_the_lease_ends("the restarted daemon to end the lease");
+    let log = pull.daemon.log_of_latest_start();
     assert!(
         log.contains("ended resume leases of pulls that no longer run"),
         "the sweep says what it did:\n{log}"
     );
-    assert!(
-        proxy.bytes_down() < big.size as u64,
-        "the removed tag was not pulled again"
-    );
+    pull.assert_not_finished("the removed tag was not pulled again");
 }
 
 /// Deleting a NodeImage mid-pull stops its pulls and ends their leases.
@@ -1102,19 +1094,8 @@ fn deleted_nodeimage_mid_pull_keeps_no_partial_layer() {
     let c = cluster();
     let pull = SlowPull::start(&c, "e2e-delni");
     ni::delete(&c, &pull.fake);
-    wait_for(
-        "the deleted NodeImage's resume lease to end",
-        TIMEOUT,
-        || {
-            resume_lease(&pull.socket, &pull.reference)
-                .is_none()
-                .then_some(())
-        },
-    );
-    assert!(
-        pull.proxy.bytes_down() < pull.big.size as u64,
-        "the deletion stopped the pull before it finished"
-    );
+    pull.wait_until_the_lease_ends("the deleted NodeImage's resume lease to end");
+    pull.assert_not_finished("the deletion stopped the pull before it finished");
 }
 
 /// A tag Succeeded before a restart is not pulled again after it (imagePullPolicy
