@@ -120,6 +120,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             mem: flags.mem_threshold_percent,
         },
         providers,
+        leases: Arc::default(),
     });
     let upgrades = Arc::new(upgrade::Settings {
         enabled: flags.enable_upgrades,

@@ -20,6 +20,7 @@ use containerd_client::services::v1::{
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -176,6 +177,67 @@ impl Keeper {
     }
 }
 
+/// The tasks of this daemon that pull each image reference now. Two tag
+/// entries may name one reference (`nginx` and `docker.io/library/nginx`)
+/// and so share its lease, which must end with the last of them, not the
+/// first.
+#[derive(Debug, Default)]
+pub struct Users(Mutex<HashMap<String, usize>>);
+
+impl Users {
+    /// Counts a task pulling `reference` until the returned [`Use`] is left
+    /// or dropped (an aborted task drops it).
+    pub fn enter(self: &Arc<Self>, reference: String) -> Use {
+        *self.lock().entry(reference.clone()).or_default() += 1;
+        Use {
+            users: self.clone(),
+            reference,
+        }
+    }
+
+    /// Whether a task pulls `reference` now.
+    pub fn in_use(&self, reference: &str) -> bool {
+        self.lock().contains_key(reference)
+    }
+
+    fn leave(&self, reference: &str) {
+        let mut counts = self.lock();
+        if let Some(n) = counts.get_mut(reference) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(reference);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One task's share in a reference's lease.
+#[derive(Debug)]
+pub struct Use {
+    users: Arc<Users>,
+    reference: String,
+}
+
+impl Use {
+    /// Ends this task's share; returns the reference when no other task
+    /// pulls it now, so that its lease may end.
+    pub fn leave(self) -> Option<String> {
+        let (users, reference) = (self.users.clone(), self.reference.clone());
+        drop(self);
+        (!users.in_use(&reference)).then_some(reference)
+    }
+}
+
+impl Drop for Use {
+    fn drop(&mut self) {
+        self.users.leave(&self.reference);
+    }
+}
+
 /// Ends the lease of `reference`'s partial blobs, if there is one, so
 /// containerd's garbage collector drops them: once the tag's outcome is
 /// known (what the pull fetched belongs to the image now, and a failed
@@ -282,6 +344,23 @@ async fn delete(client: &mut LeasesClient<Channel>, id: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_reference_is_released_by_its_last_user_only() {
+        let users = Arc::new(Users::default());
+        let a = users.enter("r".into());
+        let b = users.enter("r".into());
+        let other = users.enter("s".into());
+        assert_eq!(a.leave(), None, "another task still pulls r");
+        assert!(users.in_use("r"));
+        assert_eq!(b.leave().as_deref(), Some("r"));
+        assert!(!users.in_use("r"));
+        // An aborted task drops its share without leaving.
+        drop(other);
+        assert!(!users.in_use("s"));
+        let c = users.enter("s".into());
+        assert_eq!(c.leave().as_deref(), Some("s"));
+    }
 
     #[test]
     fn the_sweep_ends_only_the_daemons_leases_of_images_not_pulling() {

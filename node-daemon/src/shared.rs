@@ -29,4 +29,7 @@ pub struct Deps {
     pub thresholds: Thresholds,
     /// Node credentials from kubelet's credential-provider plugins, if configured.
     pub providers: Option<Arc<crate::credproviders::Providers>>,
+    /// Which image references tasks pull now, so a resume lease two tags
+    /// share ends with the last of them.
+    pub leases: Arc<crate::resume::Users>,
 }

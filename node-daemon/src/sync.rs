@@ -165,10 +165,13 @@ fn apply(
 /// cannot hold its blobs again.
 fn end_lease_after(workers: &Workers, r: Running) {
     let Some(reference) = r.reference else { return };
-    let (channel, node) = (workers.deps.runtime.channel(), workers.deps.node.clone());
+    let deps = workers.deps.clone();
     tokio::spawn(async move {
         let _ = r.handle.await;
-        resume::end(channel, node, reference).await;
+        // Another tag naming the same image may still pull it.
+        if !deps.leases.in_use(&reference) {
+            resume::end(deps.runtime.channel(), deps.node.clone(), reference).await;
+        }
     });
 }
 

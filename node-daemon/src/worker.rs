@@ -50,6 +50,7 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
         }
     };
     let deadline = pull::deadline_of(&task, &target);
+    let lease = deps.leases.enter(target.image.pull_ref());
     rep.send(ImagePullPhase::Waiting, 0, None);
     let waiting = GaugeGuard::new(&deps.metrics.waiting);
     let permit = tokio::select! {
@@ -76,13 +77,16 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
         }
     };
     // Whatever the outcome (a deadline in the queue included), this image's
-    // partial blobs are no longer kept (see `resume`). Not awaited: the
-    // outcome is reported without waiting on containerd.
-    tokio::spawn(resume::end(
-        deps.runtime.channel(),
-        deps.node.clone(),
-        target.image.pull_ref(),
-    ));
+    // partial blobs are no longer kept (see `resume`), unless another tag
+    // naming the same image still pulls it. Not awaited: the outcome is
+    // reported without waiting on containerd.
+    if let Some(reference) = lease.leave() {
+        tokio::spawn(resume::end(
+            deps.runtime.channel(),
+            deps.node.clone(),
+            reference,
+        ));
+    }
     report::count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
     report::announce(&deps, &task.key, &outcome).await;

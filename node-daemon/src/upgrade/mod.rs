@@ -243,6 +243,7 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
     let mut pull_target = target.clone();
     pull_target.check_items.clear();
     let started = tokio::time::Instant::now();
+    let lease = deps.leases.enter(pull_target.image.pull_ref());
     let outcome = match deps.slots.clone().acquire_owned().await {
         Ok(_permit) => {
             let _running = crate::metrics::GaugeGuard::new(&deps.metrics.in_flight);
@@ -253,6 +254,14 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
             reason: "error",
         },
     };
+    // The pull's partial blobs are no longer kept, as after any pull.
+    if let Some(reference) = lease.leave() {
+        tokio::spawn(crate::resume::end(
+            deps.runtime.channel(),
+            deps.node.clone(),
+            reference,
+        ));
+    }
     report::count(&deps.metrics, &outcome, Some(started.elapsed()));
     let image_id = match outcome {
         Outcome::Succeeded { id, .. } => id,
