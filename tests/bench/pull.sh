@@ -170,8 +170,15 @@ ni_round() {
   # marks the arrival of a Succeeded status in a file (a pattern match in
   # bash, no process per event). curl's own pid goes to a file so that it
   # can be stopped; the reader then sees EOF and ends.
-  local done_file=$WORK/succeeded-$name
-  rm -f "$done_file"
+  local done_file=$WORK/succeeded-$name fifo=$WORK/succeeded-$name.fifo fd
+  rm -f "$done_file" "$fifo"
+  # The reader also writes the arrival to a FIFO that this shell holds open
+  # read-write (so neither side blocks on open), and this shell waits on it
+  # with bash's own read: no process is started while the pull runs, as the
+  # bare CRI round starts none. (Until 2026-11-27 this shell polled for the
+  # file every 50 ms, starting date, awk, cut and sleep on each turn.)
+  mkfifo "$fifo"
+  exec {fd}<>"$fifo"
   {
     curl -sSN --max-time 900 --cacert "$CA" -H "Authorization: Bearer $ADMIN_TOKEN" \
       "$API/apis/apps.kruise.io/v1alpha1/nodeimages?watch=1&fieldSelector=metadata.name%3D$name" &
@@ -180,7 +187,10 @@ ni_round() {
   } | while IFS= read -r l; do
     ts=$EPOCHREALTIME
     echo "$ts $l"
-    [[ $l == *'"phase":"Succeeded"'* && ! -e $done_file ]] && echo "$ts" >"$done_file"
+    if [[ $l == *'"phase":"Succeeded"'* && ! -e $done_file ]]; then
+      echo "$ts" >"$done_file"
+      echo "$ts" >"$fifo"
+    fi
   done >"$WORK/watch-$name" &
   watch_pid=$!
   sleep 1
@@ -189,11 +199,9 @@ ni_round() {
   t0=$(now)
   api_curl -o /dev/null -X PATCH -H 'Content-Type: application/merge-patch+json' --data "$patch" \
     "/apis/apps.kruise.io/v1alpha1/nodeimages/$name"
-  until [[ -s $done_file ]]; do
-    if (($(elapsed "$t0" "$(now)" | cut -d. -f1) > 300)); then die "NodeImage pull on $name did not succeed in 300 s"; fi
-    sleep 0.05
-  done
-  t1=$(<"$done_file")
+  read -r -t 300 -u "$fd" t1 || die "NodeImage pull on $name did not succeed in 300 s"
+  exec {fd}<&-
+  rm -f "$fifo"
   local obj st ct
   obj=$(api_curl "/apis/apps.kruise.io/v1alpha1/nodeimages/$name")
   [[ $(tag_phase "$BIG_REPO" v1 <<<"$obj") == Succeeded ]] || die "the watch saw Succeeded on $name but a GET does not"
