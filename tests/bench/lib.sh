@@ -35,6 +35,13 @@ now() { echo "$EPOCHREALTIME"; }
 # Elapsed seconds between two now() values, 3 decimals.
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 load_avg() { cut -d' ' -f1-3 /proc/loadavg; }
+# The machine's CPU time so far, in seconds: "idle iowait steal" (from
+# /proc/stat). Over a run, idle shows how saturated the machine was,
+# iowait the time waiting on the disk (etcd's fsyncs), steal the time the
+# hypervisor gave the CPU to others.
+machine_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.1f %.1f %.1f", $5 / hz, $6 / hz, $9 / hz; exit }' /proc/stat
+}
 
 # curl against the API server as admin: api_curl [curl args] PATH
 api_curl() {

@@ -205,6 +205,7 @@ measure_begin() {
   M_PATCH0=$(nodeimage_patches)
   M_APICPU0=$(proc_cpu "$(recorded_pid apiserver)")
   M_SIMCPU0=$(proc_cpu "$(bench_pid ni-sim)")
+  M_MACHINE0=$(machine_cpu)
   record "$1.controller.idle_rss_mib[$NODES]" "$M_RSS_IDLE (fresh controller, $NODES NodeImages cached, before the jobs)"
   M_T0=$(now)
 }
@@ -223,6 +224,7 @@ measure_end() {
   simcpu=$(proc_cpu "$(bench_pid ni-sim)")
   record "$s.seconds[$NODES]" "$(elapsed "$M_T0" "$t1")"
   record "$s.cpu_seconds.by_process" "apiserver+etcd $(awk -v a="$M_APICPU0" -v b="$apicpu" 'BEGIN { printf "%.1f", b - a }'), simulator $(awk -v a="$M_SIMCPU0" -v b="$simcpu" 'BEGIN { printf "%.1f", b - a }'), controller $(awk -v a="$M_CPU0" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }') (of $(awk -v t="$(elapsed "$M_T0" "$t1")" -v n="$(nproc)" 'BEGIN { printf "%.0f", t * n }') core-seconds on $(nproc) cores)"
+  record "$s.machine.cpu_seconds" "$(machine_cpu | awk -v a="$M_MACHINE0" '{ split(a, z, " "); printf "idle %.1f, iowait %.1f, steal %.1f", $1 - z[1], $2 - z[2], $3 - z[3] }') (whole machine, /proc/stat)"
   record "$s.controller.cpu_seconds" "$(awk -v a="$M_CPU0" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }')"
   record "$s.controller.peak_rss_mib" "$hwm (VmHWM since the controller started)"
   record "$s.controller.requests" "$ctrl"
