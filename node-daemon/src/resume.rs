@@ -230,6 +230,15 @@ impl Use {
         drop(self);
         (!users.in_use(&reference)).then_some(reference)
     }
+
+    /// Ends this task's share and, if no other task pulls the reference,
+    /// its lease. Not awaited: the outcome is reported without waiting on
+    /// containerd.
+    pub fn end(self, channel: Channel, node: String) {
+        if let Some(reference) = self.leave() {
+            tokio::spawn(end(channel, node, reference));
+        }
+    }
 }
 
 impl Drop for Use {

@@ -7,7 +7,6 @@ use crate::desired::PullTask;
 use crate::metrics::GaugeGuard;
 use crate::pull;
 use crate::report::{self, Outcome, Reporter, now};
-use crate::resume;
 use crate::shared::Deps;
 use crate::upgrade;
 use nodeimage_api::kruise::ImagePullPhase;
@@ -78,15 +77,8 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
     };
     // Whatever the outcome (a deadline in the queue included), this image's
     // partial blobs are no longer kept (see `resume`), unless another tag
-    // naming the same image still pulls it. Not awaited: the outcome is
-    // reported without waiting on containerd.
-    if let Some(reference) = lease.leave() {
-        tokio::spawn(resume::end(
-            deps.runtime.channel(),
-            deps.node.clone(),
-            reference,
-        ));
-    }
+    // naming the same image still pulls it.
+    lease.end(deps.runtime.channel(), deps.node.clone());
     report::count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
     report::announce(&deps, &task.key, &outcome).await;

@@ -255,13 +255,7 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
         },
     };
     // The pull's partial blobs are no longer kept, as after any pull.
-    if let Some(reference) = lease.leave() {
-        tokio::spawn(crate::resume::end(
-            deps.runtime.channel(),
-            deps.node.clone(),
-            reference,
-        ));
-    }
+    lease.end(deps.runtime.channel(), deps.node.clone());
     report::count(&deps.metrics, &outcome, Some(started.elapsed()));
     let image_id = match outcome {
         Outcome::Succeeded { id, .. } => id,
