@@ -3,8 +3,12 @@
 //! that appeared or went away. A node's status write touches one or two
 //! tags; waking every owner of every tag on the node (a hundred jobs on a
 //! busy node) would make each job re-plan for other jobs' progress.
-//! Progress percentages alone wake nobody.
+//! Progress percentages alone wake nobody. A change of the NodeImage's
+//! labels wakes the owners of all its tags (a job may no longer select the
+//! node, and recounts without it), and, through [`LabelChanges`], the jobs
+//! whose selector now takes the node.
 
+use kube::runtime::reflector::Store;
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::{ImageTagSpec, ImageTagStatus};
 use std::collections::hash_map::DefaultHasher;
@@ -111,6 +115,7 @@ impl TagChanges {
     /// The tags of `ni` with an owner of this kind, fingerprinted.
     fn tags(&self, ni: &NodeImage, interner: &mut Interner) -> Vec<Seen> {
         let prefix = format!("{}/", self.group);
+        let labels = labels_fingerprint(ni);
         let statuses = ni.status.as_ref().and_then(|s| s.image_statuses.as_ref());
         let mut out = Vec::new();
         for (image, spec) in ni.spec.images.iter().flatten() {
@@ -137,7 +142,7 @@ impl TagChanges {
                 (image, &tag.tag).hash(&mut key);
                 out.push(Seen {
                     key: key.finish(),
-                    fingerprint: fingerprint(tag, status),
+                    fingerprint: fingerprint(labels, tag, status),
                     owners: interner.get(owners),
                 });
             }
@@ -146,11 +151,68 @@ impl TagChanges {
     }
 }
 
-/// A hash of what a job reads of a tag: its whole entry, and its reported
-/// state without the progress percentage. Hashed through serde, so no text
-/// is built for it: this runs for every tag of every NodeImage event.
-fn fingerprint(spec: &ImageTagSpec, status: Option<&ImageTagStatus>) -> u64 {
+/// Remembers a fingerprint of each NodeImage's labels, so that a job whose
+/// selector takes a node only after a label change (or a new NodeImage) is
+/// woken then, as OpenKruise wakes the jobs matching a NodeImage's old or
+/// new labels. Owned by one kind's NodeImage wakeup mapper; an entry is
+/// forgotten once its NodeImage has left the cache and the memory has grown
+/// past twice the cache (the shared stream carries no deletions).
+pub struct LabelChanges {
+    nodeimages: Store<NodeImage>,
+    seen: Mutex<HashMap<String, u64>>,
+}
+
+impl LabelChanges {
+    /// Remembers the labels of the NodeImages `nodeimages` holds.
+    pub fn new(nodeimages: Store<NodeImage>) -> Self {
+        Self {
+            nodeimages,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// Whether `ni` is new here or its labels changed since it was last
+    /// passed here.
+    pub fn changed(&self, ni: &NodeImage) -> bool {
+        let name = ni.metadata.name.clone().unwrap_or_default();
+        let now = labels_fingerprint(ni);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = seen.insert(name, now) != Some(now);
+        if changed {
+            let live = self.nodeimages.len();
+            if seen.len() > 2 * live + 64 {
+                let names: HashSet<String> = self
+                    .nodeimages
+                    .state()
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect();
+                seen.retain(|n, _| names.contains(n));
+            }
+        }
+        changed
+    }
+}
+
+/// A hash of a NodeImage's labels (what node selection reads of it).
+fn labels_fingerprint(ni: &NodeImage) -> u64 {
+    let mut h = DefaultHasher::new();
+    // No labels and an empty map select alike.
+    ni.metadata
+        .labels
+        .iter()
+        .flatten()
+        .for_each(|l| l.hash(&mut h));
+    h.finish()
+}
+
+/// A hash of what a job reads of a tag: the labels of its NodeImage, its
+/// whole entry, and its reported state without the progress percentage.
+/// Hashed through serde, so no text is built for it: this runs for every
+/// tag of every NodeImage event.
+fn fingerprint(labels: u64, spec: &ImageTagSpec, status: Option<&ImageTagStatus>) -> u64 {
     let mut h = HashWriter(DefaultHasher::new());
+    labels.hash(&mut h.0);
     // Serialising these types into a hasher cannot fail (no I/O, no maps
     // with non-string keys); a failure would only make a wakeup spurious.
     let _ = serde_json::to_writer(&mut h, spec);

@@ -221,13 +221,15 @@ async fn attempt_pulls(
             }
         }
         tracing::info!(tag = %rep.key, attempt, attempts, error = %last_error, "pull attempt failed");
-        if attempt < attempts {
+        if attempt < attempts
+            && let Next::Wait(wait) = retry::before(attempt + 1, Instant::now(), deadline)
+        {
             rep.send(
                 ImagePullPhase::Pulling,
                 0,
                 Some(format!(
                     "attempt {attempt} of {attempts} failed: {last_error}; retrying in {}s",
-                    retry::delay_before(attempt + 1).as_secs()
+                    wait.as_secs()
                 )),
             );
         }

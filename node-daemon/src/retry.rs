@@ -5,7 +5,11 @@
 //! 40, 60, 60, …), so that the default three retries span 35 s and outlast
 //! a registry restart or a short outage (OpenKruise waits 1, 2 and 4 s and
 //! fails the job), without hammering a flapping registry. No attempt starts
-//! at or after the tag's deadline, and none runs past it.
+//! at or after the tag's deadline, and none runs past it; but when the full
+//! wait would reach the deadline, a last attempt starts after
+//! [`LAST_CHANCE`] and runs for the time left, as OpenKruise's daemon cuts
+//! its last attempt to the deadline, so a job with `activeDeadlineSeconds`
+//! is still trying when its deadline ends it.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -14,6 +18,9 @@ use tokio::time::Instant;
 pub const INITIAL: Duration = Duration::from_secs(5);
 /// Longest wait between attempts.
 pub const CAP: Duration = Duration::from_secs(60);
+/// Wait before a last attempt squeezed in before the deadline (OpenKruise's
+/// own first wait).
+pub const LAST_CHANCE: Duration = Duration::from_secs(1);
 
 /// Wait before attempt number `next_attempt` (1-based; the first attempt does not wait).
 pub fn delay_before(next_attempt: u32) -> Duration {
@@ -38,14 +45,22 @@ pub enum Next {
     PastDeadline,
 }
 
-/// Before attempt `attempt` at `now`: its wait, or give up when the attempt
-/// could only start at or after `deadline` (a time the clock cannot hold
-/// counts as past it).
+/// Before attempt `attempt` at `now`: its wait; or, when that wait would
+/// reach `deadline`, the shorter [`LAST_CHANCE`] wait for a last attempt;
+/// or give up when even that attempt could only start at or after the
+/// deadline (a time the clock cannot hold counts as past it).
 pub fn before(attempt: u32, now: Instant, deadline: Option<Instant>) -> Next {
     let wait = delay_before(attempt);
-    match deadline {
-        Some(d) if now.checked_add(wait).is_none_or(|start| start >= d) => Next::PastDeadline,
-        _ => Next::Wait(wait),
+    let Some(d) = deadline else {
+        return Next::Wait(wait);
+    };
+    let in_time = |w: Duration| now.checked_add(w).is_some_and(|start| start < d);
+    if in_time(wait) {
+        Next::Wait(wait)
+    } else if in_time(wait.min(LAST_CHANCE)) {
+        Next::Wait(wait.min(LAST_CHANCE))
+    } else {
+        Next::PastDeadline
     }
 }
 
@@ -102,16 +117,21 @@ mod tests {
     fn before_an_attempt() {
         let now = Instant::now();
         // (attempt, deadline in seconds from now, expected)
-        let table: [(u32, Option<u64>, Next); 8] = [
+        let table: [(u32, Option<u64>, Next); 11] = [
             (1, None, Next::Wait(s(0))),
             (2, None, Next::Wait(s(5))),
             (6, None, Next::Wait(s(60))),
             (1, Some(1), Next::Wait(s(0))),
             (2, Some(6), Next::Wait(s(5))),
+            // The full wait would reach the deadline: a last attempt after
+            // a second, for the time left (OpenKruise's last attempt).
+            (2, Some(5), Next::Wait(s(1))),
+            (3, Some(9), Next::Wait(s(1))),
+            (6, Some(59), Next::Wait(s(1))),
             // Starting exactly at the deadline is too late.
-            (2, Some(5), Next::PastDeadline),
-            (3, Some(9), Next::PastDeadline),
+            (2, Some(1), Next::PastDeadline),
             (1, Some(0), Next::PastDeadline),
+            (7, Some(0), Next::PastDeadline),
         ];
         for (attempt, deadline, want) in table {
             let d = deadline.map(|secs| now + s(secs));

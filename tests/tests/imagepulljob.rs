@@ -1328,3 +1328,135 @@ fn unpullable_image_reports_failed_nodes_with_the_registry_reason() {
         );
     }
 }
+
+/// Issue 28: a Never job recounts from the NodeImages its selector takes
+/// now, as OpenKruise's `calculateStatus` does (`Desired =
+/// len(nodeImages)`): a node whose label is removed leaves `desired`, and
+/// the message becomes "job is running, no progress"; labelled again, the
+/// node counts again.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn never_job_recounts_when_a_node_leaves_its_selector() {
+    let c = Cluster::load();
+    let ns = TestNs::create(&c, "e2e-ipj-never-leaves");
+    let node = c.nodes()[0].clone();
+    let image = kruise::push_unique(&kruise::registry(&c), "never-leaves", 4096);
+    // A label of this test alone, so no other test's job selects the node by it.
+    let key = format!("e2e-pool-{}", nodeimage_tests::random_suffix());
+    let mut cleanup = Cleanup::default();
+    c.kubectl_ok(&["label", "node", &node, &format!("{key}=a")], None);
+    let (c2, n2, k2) = (c.clone(), node.clone(), key.clone());
+    cleanup.defer(format!("unlabel {node}"), move || {
+        let _ = c2.kubectl(&["label", "node", &n2, &format!("{k2}-")], None);
+    });
+    let name = "never-pool-a";
+    kruise::create(
+        &c,
+        &ipj(
+            &ns.name,
+            name,
+            json!({
+                "image": image.reference(),
+                "selector": {"matchLabels": {key.clone(): "a"}},
+                "pullPolicy": upstream_pull_policy(),
+                "completionPolicy": {"type": "Never"},
+            }),
+        ),
+    );
+    let job = kruise::wait_job(
+        &c,
+        IPJ,
+        &ns.name,
+        name,
+        "desired 1, succeeded 1",
+        LONG,
+        |j| count(j, "desired") == 1 && count(j, "succeeded") == 1,
+    );
+    assert_eq!(
+        job["status"]["message"],
+        "job is running, progress 100.0%",
+        "{}",
+        kruise::describe(&job)
+    );
+
+    c.kubectl_ok(&["label", "node", &node, &format!("{key}-")], None);
+    // Well inside the job's own 300 s resync: the label change wakes it.
+    let job = kruise::wait_job(&c, IPJ, &ns.name, name, "desired 0", SHORT, |j| {
+        count(j, "desired") == 0
+    });
+    assert_eq!(
+        (
+            count(&job, "succeeded"),
+            count(&job, "failed"),
+            count(&job, "active"),
+            job["status"]["message"].as_str()
+        ),
+        (0, 0, 0, Some("job is running, no progress")),
+        "{}",
+        kruise::describe(&job)
+    );
+    assert!(!completed(&job), "a Never job never completes");
+
+    // Labelled again, the node counts again (its entry is still there).
+    c.kubectl_ok(&["label", "node", &node, &format!("{key}=a")], None);
+    kruise::wait_job(&c, IPJ, &ns.name, name, "desired 1 again", SHORT, |j| {
+        count(j, "desired") == 1 && count(j, "succeeded") == 1
+    });
+    drop(cleanup);
+}
+
+/// Issue 28: with `activeDeadlineSeconds: 20` and attempts of 15 s against a
+/// registry that accepts the connection and never answers, the daemon keeps
+/// trying until the deadline (a last attempt cut to the time left, as
+/// OpenKruise's daemon does) instead of giving up at 15 s because its
+/// next full wait would pass the deadline; the job ends at its deadline
+/// with OpenKruise's message.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn active_deadline_ends_the_job_while_the_node_still_tries() {
+    let _shared = CONTROLLER.read().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::load();
+    let ns = TestNs::create(&c, "e2e-ipj-deadline");
+    let node = c.nodes()[0].clone();
+    // One byte a second: the registry's answer never arrives in time.
+    let silent = SlowRegistry::start(&c, &c.var("NODEIMAGE_REGISTRY"), 1);
+    let pushed = kruise::push_unique(&kruise::registry(&c), "deadline", 4096);
+    let image = kruise::via(&pushed, &silent.host());
+    let name = "deadline-20s";
+    let created = Instant::now();
+    kruise::create(
+        &c,
+        &ipj(
+            &ns.name,
+            name,
+            json!({
+                "image": image.reference(),
+                "selector": {"names": [node.clone()]},
+                "pullPolicy": {"timeoutSeconds": 15, "backoffLimit": 5},
+                "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 20},
+            }),
+        ),
+    );
+    let job = wait_completed(&c, &ns.name, name);
+    assert_counts(&job, 1, 0, 1);
+    assert_eq!(
+        job["status"]["message"],
+        "job exceeds activeDeadlineSeconds",
+        "{}",
+        kruise::describe(&job)
+    );
+    let ran = created.elapsed();
+    assert!(
+        ran >= Duration::from_secs(19),
+        "the job ended at its deadline, not before: {ran:?} ({})",
+        kruise::describe(&job)
+    );
+    // The node was still pulling when the deadline came: its second attempt
+    // began before it (attempt 1 timed out at 15 s).
+    assert!(
+        silent.proxy.requests().len() >= 2,
+        "a second attempt reached the registry: {:?}",
+        silent.proxy.requests()
+    );
+    kruise::remove_from_nodes(&c, &image.reference());
+}

@@ -5,7 +5,8 @@
 //! A job is woken when it changes (not by its own status writes: with a
 //! hundred jobs rolling out, each status write woke its job to plan again
 //! and, counts having moved meanwhile, write again), when one of its tags changes in a
-//! NodeImage (see `wakeups`), when a pod in its namespace changes (podSelector jobs), when one
+//! NodeImage (see `wakeups`), when a NodeImage appears or its labels change
+//! so that the job now selects it, when a pod in its namespace changes (podSelector jobs), when one
 //! of its source pull secrets changes, and when its plan's due time comes.
 
 pub mod plan;
@@ -14,7 +15,7 @@ mod reconcile;
 use crate::context::Context;
 use crate::jobshell;
 use crate::nodeimages::Subscription;
-use crate::wakeups::TagChanges;
+use crate::wakeups::{LabelChanges, TagChanges};
 use crate::watch::{self, SyncSignals, Synced};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -90,9 +91,19 @@ pub async fn run(
         pods_synced,
         jobs: jobs.clone(),
     });
-    let changes = TagChanges::new(KIND, "apps.kruise.io");
+    let owners = jobshell::wake_owners(TagChanges::new(KIND, "apps.kruise.io"));
+    let relabelled = LabelChanges::new(state.shared.nodeimages.clone());
+    let jobs_for_nodeimages = jobs.clone();
     let controller = controller
-        .watches_shared_stream(nodeimages.changes, jobshell::wake_owners(changes))
+        .watches_shared_stream(nodeimages.changes, move |ni| {
+            let mut wake = owners(ni.clone());
+            if relabelled.changed(&ni) {
+                let selecting = jobs_for_nodeimages.state();
+                let selecting = selecting.iter().filter(|j| plan::selects(j, &ni));
+                wake.extend(selecting.map(|j| ObjectRef::from_obj(j.as_ref())));
+            }
+            wake
+        })
         .watches_stream(pod_events, move |pod: Pod| {
             let ns = pod.namespace();
             jobs_for_pods

@@ -126,6 +126,16 @@ pub fn select_nodes(
     Ok(out.into_iter().collect())
 }
 
+/// Whether an unfinished job selects `ni` by name or labels (podSelector
+/// jobs are woken by their pods instead).
+pub fn selects(job: &ImagePullJob, ni: &Arc<NodeImage>) -> bool {
+    job.status
+        .as_ref()
+        .is_none_or(|s| s.completion_time.is_none())
+        && job.spec.template.pod_selector.is_none()
+        && select_nodes(job, std::slice::from_ref(ni), &[]).is_ok_and(|s| !s.is_empty())
+}
+
 /// The tag entry's pull policy, derived from the job as OpenKruise does: an
 /// Always job's entries outlive the job's own TTL (or deadline, or all its
 /// attempts) by a grace period; a Never job's entries live a day, then the

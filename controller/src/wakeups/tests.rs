@@ -113,3 +113,78 @@ fn owner_lists_are_shared_between_nodes_and_forgotten_when_unused() {
         lists(&c)
     );
 }
+
+fn labelled(labels: serde_json::Value) -> NodeImage {
+    let mut n = ni(
+        json!([
+            {"tag": "1", "version": 0, "ownerReferences": [owner("a")]},
+            {"tag": "2", "version": 0, "ownerReferences": [owner("b")]},
+        ]),
+        json!([{"tag": "1", "phase": "Succeeded", "version": 0}]),
+    );
+    n.metadata.labels = serde_json::from_value(labels).expect("labels");
+    n
+}
+
+/// A node that leaves a job's selector keeps the job's entry; the job must
+/// still be woken to recount without it.
+#[test]
+fn a_label_change_wakes_the_owners_of_every_tag() {
+    let c = TagChanges::new("ImagePullJob", "apps.kruise.io");
+    assert_eq!(
+        c.owners(&labelled(json!({"pool": "a"}))),
+        owned(&["a", "b"])
+    );
+    assert_eq!(c.owners(&labelled(json!({"pool": "a"}))), owned(&[]));
+    assert_eq!(c.owners(&labelled(json!({}))), owned(&["a", "b"]));
+    assert_eq!(
+        c.owners(&labelled(json!(null))),
+        owned(&[]),
+        "no labels is an empty map"
+    );
+}
+
+#[test]
+fn label_changes_are_seen_once_and_forgotten_with_their_nodeimage() {
+    let (store, mut writer) = kube::runtime::reflector::store::<NodeImage>();
+    let named = |name: &str, labels: serde_json::Value| {
+        let mut n = labelled(labels);
+        n.metadata.name = Some(name.into());
+        n
+    };
+    let live = named("live", json!({"pool": "a"}));
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(live.clone()));
+    let c = LabelChanges::new(store);
+    let table = [
+        ("a new NodeImage", named("live", json!({"pool": "a"})), true),
+        (
+            "the same labels",
+            named("live", json!({"pool": "a"})),
+            false,
+        ),
+        ("a label removed", named("live", json!({})), true),
+        (
+            "a label added back",
+            named("live", json!({"pool": "a"})),
+            true,
+        ),
+        (
+            "another NodeImage",
+            named("other", json!({"pool": "a"})),
+            true,
+        ),
+    ];
+    for (what, n, want) in table {
+        assert_eq!(c.changed(&n), want, "{what}");
+    }
+    // NodeImages that left the cache are forgotten once the memory outgrows it.
+    for i in 0..100 {
+        assert!(c.changed(&named(&format!("gone-{i}"), json!({}))));
+    }
+    let remembered = c.seen.lock().map(|s| s.len()).unwrap_or_default();
+    assert!(remembered <= 2 + 64, "remembers {remembered}");
+    assert!(
+        !c.changed(&named("live", json!({"pool": "a"}))),
+        "the live one is kept"
+    );
+}
