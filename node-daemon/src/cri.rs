@@ -21,11 +21,14 @@ pub enum CriError {
     /// The runtime cannot be reached: wait and retry, do not count an attempt.
     #[error("containerd is unavailable: {0}")]
     Unavailable(String),
-    /// The registry refused our credentials (or lack of them).
-    #[error("{0}")]
+    /// The registry refused our credentials (or lack of them). Said first
+    /// in the same words on every runtime (containerd 1.6 writes `401
+    /// Unauthorized`, 1.7 and 2.x `authorization failed: no basic auth
+    /// credentials`), the runtime's own words after.
+    #[error("unauthorized: {0}")]
     Unauthorized(String),
-    /// The image or tag does not exist.
-    #[error("{0}")]
+    /// The image or tag does not exist (same rule as `Unauthorized`).
+    #[error("not found: {0}")]
     NotFound(String),
     /// Any other failure, with the runtime's message.
     #[error("{0}")]
@@ -289,6 +292,28 @@ mod tests {
         ];
         for (status, want) in cases {
             assert_eq!(classify_transport(&status).reason(), want, "{status:?}");
+        }
+    }
+
+    /// Users, alerts and tests read one wording whatever the runtime.
+    #[test]
+    fn reasons_read_the_same_on_every_runtime() {
+        let refused = [
+            // containerd 1.6
+            "failed to pull and unpack image \"h/x:v1\": failed to resolve reference \"h/x:v1\": pulling from host h failed with status code [manifests v1]: 401 Unauthorized",
+            // containerd 1.7 and 2.x
+            "failed to pull and unpack image \"h/x:v1\": failed to resolve reference \"h/x:v1\": failed to authorize: failed to fetch anonymous token: authorization failed: no basic auth credentials",
+        ];
+        for m in refused {
+            let e = classify_transport(&tonic::Status::unknown(m));
+            assert_eq!(e.to_string(), format!("unauthorized: {m}"));
+        }
+        let missing = [
+            "failed to pull and unpack image \"h/x:v9\": failed to resolve reference \"h/x:v9\": h/x:v9: not found",
+        ];
+        for m in missing {
+            let e = classify_transport(&tonic::Status::unknown(m));
+            assert_eq!(e.to_string(), format!("not found: {m}"));
         }
     }
 

@@ -85,14 +85,8 @@ if [[ -f $API_PORT_FILE ]]; then
 fi
 
 # 2. Unmount whatever is still mounted under $STATE (overlay snapshots,
-#    a leftover overlay probe), deepest first. /proc/mounts escapes spaces etc.
-#    as octal (\040); printf %b decodes them.
-mapfile -t mounts < <(awk -v s="$STATE" 'index($2, s "/") == 1 || $2 == s { print $2 }' /proc/mounts |
-  while IFS= read -r m; do printf '%b\n' "$m"; done | sort -r)
-for m in "${mounts[@]}"; do
-  log "unmounting $m"
-  umount -l "$m" 2>/dev/null || log "warning: could not unmount $m"
-done
+#    a leftover overlay probe), deepest first.
+unmount_under "$STATE"
 
 # 3. Delete the state.
 if ((PURGE)); then

@@ -130,12 +130,17 @@ start_daemon() {
   shift
   local want="$*" pid
   if daemon_alive "$name"; then
-    if [[ "$(recorded_cmd "$name")" == "$want" ]]; then
+    if [[ "$(recorded_cmd "$name")" != "$want" ]]; then
+      log "$name runs with a different command line; restarting it"
+      stop_daemon "$name"
+    elif [[ "$(readlink "/proc/$(recorded_pid "$name")/exe" 2>/dev/null)" == *" (deleted)" ]]; then
+      # Its binary was rebuilt (go_build_stamped replaces the file).
+      log "$name runs a binary that has since been replaced; restarting it"
+      stop_daemon "$name"
+    else
       log "reusing $name (pid $(recorded_pid "$name"))"
       return 0
     fi
-    log "$name runs with a different command line; restarting it"
-    stop_daemon "$name"
   fi
   rm -f "$PIDS/$name.pid" "$PIDS/$name.cmd"
   mkdir -p "$PIDS" "$LOGS"
@@ -217,28 +222,225 @@ write_if_changed() {
   return 0
 }
 
+# unmount_under DIR: lazily unmounts whatever is mounted at or below DIR,
+# deepest first (/proc/mounts escapes spaces etc. as octal; printf %b
+# decodes them).
+unmount_under() {
+  local m mounts
+  mapfile -t mounts < <(awk -v s="$1" 'index($2, s "/") == 1 || $2 == s { print $2 }' /proc/mounts |
+    while IFS= read -r m; do printf '%b\n' "$m"; done | sort -r)
+  for m in "${mounts[@]}"; do
+    log "unmounting $m"
+    umount -l "$m" 2>/dev/null || log "warning: could not unmount $m"
+  done
+}
+
 # sha256 of the given strings/files, for build stamps.
 hash_of() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
 
-# containerd_config DIR SNAPSHOTTER SANDBOX_IMAGE [real]: the one containerd
-# config of the test nodes, rooted at DIR (socket DIR/containerd.sock,
-# registries by DIR/certs.d/*/hosts.toml, no node-level credentials: pulls
-# from the auth registry must carry them in the CRI request). With `real`
-# (the kubelet node): containers run with runc on cgroupfs, pod network
-# namespaces stay under the state dir, the Debian CNI plugins, and
-# restrict_oom_score_adj (root here may not lower oom_score_adj; runc
-# failed every pod sandbox without it).
-containerd_config() {
-  local d=$1 snapshotter=$2 sandbox=$3 real=${4:-} cni_bin extra_cri="" runc_options=""
-  cni_bin=$d/cni/bin
-  if [[ $real == real ]]; then
-    cni_bin=/usr/lib/cni
-    extra_cri=$'\n    netns_mounts_under_state_dir = true\n    restrict_oom_score_adj = true'
-    runc_options=$'\n        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n          SystemdCgroup = false'
+# ---------------------------------------------------------------------------
+# Go builds
+# ---------------------------------------------------------------------------
+
+# go_build_stamped OUT DIR STAMP_INPUTS... -- GO_BUILD_ARGS...
+# Runs `go build -o OUT GO_BUILD_ARGS...` in the Go module DIR only when the
+# hash of the inputs (files, go version, CGO_ENABLED, the build arguments)
+# differs from OUT.stamp or OUT is missing; a no-op costs a `go version`.
+# OUT ending in "/" is a directory (several packages built at once); it is
+# replaced as a whole. A running daemon keeps its old binary (start_daemon
+# restarts it, since /proc/<pid>/exe then points at a deleted file).
+# Sets REBUILT=1 when it built.
+go_build_stamped() {
+  local out=$1 dir=$2
+  shift 2
+  local inputs=()
+  while [[ $1 != -- ]]; do
+    inputs+=("$1")
+    shift
+  done
+  shift
+  local target=${out%/} stamp
+  stamp=$({
+    go version
+    echo "CGO_ENABLED=${CGO_ENABLED-}"
+    echo "$*"
+    cat "${inputs[@]}"
+  } | sha256sum | cut -d' ' -f1)
+  REBUILT=0
+  if [[ -e $target && "$(cat "$target.stamp" 2>/dev/null)" == "$stamp" ]]; then
+    log "$(basename "$target") is up to date"
+    return 0
   fi
+  log "building $(basename "$target") (go build; a cold build takes minutes)"
+  local t0=$SECONDS
+  rm -rf "$target.new"
+  if [[ $out == */ ]]; then
+    (cd "$dir" && go build -buildvcs=false -trimpath -o "$target.new/" "$@")
+    rm -rf "$target"
+  else
+    (cd "$dir" && go build -buildvcs=false -trimpath -o "$target.new" "$@")
+  fi
+  mv -f "$target.new" "$target"
+  echo "$stamp" >"$target.stamp"
+  REBUILT=1
+  log "built $(basename "$target") in $((SECONDS - t0)) s"
+}
+
+# ---------------------------------------------------------------------------
+# containerd runtimes of the nodes
+# ---------------------------------------------------------------------------
+# A node's runtime is written  containerd/VERSION[/CONFIG][/discard]:
+#   VERSION  "debian" (or its version, e.g. 1.6 or 1.6.20): Debian's package,
+#            /usr/bin/containerd; or a line of tests/containerd/ (1.7, 2.2,
+#            2.x: the Go module tests/containerd/v<line>, built by
+#            build_containerd into $STATE/bin/containerd-v<line>/), or the
+#            exact version that line builds (e.g. 1.7.35)
+#   CONFIG   config file version: v2 (any containerd) or v3 (2.x only).
+#            Default: v2 for 1.x, v3 for 2.x
+#   discard  discard_unpacked_layers = true in the CRI config: layer blobs
+#            are deleted from the content store once unpacked (as on EKS,
+#            GKE, Talos). On 2.x it also makes CRI pull without the Transfer
+#            Service
+# up.sh resolves every node's runtime to exact versions and exports them
+# (NODEIMAGE_NODE_RUNTIMES in env.sh), e.g.
+#   node-1=containerd/1.6.20/v2 node-2=containerd/1.7.35/v2/discard node-3=containerd/2.4.2/v3
+# The same form is accepted back, so re-running up.sh with env.sh sourced
+# keeps the cluster as it is.
+DEFAULT_NODE_RUNTIMES=(containerd/debian/v2 containerd/1.7/v2/discard containerd/2.x/v3)
+# The real kubelet node of real-node.sh: the LTS line.
+REAL_NODE_RUNTIME=containerd/2.2/v3
+CONTAINERD_MODULES=$TESTS_DIR/containerd
+# No cgo (CGO_ENABLED=0: the btrfs snapshotter, the only cgo user, drops out
+# by itself, and Debian has no btrfs headers installed), and none of the
+# snapshotters the nodes cannot use here.
+CONTAINERD_BUILD_TAGS="urfave_cli_no_docs no_btrfs no_zfs no_devmapper no_aufs"
+
+# containerd_module LINE: "MODULE VERSION" that tests/containerd/vLINE requires.
+containerd_module() {
+  local mod=$CONTAINERD_MODULES/v$1/go.mod
+  [[ -f $mod ]] || return 1
+  sed -nE 's#^(require)?[[:space:]]*(github\.com/containerd/containerd(/v2)?)[[:space:]]+(v[0-9][^[:space:]]*)[[:space:]]*$#\2 \4#p' "$mod" |
+    head -n 1
+}
+
+# containerd_lines: the lines of tests/containerd/, e.g. "1.7 2.2 2.x".
+containerd_lines() {
+  local d lines=()
+  for d in "$CONTAINERD_MODULES"/v*/go.mod; do
+    [[ -e $d ]] || continue
+    d=${d%/go.mod}
+    lines+=("${d##*/v}")
+  done
+  echo "${lines[*]}"
+}
+
+# build_containerd LINE: containerd, ctr and containerd-shim-runc-v2 of
+# tests/containerd/vLINE into $BIN/containerd-vLINE/ (stamped: rebuilt only
+# when go.mod/go.sum, the go version or the flags change), version-stamped
+# like containerd's Makefile does (without the leading "v", as distribution
+# packages report it).
+build_containerd() {
+  local line=$1 dir=$CONTAINERD_MODULES/v$1 mod ver
+  read -r mod ver <<<"$(containerd_module "$line")" || true
+  [[ -n ${ver:-} ]] || die "no containerd module in $dir/go.mod"
+  CGO_ENABLED=0 go_build_stamped "$BIN/containerd-v$line/" "$dir" "$dir/go.mod" "$dir/go.sum" -- \
+    -tags "$CONTAINERD_BUILD_TAGS" -ldflags "-s -w -X $mod/version.Version=${ver#v}" \
+    "$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2"
+}
+
+# Version of Debian's containerd as it reports itself (e.g. 1.6.20~ds1;
+# empty when it is not installed).
+debian_containerd_version() {
+  /usr/bin/containerd --version 2>/dev/null | awk '{print $3}' || true
+}
+
+# resolve_runtime SPEC: parses a runtime (format above) into
+#   RT_LINE     debian, or a line of tests/containerd/ (1.7, 2.2, 2.x)
+#   RT_DIR      directory of its containerd, ctr and containerd-shim-runc-v2
+#   RT_VERSION  containerd's version as CRI Version reports it (1.6.20~ds1, 1.7.35)
+#   RT_CONFIG   2 or 3
+#   RT_DISCARD  0 or 1
+#   RT_SPEC     the resolved form, containerd/<version>/v<config>[/discard]
+# Does not build anything: RT_DIR may not exist yet (build_containerd).
+resolve_runtime() {
+  local spec=$1 want rest part parts=() line mod ver deb
+  [[ $spec == containerd/* ]] || die "runtime '$spec': must start with containerd/ (e.g. containerd/1.7/v2/discard)"
+  rest=${spec#containerd/}
+  want=${rest%%/*}
+  rest=${rest#"$want"}
+  RT_CONFIG="" RT_DISCARD=0 RT_LINE=""
+  IFS=/ read -r -a parts <<<"${rest#/}"
+  for part in "${parts[@]}"; do
+    case $part in
+      v2 | v3) RT_CONFIG=${part#v} ;;
+      discard) RT_DISCARD=1 ;;
+      *) die "runtime '$spec': unknown part '$part' (v2, v3 or discard)" ;;
+    esac
+  done
+  deb=$(debian_containerd_version)
+  if [[ $want == debian || (-n $deb && ($want == "$deb" || $want == "${deb%%~*}" || $want == "$(cut -d. -f1-2 <<<"$deb")")) ]]; then
+    [[ -n $deb ]] || die "runtime '$spec': Debian's containerd is not installed (apt-get install containerd)"
+    RT_LINE=debian RT_DIR=/usr/bin RT_VERSION=$deb
+  else
+    for line in $(containerd_lines); do
+      read -r mod ver <<<"$(containerd_module "$line")" || true
+      if [[ $want == "$line" || $want == "${ver#v}" ]]; then
+        RT_LINE=$line RT_DIR=$BIN/containerd-v$line RT_VERSION=${ver#v}
+        break
+      fi
+    done
+    [[ -n $RT_LINE ]] || die "runtime '$spec': no containerd '$want' here (debian = $deb; tests/containerd lines: $(containerd_lines))"
+  fi
+  if [[ -z $RT_CONFIG ]]; then
+    if [[ $RT_VERSION == 1.* ]]; then RT_CONFIG=2; else RT_CONFIG=3; fi
+  fi
+  if [[ $RT_CONFIG == 3 && $RT_VERSION == 1.* ]]; then
+    die "runtime '$spec': config version 3 needs containerd 2.x"
+  fi
+  RT_SPEC=containerd/${RT_VERSION%%~*}/v$RT_CONFIG
+  if ((RT_DISCARD)); then RT_SPEC+=/discard; fi
+}
+
+# containerd_config DIR SNAPSHOTTER SANDBOX_IMAGE [OPTION...]: the one
+# containerd config of the test nodes, rooted at DIR (socket
+# DIR/containerd.sock, registries by DIR/certs.d/*/hosts.toml, no node-level
+# credentials: pulls from the auth registry must carry them in the CRI
+# request). Options:
+#   v3          config version 3 (containerd 2.x): the CRI plugin split into
+#               io.containerd.cri.v1.images/.runtime, the stream server left
+#               in io.containerd.grpc.v1.cri; CRI pulls go through the
+#               Transfer Service (unless discard), so max_concurrent_downloads
+#               goes to io.containerd.transfer.v1.local (in the CRI section,
+#               any value but the default 3 would turn the Transfer Service off)
+#   shim=PATH   the containerd-shim-runc-v2 to run (default: PATH lookup,
+#               Debian's); a built containerd must use its own
+#   discard     discard_unpacked_layers = true
+#   real        the kubelet node: containers run with runc on cgroupfs, pod
+#               network namespaces stay under the state dir, the Debian CNI
+#               plugins, and restrict_oom_score_adj (root here may not lower
+#               oom_score_adj; runc failed every pod sandbox without it)
+# The keys and their v3 homes were checked against containerd 2.2's
+# internal/cri/config/config.go and plugins/cri/*/plugin.go.
+containerd_config() {
+  local d=$1 snapshotter=$2 sandbox=$3 opt v3=0 shim="" discard=0 real=0
+  shift 3
+  for opt in "$@"; do
+    case $opt in
+      v3) v3=1 ;;
+      shim=*) shim=${opt#shim=} ;;
+      discard) discard=1 ;;
+      real) real=1 ;;
+      *) die "containerd_config: unknown option $opt" ;;
+    esac
+  done
+  local cni_bin=$d/cni/bin cri=io.containerd.grpc.v1.cri
+  if ((real)); then cni_bin=/usr/lib/cni; fi
+  # erofs, blockfile and NRI exist from 2.0 on (NRI is on by default there
+  # and would listen on the fixed /var/run/nri/nri.sock); 1.x ignores the
+  # names it does not know.
   cat <<EOF
 # Generated by tests/cluster/lib.sh (containerd_config)
-version = 2
+version = $((v3 ? 3 : 2))
 root = "$d/root"
 state = "$d/state"
 disabled_plugins = [
@@ -246,6 +448,11 @@ disabled_plugins = [
   "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.mount-handler.v1.erofs",
+  "io.containerd.nri.v1.nri",
   "io.containerd.internal.v1.tracing",
   "io.containerd.tracing.processor.v1.otlp",
 ]
@@ -266,28 +473,116 @@ disabled_plugins = [
 [plugins]
   [plugins."io.containerd.internal.v1.opt"]
     path = "$d/opt"
+EOF
+  if ((!v3)); then
+    cat <<EOF
 
-  [plugins."io.containerd.grpc.v1.cri"]
+  [plugins."$cri"]
     sandbox_image = "$sandbox"
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
     disable_apparmor = true
     enable_selinux = false
-    max_concurrent_downloads = 3$extra_cri
+    max_concurrent_downloads = 3
+EOF
+    if ((real)); then
+      cat <<EOF
+    netns_mounts_under_state_dir = true
+    restrict_oom_score_adj = true
+EOF
+    fi
+    cat <<EOF
 
-    [plugins."io.containerd.grpc.v1.cri".containerd]
+    [plugins."$cri".containerd]
       snapshotter = "$snapshotter"
       default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"$runc_options
+EOF
+    if ((discard)); then echo "      discard_unpacked_layers = true"; fi
+    cat <<EOF
+      [plugins."$cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+EOF
+    if [[ -n $shim ]]; then echo "        runtime_path = \"$shim\""; fi
+    if ((real)); then
+      cat <<EOF
+        [plugins."$cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+EOF
+    fi
+    cat <<EOF
 
-    [plugins."io.containerd.grpc.v1.cri".cni]
+    [plugins."$cri".cni]
       bin_dir = "$cni_bin"
       conf_dir = "$d/cni/net.d"
 
-    [plugins."io.containerd.grpc.v1.cri".registry]
+    [plugins."$cri".registry]
       config_path = "$d/certs.d"
 EOF
+    return 0
+  fi
+  local images=io.containerd.cri.v1.images runtime=io.containerd.cri.v1.runtime
+  cat <<EOF
+
+  [plugins."$images"]
+    snapshotter = "$snapshotter"
+EOF
+  if ((discard)); then echo "    discard_unpacked_layers = true"; fi
+  cat <<EOF
+
+    [plugins."$images".pinned_images]
+      sandbox = "$sandbox"
+
+    [plugins."$images".registry]
+      config_path = "$d/certs.d"
+
+  [plugins."$runtime"]
+    disable_apparmor = true
+    enable_selinux = false
+EOF
+  if ((real)); then
+    cat <<EOF
+    netns_mounts_under_state_dir = true
+    restrict_oom_score_adj = true
+EOF
+  fi
+  cat <<EOF
+
+    [plugins."$runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."$runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+EOF
+  if [[ -n $shim ]]; then echo "        runtime_path = \"$shim\""; fi
+  if ((real)); then
+    cat <<EOF
+        [plugins."$runtime".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+EOF
+  fi
+  cat <<EOF
+
+    [plugins."$runtime".cni]
+      bin_dirs = ["$cni_bin"]
+      conf_dir = "$d/cni/net.d"
+
+  [plugins."$cri"]
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+
+  [plugins."io.containerd.transfer.v1.local"]
+    max_concurrent_downloads = 3
+    config_path = "$d/certs.d"
+EOF
+}
+
+# runtime_config DIR SNAPSHOTTER SANDBOX_IMAGE [real]: containerd_config for
+# the runtime resolve_runtime last resolved (RT_*).
+runtime_config() {
+  local opts=()
+  if ((RT_CONFIG == 3)); then opts+=(v3); fi
+  if [[ $RT_LINE != debian ]]; then opts+=("shim=$RT_DIR/containerd-shim-runc-v2"); fi
+  if ((RT_DISCARD)); then opts+=(discard); fi
+  containerd_config "$@" "${opts[@]}"
 }
 
 # registry_hosts REGISTRY: the hosts.toml that lets containerd use a test

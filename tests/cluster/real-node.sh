@@ -6,7 +6,9 @@
 #     runs the deployment, replicaset and daemonset controllers;
 #   - one Node that is a real kubelet (kubelocal kubelet, built from the
 #     Kubernetes Go modules like the API server), named kubelet-1, with its
-#     own containerd running containers with runc (cgroupfs driver), a pause
+#     own containerd (the 2.2 LTS line, built from tests/containerd/v2.2 by
+#     up.sh, config version 3: REAL_NODE_RUNTIME in lib.sh) running
+#     containers with runc (Debian's; cgroupfs driver), a pause
 #     image built here (a static Go binary, tests/kube/pause), and a bridge
 #     CNI network (Debian's containernetworking-plugins) for pods that do
 #     not use the host's network;
@@ -132,11 +134,25 @@ cat <<EOF | write_if_changed "$D/cni/net.d/10-nodeimage.conflist" || true
   ]
 }
 EOF
+# up.sh built it already; then this is a no-op.
+resolve_runtime "$REAL_NODE_RUNTIME"
+if [[ $RT_LINE != debian ]]; then build_containerd "$RT_LINE"; fi
+# Pods' containers live in this root: a switch of containerd version under
+# them is not something to do in place. (A root of an older real-node.sh,
+# which kept no record, was Debian's.)
+prev=$(cat "$D/containerd-version" 2>/dev/null || debian_containerd_version)
+if [[ -n $prev && $prev != "$RT_VERSION" && -n "$(ls -A "$D/root" 2>/dev/null)" ]]; then
+  die "$NAME ran containerd $prev, now $RT_VERSION is wanted: stop the cluster first (tests/cluster/down.sh)"
+fi
+echo "$RT_VERSION" >"$D/containerd-version"
 changed=0
-containerd_config "$D" "$NODEIMAGE_SNAPSHOTTER" "$PAUSE_IMAGE" real | write_if_changed "$D/config.toml" && changed=1
+runtime_config "$D" "$NODEIMAGE_SNAPSHOTTER" "$PAUSE_IMAGE" real | write_if_changed "$D/config.toml" && changed=1
 ((changed)) && stop_daemon "containerd-$NAME"
-start_daemon "containerd-$NAME" "$(command -v containerd)" --config "$D/config.toml"
+start_daemon "containerd-$NAME" "$RT_DIR/containerd" --config "$D/config.toml"
 wait_until 30 "containerd of $NAME to answer CRI" "containerd-$NAME" "$NODEIMAGE_CRI" --socket "$SOCK" --timeout 5 version
+read -r rt_name rt_version _ <<<"$("$NODEIMAGE_CRI" --socket "$SOCK" --timeout 10 version)"
+[[ $rt_version == "$RT_VERSION" ]] || die "$NAME: CRI reports $rt_name $rt_version, expected $RT_VERSION ($RT_SPEC)"
+log "$NAME: $RT_SPEC (CRI: $rt_name $rt_version)"
 
 # ---------------------------------------------------------------------------
 # 4. Scheduler, the Service ClusterIP, kubelet
@@ -233,6 +249,8 @@ REAL_ENV=$STATE/real-node.env
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE "$NAME"
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CONTAINERD "$SOCK"
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CONTAINERD_ROOT "$D/root"
+  # containerd/VERSION/vCONFIG[/discard], as NODEIMAGE_NODE_RUNTIMES in env.sh
+  printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_RUNTIME "$RT_SPEC"
   printf "export %s='%s'\n" NODEIMAGE_PAUSE_IMAGE "$PAUSE_IMAGE"
 } >"$REAL_ENV"
 echo "$REAL_ENV" >&3

@@ -3,7 +3,9 @@
 #   - a Kubernetes control plane (kube-apiserver + embedded etcd, and a
 #     kube-controller-manager) built from tests/kube,
 #   - N "nodes": one containerd (CRI) per node plus a Node object whose status
-#     is patched to Ready (there is no kubelet),
+#     is patched to Ready (there is no kubelet). The nodes run different
+#     containerd versions (Debian's 1.6, and 1.7 and 2.x built from the Go
+#     modules in tests/containerd), see NODEIMAGE_NODE_RUNTIMES,
 #   - two OCI registries: anonymous on :5000, htpasswd basic auth on :5001,
 #     both filled with small test images built without Docker (umoci+skopeo).
 #
@@ -23,6 +25,13 @@
 #   NODEIMAGE_REGISTRY_PORT    anonymous registry port (default 5000)
 #   NODEIMAGE_AUTH_REGISTRY_PORT  auth registry port (default 5001)
 #   NODEIMAGE_SNAPSHOTTER      force "overlayfs" or "native" (default: probe)
+#   NODEIMAGE_NODE_RUNTIMES    containerd of each node, "NODE=RUNTIME ...", where
+#                              NODE is node-<i> or * (every node not named) and
+#                              RUNTIME is containerd/VERSION[/v2|/v3][/discard]
+#                              (format in lib.sh). Default: node-1
+#                              containerd/debian/v2 (1.6), node-2
+#                              containerd/1.7/v2/discard, node-3
+#                              containerd/2.x/v3 (newest 2.x), node-4.. cycle
 #   NODEIMAGE_BUILD_KUBECTL=1  build kubectl even if the machine has a usable one
 set -Eeuo pipefail
 
@@ -128,40 +137,9 @@ log "building ni-cri (cargo, incremental)"
 (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-tests --bin ni-cri)
 [[ -x $NI_CRI ]] || die "ni-cri was not built at $NI_CRI"
 
-# go_build_stamped NAME STAMP_INPUTS... -- GO_BUILD_ARGS...
-# Runs `go build` in tests/kube only when the hash of the inputs (sources, go
-# version, flags) differs from $BIN/NAME.stamp or the binary is missing.
-# Sets REBUILT=1 when it built.
-go_build_stamped() {
-  local name=$1
-  shift
-  local inputs=()
-  while [[ $1 != -- ]]; do
-    inputs+=("$1")
-    shift
-  done
-  shift
-  local stamp
-  stamp=$({
-    go version
-    echo "$*"
-    cat "${inputs[@]}"
-  } | sha256sum | cut -d' ' -f1)
-  REBUILT=0
-  if [[ -x $BIN/$name && "$(cat "$BIN/$name.stamp" 2>/dev/null)" == "$stamp" ]]; then
-    log "$name is up to date"
-    return 0
-  fi
-  log "building $name (go build; a cold build takes several minutes)"
-  local t0=$SECONDS
-  (cd "$TESTS_DIR/kube" && go build -buildvcs=false -trimpath -ldflags "$GO_LDFLAGS" -o "$BIN/$name.new" "$@")
-  mv -f "$BIN/$name.new" "$BIN/$name"
-  echo "$stamp" >"$BIN/$name.stamp"
-  REBUILT=1
-  log "built $name in $((SECONDS - t0)) s"
-}
-
-go_build_stamped kubelocal "$TESTS_DIR"/kube/*.go "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- .
+# go_build_stamped (lib.sh) skips the build when nothing it depends on changed.
+go_build_stamped "$BIN/kubelocal" "$TESTS_DIR/kube" "$TESTS_DIR"/kube/*.go "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- \
+  -ldflags "$GO_LDFLAGS" .
 KUBELOCAL_REBUILT=$REBUILT
 
 # kubectl: the machine's if its client minor version is >= 32, else built
@@ -179,10 +157,43 @@ choose_kubectl() {
     fi
     log "machine kubectl $sys has client minor '${minor:-?}' (< 32); building one"
   fi
-  go_build_stamped kubectl "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- k8s.io/kubernetes/cmd/kubectl
+  go_build_stamped "$BIN/kubectl" "$TESTS_DIR/kube" "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- \
+    -ldflags "$GO_LDFLAGS" k8s.io/kubernetes/cmd/kubectl
   KUBECTL=$BIN/kubectl
 }
 choose_kubectl
+
+# containerd of each node (lib.sh, "containerd runtimes of the nodes"):
+# the defaults, overridden node by node by NODEIMAGE_NODE_RUNTIMES.
+declare -A runtime_of=()
+RUNTIME_ALL=""
+read -r -a _entries <<<"${NODEIMAGE_NODE_RUNTIMES:-}"
+for _e in "${_entries[@]}"; do
+  [[ $_e == ?*=containerd/* ]] || die "NODEIMAGE_NODE_RUNTIMES: '$_e' is not NODE=containerd/... (e.g. node-2=containerd/2.2/v3)"
+  _n=${_e%%=*}
+  if [[ $_n == "*" ]]; then
+    RUNTIME_ALL=${_e#*=}
+  elif [[ $_n =~ ^node-([0-9]+)$ ]]; then
+    # A list exported by env.sh of a bigger cluster may name more nodes.
+    if ((BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= NODE_COUNT)); then runtime_of[$_n]=${_e#*=}; fi
+  else
+    die "NODEIMAGE_NODE_RUNTIMES: unknown node '$_n' (node-<i> or *)"
+  fi
+done
+NODE_RT_SPECS=() NODE_RT_LINES=() NODE_RT_DIRS=() NODE_RT_VERSIONS=() NODE_RT_CONFIGS=() NODE_RT_DISCARDS=()
+declare -A lines_needed=()
+for i in "${!NODE_NAMES[@]}"; do
+  resolve_runtime "${runtime_of[${NODE_NAMES[i]}]:-${RUNTIME_ALL:-${DEFAULT_NODE_RUNTIMES[i % ${#DEFAULT_NODE_RUNTIMES[@]}]}}}"
+  NODE_RT_SPECS+=("$RT_SPEC") NODE_RT_LINES+=("$RT_LINE") NODE_RT_DIRS+=("$RT_DIR")
+  NODE_RT_VERSIONS+=("$RT_VERSION") NODE_RT_CONFIGS+=("$RT_CONFIG") NODE_RT_DISCARDS+=("$RT_DISCARD")
+  lines_needed[$RT_LINE]=1
+done
+# real-node.sh's containerd too: every Go build of a run happens here, once.
+resolve_runtime "$REAL_NODE_RUNTIME"
+lines_needed[$RT_LINE]=1
+for line in $(containerd_lines); do
+  if [[ -n ${lines_needed[$line]:-} ]]; then build_containerd "$line"; fi
+done
 
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" --request-timeout=10s "$@"; }
 
@@ -412,8 +423,6 @@ case ${NODEIMAGE_SNAPSHOTTER:-} in
 esac
 log "snapshotter: $SNAPSHOTTER"
 
-CONTAINERD_BIN=$(command -v containerd)
-
 declare -a SOCKETS=()
 for i in "${!NODE_NAMES[@]}"; do
   name=${NODE_NAMES[i]}
@@ -421,15 +430,30 @@ for i in "${!NODE_NAMES[@]}"; do
   sock=$d/containerd.sock
   # Unix socket paths are limited to 107 bytes (+ ".ttrpc").
   ((${#sock} + 6 <= 107)) || die "socket path too long (${#sock} chars): $sock; use a shorter NODEIMAGE_STATE"
+  # A node that changes containerd version starts empty: a root written by
+  # another version (2.x metadata after a downgrade, say) is not ours to
+  # migrate, and the nodes hold only what the tests pulled. Roots of older
+  # up.sh runs, which have no record, were Debian's.
+  prev=$(cat "$d/containerd-version" 2>/dev/null || debian_containerd_version)
+  if [[ $prev != "${NODE_RT_VERSIONS[i]}" ]]; then
+    stop_daemon "containerd-$name"
+    if [[ -d $d/root || -d $d/state ]]; then
+      log "$name: containerd $prev -> ${NODE_RT_VERSIONS[i]}; emptying its root and state"
+      unmount_under "$d"
+      rm -rf "$d/root" "$d/state"
+    fi
+  fi
   mkdir -p "$d/root" "$d/state" "$d/opt" "$d/cni/bin" "$d/cni/net.d"
+  echo "${NODE_RT_VERSIONS[i]}" >"$d/containerd-version"
   changed=0
   for reg in "$REGISTRY" "$AUTH_REGISTRY"; do
     mkdir -p "$d/certs.d/$reg"
     if registry_hosts "$reg" | write_if_changed "$d/certs.d/$reg/hosts.toml"; then changed=1; fi
   done
-  if containerd_config "$d" "$SNAPSHOTTER" "$REGISTRY/pause:3.6" | write_if_changed "$d/config.toml"; then changed=1; fi
+  RT_LINE=${NODE_RT_LINES[i]} RT_DIR=${NODE_RT_DIRS[i]} RT_CONFIG=${NODE_RT_CONFIGS[i]} RT_DISCARD=${NODE_RT_DISCARDS[i]}
+  if runtime_config "$d" "$SNAPSHOTTER" "$REGISTRY/pause:3.6" | write_if_changed "$d/config.toml"; then changed=1; fi
   if ((changed)); then stop_daemon "containerd-$name"; fi
-  start_daemon "containerd-$name" "$CONTAINERD_BIN" --config "$d/config.toml"
+  start_daemon "containerd-$name" "${NODE_RT_DIRS[i]}/containerd" --config "$d/config.toml"
   SOCKETS+=("$sock")
 done
 
@@ -441,9 +465,18 @@ for pidfile in "$PIDS"/containerd-node-*.pid; do
   if [[ $n =~ ^[0-9]+$ ]] && ((n > NODE_COUNT)); then stop_daemon "containerd-node-$n"; fi
 done
 
+# Each node must run the containerd it was given; the Node objects report
+# the version as a kubelet would: <runtime name>://<runtime version> of CRI
+# Version (Debian's says containerd://1.6.20~ds1).
+NODE_RUNTIME_VERSIONS=()
 for i in "${!NODE_NAMES[@]}"; do
   wait_until 30 "containerd of ${NODE_NAMES[i]} to answer CRI" "containerd-${NODE_NAMES[i]}" \
     "$NI_CRI" --socket "${SOCKETS[i]}" --timeout 5 version
+  read -r rt_name rt_version _ <<<"$("$NI_CRI" --socket "${SOCKETS[i]}" --timeout 10 version)"
+  [[ $rt_version == "${NODE_RT_VERSIONS[i]}" ]] ||
+    die "${NODE_NAMES[i]}: CRI reports $rt_name $rt_version, expected ${NODE_RT_VERSIONS[i]} (${NODE_RT_SPECS[i]})"
+  NODE_RUNTIME_VERSIONS+=("$rt_name://$rt_version")
+  log "${NODE_NAMES[i]}: ${NODE_RT_SPECS[i]} (CRI: $rt_name $rt_version)"
 done
 
 # ---------------------------------------------------------------------------
@@ -482,7 +515,7 @@ EOF
                   "lastHeartbeatTime": "$NOW", "lastTransitionTime": "$NOW"}],
   "addresses": [{"type": "Hostname", "address": "$name"}],
   "nodeInfo": {"kubeletVersion": "$K8S_VERSION", "kubeProxyVersion": "",
-               "containerRuntimeVersion": "containerd://1.6.20",
+               "containerRuntimeVersion": "${NODE_RUNTIME_VERSIONS[i]}",
                "architecture": "amd64", "operatingSystem": "linux",
                "osImage": "nodeimage test node", "kernelVersion": "$(uname -r)",
                "machineID": "", "systemUUID": "", "bootID": ""},
@@ -521,26 +554,29 @@ done
 [[ $(http_code -u "$AUTH_USER:$AUTH_PASSWORD" "http://$AUTH_REGISTRY/v2/") == 200 ]] ||
   die "$AUTH_REGISTRY/v2/ with credentials is not 200"
 
-# A CRI pull from each registry on node-1, removed again afterwards (one at a
-# time: CRI RemoveImage removes an image id with all its tags). An image that
-# was already on the node (reused cluster) is left in place.
+# A CRI pull from each registry on every node (each containerd version pulls
+# its own way: 2.x through the Transfer Service), removed again afterwards
+# (one at a time: CRI RemoveImage removes an image id with all its tags). An
+# image that was already on the node (reused cluster) is left in place.
 check_pull() {
-  local image=$1
-  shift
-  local sock=${SOCKETS[0]} present=0
+  local i=$1 image=$2
+  shift 2
+  local sock=${SOCKETS[i]} name=${NODE_NAMES[i]} present=0
   if "$NI_CRI" --socket "$sock" status "$image" >/dev/null 2>&1; then present=1; fi
-  "$NI_CRI" --socket "$sock" pull "$image" "$@" >/dev/null || die "CRI pull of $image on node-1 failed"
+  "$NI_CRI" --socket "$sock" pull "$image" "$@" >/dev/null || die "CRI pull of $image on $name failed"
   if ((present == 0)); then
-    "$NI_CRI" --socket "$sock" rmi "$image" >/dev/null || die "CRI rmi of $image on node-1 failed"
-    if "$NI_CRI" --socket "$sock" status "$image" >/dev/null 2>&1; then die "$image still present after rmi"; fi
+    "$NI_CRI" --socket "$sock" rmi "$image" >/dev/null || die "CRI rmi of $image on $name failed"
+    if "$NI_CRI" --socket "$sock" status "$image" >/dev/null 2>&1; then die "$image still present on $name after rmi"; fi
   fi
 }
-check_pull "$REGISTRY/test:v1"
-check_pull "$AUTH_REGISTRY/test:v1" --username "$AUTH_USER" --password "$AUTH_PASSWORD"
-# And the auth registry must refuse a pull without credentials.
-if "$NI_CRI" --socket "${SOCKETS[0]}" pull "$AUTH_REGISTRY/test:v1" >/dev/null 2>&1; then
-  die "pull from $AUTH_REGISTRY without credentials unexpectedly succeeded"
-fi
+for i in "${!NODE_NAMES[@]}"; do
+  check_pull "$i" "$REGISTRY/test:v1"
+  check_pull "$i" "$AUTH_REGISTRY/test:v1" --username "$AUTH_USER" --password "$AUTH_PASSWORD"
+  # And the auth registry must refuse a pull without credentials.
+  if "$NI_CRI" --socket "${SOCKETS[i]}" pull "$AUTH_REGISTRY/test:v1" >/dev/null 2>&1; then
+    die "pull from $AUTH_REGISTRY without credentials unexpectedly succeeded on ${NODE_NAMES[i]}"
+  fi
+done
 
 # ---------------------------------------------------------------------------
 # 9. Env file
@@ -559,6 +595,11 @@ ENV_FILE=$STATE/env.sh
   for i in "${!SOCKETS[@]}"; do ex "NODEIMAGE_CONTAINERD_$((i + 1))" "${SOCKETS[i]}"; done
   ex NODEIMAGE_CONTAINERD_SOCKETS "${SOCKETS[*]}"
   ex NODEIMAGE_SNAPSHOTTER "$SNAPSHOTTER"
+  echo "# containerd of each node, NODE=containerd/VERSION/vCONFIG[/discard]: containerd's"
+  echo "# version (without a distribution suffix), its config file version (2 or 3),"
+  echo "# and /discard when discard_unpacked_layers is on (layer blobs are deleted once"
+  echo "# unpacked). Format and defaults: tests/cluster/lib.sh."
+  ex NODEIMAGE_NODE_RUNTIMES "$(for i in "${!NODE_NAMES[@]}"; do printf '%s=%s ' "${NODE_NAMES[i]}" "${NODE_RT_SPECS[i]}"; done | sed 's/ $//')"
   ex NODEIMAGE_REGISTRY "$REGISTRY"
   ex NODEIMAGE_AUTH_REGISTRY "$AUTH_REGISTRY"
   ex NODEIMAGE_AUTH_USER "$AUTH_USER"

@@ -186,7 +186,7 @@ providers:
     );
     let msg = failed["message"].as_str().unwrap_or_default();
     assert!(
-        msg.contains("401")
+        msg.contains("unauthorized: ")
             && msg.contains("credential provider broken-provider")
             && msg.contains("no credentials for you"),
         "the failure names the plugin and what it said: {msg}"

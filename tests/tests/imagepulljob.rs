@@ -1267,7 +1267,7 @@ fn unpullable_image_reports_failed_nodes_with_the_registry_reason() {
             private.reference(),
             private.name.clone(),
             nodes[2..3].to_vec(),
-            "401",
+            "unauthorized: ",
         ),
     ];
     for (name, image, _, selected, _) in &cases {

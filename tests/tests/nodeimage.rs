@@ -361,7 +361,12 @@ fn manifest_requests_per_refused_pull(
     let repository = unique("e2e-calibrate");
     let image = format!("{}/{repository}:v1", c.var("NODEIMAGE_AUTH_REGISTRY"));
     let err = cri::pull(socket, &image, auth).expect_err("the auth registry refuses this pull");
-    assert!(err.contains("401"), "refused pull: {err}");
+    // containerd 1.6 says "401 Unauthorized", 1.7 and 2.x "authorization failed".
+    let lower = err.to_lowercase();
+    assert!(
+        lower.contains("401") || lower.contains("authorization failed"),
+        "refused pull: {err}"
+    );
     let n = settled(|| auth_registry_manifest_fetches(c, &repository));
     assert!(
         n > 0,
@@ -493,8 +498,8 @@ fn refused_pull_fails_after_all_attempts(with_wrong_secret: bool) {
     let entry = ni::wait_phase(&c, tag(node, &img.name, "v1"), 0, "Failed", TIMEOUT);
     let message = entry["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("401"),
-        "the message must carry the registry's 401: {entry}"
+        message.contains("unauthorized: "),
+        "the message says unauthorized, on every runtime: {entry}"
     );
     let attempts = backoff_limit + 1;
     assert!(

@@ -1,0 +1,13 @@
+//go:build tools
+
+// This file is never compiled (the "tools" build tag is never set). It only
+// records containerd v2.2.9 as a dependency so that go.mod/go.sum keep
+// everything tests/cluster/lib.sh (build_containerd) needs for
+//
+//	go build -o $STATE/bin/containerd-v2.2/ github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr
+package tools
+
+import (
+	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/ctr"
+)
