@@ -74,6 +74,15 @@ async fn disk_usage(runtime: &Runtime) -> Result<f64, String> {
     Ok(percent_used(st.f_blocks, st.f_bfree, st.f_bavail))
 }
 
+/// Size in bytes of the filesystem holding the runtime's images, when the
+/// runtime names it and this process can see it.
+pub async fn image_fs_capacity(runtime: &Runtime) -> Option<u64> {
+    let fs = runtime.image_fs().await.ok()?;
+    let mount = fs.into_iter().map(|(m, _)| m).find(|m| !m.is_empty())?;
+    let st = rustix::fs::statvfs(mount.as_str()).ok()?;
+    Some(st.f_blocks.saturating_mul(st.f_frsize))
+}
+
 /// Used share as `df` computes it: used / (used + available to users).
 pub fn percent_used(blocks: u64, free: u64, avail: u64) -> f64 {
     let used = blocks.saturating_sub(free);

@@ -108,6 +108,12 @@ impl Runtime {
 
     /// Runtime name and version; proves the runtime answers CRI.
     pub async fn version(&self) -> Result<String, CriError> {
+        let (name, version) = self.name_and_version().await?;
+        Ok(format!("{name} {version}"))
+    }
+
+    /// CRI `runtime_name` and `runtime_version`.
+    pub async fn name_and_version(&self) -> Result<(String, String), CriError> {
         let r = RuntimeServiceClient::new(self.channel.clone())
             .version(VersionRequest {
                 version: "v1".into(),
@@ -115,7 +121,7 @@ impl Runtime {
             .await
             .map_err(|s| classify_transport(&s))?
             .into_inner();
-        Ok(format!("{} {}", r.runtime_name, r.runtime_version))
+        Ok((r.runtime_name, r.runtime_version))
     }
 
     /// The image's ID and repository digests if present on the node.
@@ -136,6 +142,7 @@ impl Runtime {
             id: i.id,
             repo_digests: i.repo_digests,
             size: i.size,
+            pinned: i.pinned,
         }))
     }
 
@@ -223,6 +230,8 @@ pub struct PresentImage {
     pub repo_digests: Vec<String>,
     /// Size in bytes.
     pub size: u64,
+    /// Whether the runtime reports it pinned (kubelet's GC skips it).
+    pub pinned: bool,
 }
 
 impl PresentImage {
@@ -323,6 +332,7 @@ mod tests {
             id: "sha256:cfg".into(),
             repo_digests: vec!["a/x@sha256:1".into(), "b/y@sha256:2".into()],
             size: 1,
+            pinned: false,
         };
         assert_eq!(img.repo_digest_for("b/y"), "b/y@sha256:2");
         assert_eq!(img.repo_digest_for("c/z"), "a/x@sha256:1");

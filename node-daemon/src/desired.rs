@@ -73,6 +73,9 @@ pub struct PullTask {
     /// For an upgrade entry resumed after a restart: the step status
     /// recorded for this version before (see [`plan`]).
     pub resume: Option<UpgradeState>,
+    /// Why a finished entry runs again (its image left the node), shown
+    /// on the tag while it waits and pulls.
+    pub note: Option<String>,
 }
 
 /// A valid pull.
@@ -219,6 +222,7 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
                 target,
                 created_at: t.created_at.as_ref().map(|c| c.0),
                 resume: None,
+                note: None,
             });
         }
     }
@@ -418,6 +422,7 @@ mod tests {
             target: Err("unused".into()),
             created_at: Timestamp::from_second(created_s).ok(),
             resume: None,
+            note: None,
         }
     }
 

@@ -75,6 +75,17 @@ pub struct Flags {
     #[arg(long, default_value = "")]
     pub upgrade_exec_prefix: String,
 
+    /// Keep the images a tag entry wants pinned in containerd, so kubelet's
+    /// image GC does not remove them (containerd 1.6.25+, 1.7.10+, 2.x);
+    /// false unpins what the daemon pinned.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pin_images: bool,
+
+    /// How often, in seconds, the images of tags reported Succeeded are
+    /// looked for on the node (an image gone is pulled again); 0: never.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub presence_check_seconds: u64,
+
     /// kubelet's credential-provider config file (CredentialProviderConfig):
     /// images its plugins match are also pulled with the credentials the
     /// plugins return, after the tag's own pull secrets, as kubelet does.

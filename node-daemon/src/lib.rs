@@ -9,11 +9,14 @@ mod decode;
 mod desired;
 pub mod flags;
 mod metrics;
+mod pins;
+mod presence;
 mod progress;
 mod pull;
 mod report;
 mod resume;
 mod retry;
+mod runtime_info;
 mod shared;
 mod status;
 mod sync;
@@ -92,10 +95,12 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         Some(render),
         stopped(stop_rx.clone()),
     ));
+    let (info_tx, info_rx) = tokio::sync::watch::channel(None);
     let probe = tokio::spawn(watch_runtime(
         runtime.clone(),
         runtime_ok,
         metrics.clone(),
+        info_tx,
         stop_rx.clone(),
     ));
 
@@ -121,7 +126,14 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         },
         providers,
         leases: Arc::default(),
+        pins: pins::Pins::default(),
     });
+    let pinning = tokio::spawn(pin_when_able(
+        deps.clone(),
+        info_rx,
+        flags.pin_images,
+        stop_rx.clone(),
+    ));
     let upgrades = Arc::new(upgrade::Settings {
         enabled: flags.enable_upgrades,
         tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
@@ -143,11 +155,14 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         metrics.status_write_errors.clone(),
         stop_rx.clone(),
     ));
+    let presence_every = (flags.presence_check_seconds > 0)
+        .then(|| Duration::from_secs(flags.presence_check_seconds));
     let sync = tokio::spawn(sync::run(
         api,
         flags.node_name.clone(),
         worker::Workers { deps, upgrades },
         synced,
+        presence_every,
         stop_rx.clone(),
     ));
 
@@ -162,6 +177,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         tracing::warn!("last status write did not finish within 5s");
     }
     let _ = probe.await;
+    let _ = pinning.await;
     match health.await {
         Ok(Err(e)) => return Err(Error::Health(e)),
         Err(e) => tracing::warn!(error = %e, "health server task failed"),
@@ -171,11 +187,93 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     Ok(())
 }
 
-/// Keeps the `containerd` readiness condition current.
+/// Once the runtime is known: says what it can do (a log line, the
+/// `runtime_info` metric, an event on the NodeImage once it is read) and,
+/// where it honours pins, keeps the wanted images pinned (`pins`).
+async fn pin_when_able(
+    deps: Arc<shared::Deps>,
+    mut info: tokio::sync::watch::Receiver<Option<runtime_info::RuntimeInfo>>,
+    enabled: bool,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let info = tokio::select! {
+        r = info.wait_for(Option::is_some) => match r {
+            Ok(i) => i.clone(),
+            Err(_) => return,
+        },
+        _ = stop.changed() => return,
+    };
+    let Some(info) = info else { return };
+    let missing = info.missing();
+    if missing.is_empty() {
+        tracing::info!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), "container runtime supports every daemon feature");
+    } else {
+        tracing::warn!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), missing = %missing, "container runtime lacks some daemon features");
+    }
+    deps.metrics
+        .runtime_info
+        .get_or_create(&metrics::RuntimeLabels {
+            runtime: info.name.clone(),
+            version: info.version.clone(),
+            capabilities: info.capabilities(),
+        })
+        .set(1);
+    let events = {
+        let deps = deps.clone();
+        let info = info.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            // The event needs the NodeImage: wait for the first one.
+            loop {
+                if deps.status.observed().is_some() {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+                    _ = stop.changed() => return,
+                }
+            }
+            let (type_, note) = if info.missing().is_empty() {
+                (
+                    kube::runtime::events::EventType::Normal,
+                    format!("Runtime {info}"),
+                )
+            } else {
+                (
+                    kube::runtime::events::EventType::Warning,
+                    format!("Runtime {info}; not available here: {}", info.missing()),
+                )
+            };
+            report::event(&deps, type_, "RuntimeDetected", "Start", note).await;
+        })
+    };
+    if info.has(runtime_info::Capability::Pinning) {
+        let settings = pins::Settings {
+            node: deps.node.clone(),
+            enabled,
+        };
+        pins::run(
+            deps.pins.clone(),
+            deps.runtime.clone(),
+            settings,
+            deps.metrics.clone(),
+            stop.clone(),
+        )
+        .await;
+    } else if enabled {
+        tracing::warn!(runtime = %info.name, version = %info.version, "this runtime does not honour image pins; kubelet's image GC may remove pre-pulled images (they are pulled again while wanted)");
+    }
+    let _ = stop.changed().await;
+    events.abort();
+}
+
+/// Keeps the `containerd` readiness condition current, and finds out what
+/// the runtime is the first time it answers.
 async fn watch_runtime(
     runtime: cri::Runtime,
     ok: health::Check,
     metrics: metrics::Metrics,
+    info: tokio::sync::watch::Sender<Option<runtime_info::RuntimeInfo>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut was: Option<bool> = None;
@@ -184,6 +282,11 @@ async fn watch_runtime(
             Ok(v) => {
                 if was != Some(true) {
                     tracing::info!(runtime = %v, "containerd reachable");
+                }
+                if info.borrow().is_none()
+                    && let Ok(found) = runtime_info::detect(&runtime).await
+                {
+                    let _ = info.send(Some(found));
                 }
                 true
             }

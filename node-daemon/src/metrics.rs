@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 pub struct PullLabels {
     /// succeeded or failed.
     pub result: String,
-    /// Why: present, pulled, not_found, unauthorized, timeout, deadline, check, invalid, secret, unavailable, error.
+    /// Why: present, pulled, not_found, unauthorized, timeout, deadline, check, invalid, lost, secret, unavailable, error.
     pub reason: String,
 }
 
@@ -29,6 +29,17 @@ pub struct ResultLabels {
 pub struct ItemLabels {
     /// disk, cpu or mem.
     pub item: String,
+}
+
+/// Labels of the runtime information metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuntimeLabels {
+    /// CRI runtime name, e.g. containerd.
+    pub runtime: String,
+    /// CRI runtime version.
+    pub version: String,
+    /// What the daemon can do on it: progress, resume, pinning (comma-separated; `-` for none).
+    pub capabilities: String,
 }
 
 /// Labels of a CRI call.
@@ -57,6 +68,16 @@ pub struct Metrics {
     pub status_write_errors: Counter,
     /// Failed CRI calls.
     pub cri_errors: Family<CallLabels, Counter>,
+    /// The runtime found at start, always 1.
+    pub runtime_info: Family<RuntimeLabels, Gauge>,
+    /// Images this daemon keeps pinned (kubelet's GC skips them).
+    pub pinned_images: Gauge,
+    /// Bytes of the images this daemon keeps pinned.
+    pub pinned_bytes: Gauge,
+    /// Bytes the runtime's image filesystem can hold (for the pinned share).
+    pub image_fs_capacity_bytes: Gauge,
+    /// Images a finished tag still wants that left the node.
+    pub images_lost: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -76,6 +97,7 @@ pub const PULL_OUTCOMES: &[(&str, &str)] = &[
     ("failed", "deadline"),
     ("failed", "check"),
     ("failed", "invalid"),
+    ("failed", "lost"),
     ("failed", "secret"),
     ("failed", "unavailable"),
     ("failed", "error"),
@@ -123,6 +145,11 @@ impl Metrics {
             check_failures: Family::default(),
             status_write_errors: Counter::default(),
             cri_errors: Family::default(),
+            runtime_info: Family::default(),
+            pinned_images: Gauge::default(),
+            pinned_bytes: Gauge::default(),
+            image_fs_capacity_bytes: Gauge::default(),
+            images_lost: Counter::default(),
         }
     }
 
@@ -168,6 +195,31 @@ impl Metrics {
             "cri_errors",
             "Container runtime calls that failed, by call",
             self.cri_errors.clone(),
+        );
+        r.register(
+            "runtime_info",
+            "The container runtime found at start and what the daemon can do on it",
+            self.runtime_info.clone(),
+        );
+        r.register(
+            "pinned_images",
+            "Images the daemon keeps pinned while a tag entry wants them",
+            self.pinned_images.clone(),
+        );
+        r.register(
+            "pinned_bytes",
+            "Bytes of the images the daemon keeps pinned",
+            self.pinned_bytes.clone(),
+        );
+        r.register(
+            "image_fs_capacity_bytes",
+            "Size of the filesystem that holds the runtime's images",
+            self.image_fs_capacity_bytes.clone(),
+        );
+        r.register(
+            "images_lost",
+            "Images a finished tag still wanted that left the node (kubelet's image GC, crictl rmi)",
+            self.images_lost.clone(),
         );
     }
 
@@ -237,6 +289,9 @@ mod tests {
             "nodeimage_daemon_check_failures_total{item=\"disk\"} 1",
             "nodeimage_daemon_status_write_errors_total",
             "nodeimage_daemon_cri_errors_total{call=\"PullImage\"} 1",
+            "nodeimage_daemon_pinned_images 0",
+            "nodeimage_daemon_pinned_bytes 0",
+            "nodeimage_daemon_images_lost_total 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

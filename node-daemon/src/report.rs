@@ -186,6 +186,11 @@ pub(crate) async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
             )
         }
     };
+    event(deps, type_, reason, "Pull", note).await;
+}
+
+/// Records an event on this node's NodeImage (none before it is known).
+pub(crate) async fn event(deps: &Deps, type_: EventType, reason: &str, action: &str, note: String) {
     let Some(ni) = deps.status.observed() else {
         return;
     };
@@ -194,7 +199,7 @@ pub(crate) async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
         type_,
         reason: reason.into(),
         note: Some(truncate(&note, 1000)),
-        action: "Pull".into(),
+        action: action.into(),
         secondary: None,
     };
     // A fresh recorder for each event: kube's Recorder merges events of the

@@ -32,4 +32,6 @@ pub struct Deps {
     /// Which image references tasks pull now, so a resume lease two tags
     /// share ends with the last of them.
     pub leases: Arc<crate::resume::Users>,
+    /// The images the spec wants pinned; told when a pull ends.
+    pub pins: crate::pins::Pins,
 }

@@ -1,10 +1,13 @@
 //! The daemon's loop: watch this node's NodeImage, plan which pulls to start
-//! or cancel, and keep the status writer informed.
+//! or cancel, keep the status writer and the pins informed, and pull again
+//! the images that left the node while a finished tag still wants them
+//! (`presence`).
 
 use crate::decode::{self, Decoded};
-use crate::desired::{self, TagKey};
+use crate::desired::{self, PullTask, Reported, TagKey};
+use crate::presence::{self, Expected, Losses, Lost};
 use crate::resume;
-use crate::worker::Workers;
+use crate::worker::{self, Workers};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -12,8 +15,12 @@ use nodeimage_api::kruise::NodeImage;
 use nodeimage_api::lenient::Lenient;
 use nodeimage_ops::health::Check;
 use std::collections::{BTreeMap, BTreeSet};
-use tokio::sync::watch;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+/// Longest a presence check of one image may take.
+const PRESENCE_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Running {
     version: i64,
@@ -22,12 +29,21 @@ struct Running {
     reference: Option<String>,
 }
 
-/// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec asks.
+/// What the last NodeImage asked for and said, for the presence checks.
+#[derive(Default)]
+struct Latest {
+    tasks: Vec<PullTask>,
+    reported: BTreeMap<TagKey, Reported>,
+}
+
+/// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec
+/// asks; every `presence_every` (None: never) looks for images that left.
 pub async fn run(
     api: kube::Api<Lenient<NodeImage>>,
     node: String,
     workers: Workers,
     synced: Check,
+    presence_every: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
@@ -43,22 +59,39 @@ pub async fn run(
     // run started are its own.
     let mut swept = false;
     let run_started = std::time::SystemTime::now();
+    let mut latest = Latest::default();
+    let mut losses = Losses::default();
+    let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Vec<Expected>>();
+    // Without checks the timer still needs a period the clock can hold.
+    let mut presence_tick =
+        tokio::time::interval(presence_every.unwrap_or(Duration::from_secs(86_400)));
+    presence_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    presence_tick.reset();
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
+            _ = presence_tick.tick(), if presence_every.is_some() => {
+                check_presence(&workers, &latest, &running, &gone_tx);
+                continue;
+            }
+            Some(gone) = gone_rx.recv() => {
+                pull_again(&workers, gone, &latest, &mut running, &mut losses);
+                continue;
+            }
             _ = stop.changed() => break,
         };
         let Some(event) = event else { break };
         match event {
             Ok(Event::Apply(ni)) => {
                 synced.set(true);
-                apply(
+                latest = apply(
                     &workers,
                     decode::nodeimage(ni),
                     false,
                     &mut running,
                     &mut logged,
                 );
+                losses.retain(&latest.tasks);
                 sweep_once(&workers, &running, &mut swept, run_started);
             }
             Ok(Event::Delete(_)) => {
@@ -68,6 +101,9 @@ pub async fn run(
                     end_lease_after(&workers, r);
                 }
                 workers.deps.status.forget();
+                latest = Latest::default();
+                losses.retain(&[]);
+                workers.deps.pins.want(BTreeSet::new());
             }
             Ok(Event::Init) => init = None,
             Ok(Event::InitApply(ni)) => init = Some(decode::nodeimage(ni)),
@@ -75,7 +111,8 @@ pub async fn run(
                 synced.set(true);
                 match init.take() {
                     Some(ni) => {
-                        apply(&workers, ni, true, &mut running, &mut logged);
+                        latest = apply(&workers, ni, true, &mut running, &mut logged);
+                        losses.retain(&latest.tasks);
                         sweep_once(&workers, &running, &mut swept, run_started);
                     }
                     None => {
@@ -95,14 +132,14 @@ pub async fn run(
 }
 
 /// Acts on a NodeImage from the watch (`relisted`: from a relist, the
-/// current object rather than the next event).
+/// current object rather than the next event); returns what it asked for.
 fn apply(
     workers: &Workers,
     decoded: Decoded,
     relisted: bool,
     running: &mut BTreeMap<TagKey, Running>,
     logged: &mut BTreeMap<TagKey, String>,
-) {
+) -> Latest {
     let Decoded {
         nodeimage: ni,
         invalid,
@@ -116,6 +153,15 @@ fn apply(
     let mut tasks = desired::tasks(&ni);
     decode::mark_invalid(&mut tasks, &invalid);
     let reported = desired::reported(&ni);
+    // Every valid pull the spec lists is wanted on the node: pinned.
+    workers.deps.pins.want(
+        tasks
+            .iter()
+            .filter_map(|t| t.target.as_ref().ok())
+            .filter(|t| t.upgrade.is_none())
+            .map(|t| t.image.pull_ref())
+            .collect(),
+    );
     if relisted {
         workers.deps.status.observe_relisted(ni);
     } else {
@@ -146,18 +192,122 @@ fn apply(
         workers.deps.status.clear(key);
     }
     for task in plan.start {
-        let key = task.key.clone();
-        let version = task.version;
-        let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
-        let handle = workers.spawn(task);
-        running.insert(
-            key,
-            Running {
-                version,
-                handle,
-                reference,
-            },
-        );
+        start(workers, task, running);
+    }
+    Latest { tasks, reported }
+}
+
+/// Starts `task`'s worker and records it as running.
+fn start(workers: &Workers, task: PullTask, running: &mut BTreeMap<TagKey, Running>) {
+    let key = task.key.clone();
+    let version = task.version;
+    let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
+    let handle = workers.spawn(task);
+    running.insert(
+        key,
+        Running {
+            version,
+            handle,
+            reference,
+        },
+    );
+}
+
+/// The entries a task is working on now.
+fn busy(running: &BTreeMap<TagKey, Running>) -> BTreeSet<TagKey> {
+    running
+        .iter()
+        .filter(|(_, r)| !r.handle.is_finished())
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Asks CRI, off the loop, whether each image a finished tag reported
+/// Succeeded is still on the node; sends back the ones that are not.
+fn check_presence(
+    workers: &Workers,
+    latest: &Latest,
+    running: &BTreeMap<TagKey, Running>,
+    gone_tx: &mpsc::UnboundedSender<Vec<Expected>>,
+) {
+    let expected = presence::expected(&latest.tasks, &latest.reported, &busy(running));
+    if expected.is_empty() {
+        return;
+    }
+    let deps = workers.deps.clone();
+    let tx = gone_tx.clone();
+    tokio::spawn(async move {
+        let mut gone = Vec::new();
+        for e in expected {
+            let status =
+                tokio::time::timeout(PRESENCE_TIMEOUT, deps.runtime.image_status(&e.reference));
+            match status.await {
+                Ok(Ok(None)) => gone.push(e),
+                Ok(Ok(Some(_))) => {}
+                Ok(Err(_)) | Err(_) => deps.metrics.cri_error("ImageStatus"),
+            }
+        }
+        if !gone.is_empty() {
+            let _ = tx.send(gone);
+        }
+    });
+}
+
+/// Pulls again the images that left while their entries still want them
+/// (a bounded number of times per entry version), or fails the tag.
+fn pull_again(
+    workers: &Workers,
+    gone: Vec<Expected>,
+    latest: &Latest,
+    running: &mut BTreeMap<TagKey, Running>,
+    losses: &mut Losses,
+) {
+    let busy = busy(running);
+    for e in gone {
+        // The spec may have moved on while CRI was asked.
+        let Some(task) = latest
+            .tasks
+            .iter()
+            .find(|t| t.key == e.key && t.version == e.version && !busy.contains(&t.key))
+        else {
+            continue;
+        };
+        let deps = workers.deps.clone();
+        deps.metrics.images_lost.inc();
+        let mut task = task.clone();
+        match losses.record(&e.key, e.version) {
+            Lost::Repull(n) => {
+                let note = presence::repull_note(n);
+                tracing::warn!(tag = %e.key, image = %e.reference, times = n, "image left the node; pulling it again");
+                let event_note = format!("Image {} left the node: {note}", e.key);
+                tokio::spawn(async move {
+                    crate::report::event(
+                        &deps,
+                        kube::runtime::events::EventType::Warning,
+                        "ImageLost",
+                        "Check",
+                        event_note,
+                    )
+                    .await;
+                });
+                task.note = Some(note);
+                start(workers, task, running);
+            }
+            Lost::GiveUp(n) => {
+                tracing::warn!(tag = %e.key, image = %e.reference, times = n, "image left the node again; failing the tag");
+                let handle = tokio::spawn(async move {
+                    worker::fail(&task, &deps, "lost", presence::give_up_message(n)).await;
+                });
+                running.insert(
+                    e.key.clone(),
+                    Running {
+                        version: e.version,
+                        handle,
+                        reference: None,
+                    },
+                );
+            }
+        }
     }
 }
 

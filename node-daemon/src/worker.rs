@@ -40,17 +40,11 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
     let mut rep = Reporter::new(&deps, task.key.clone(), task.version);
     let target = match &task.target {
         Ok(t) => t.clone(),
-        Err(msg) => {
-            let outcome = Outcome::failed("invalid", msg.clone());
-            report::count(&deps.metrics, &outcome, None);
-            rep.finish(&outcome);
-            report::announce(&deps, &task.key, &outcome).await;
-            return;
-        }
+        Err(msg) => return fail(&task, &deps, "invalid", msg.clone()).await,
     };
     let deadline = pull::deadline_of(&task, &target);
     let lease = deps.leases.enter(target.image.pull_ref());
-    rep.send(ImagePullPhase::Waiting, 0, None);
+    rep.send(ImagePullPhase::Waiting, 0, task.note.clone());
     let waiting = GaugeGuard::new(&deps.metrics.waiting);
     let permit = tokio::select! {
         p = deps.slots.clone().acquire_owned() => p.ok(),
@@ -69,7 +63,7 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
             let _running = GaugeGuard::new(&deps.metrics.in_flight);
             let started = Instant::now();
             rep.start = Some(now());
-            rep.send(ImagePullPhase::Pulling, 0, None);
+            rep.send(ImagePullPhase::Pulling, 0, task.note.clone());
             tracing::info!(tag = %task.key, version = task.version, "pull started");
             let o = pull::pull(&rep, &target, deadline).await;
             (o, Some(started.elapsed()))
@@ -81,5 +75,18 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
     lease.end(deps.runtime.channel(), deps.node.clone());
     report::count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
+    if matches!(outcome, Outcome::Succeeded { .. }) {
+        deps.pins.poke();
+    }
     report::announce(&deps, &task.key, &outcome).await;
+}
+
+/// Ends `task` Failed at once, without pulling (an entry that cannot be
+/// decoded, an image that kept leaving the node).
+pub async fn fail(task: &PullTask, deps: &Deps, reason: &'static str, message: String) {
+    let rep = Reporter::new(deps, task.key.clone(), task.version);
+    let outcome = Outcome::failed(reason, message);
+    report::count(&deps.metrics, &outcome, None);
+    rep.finish(&outcome);
+    report::announce(deps, &task.key, &outcome).await;
 }
