@@ -34,6 +34,7 @@ start() {
     start_daemon "daemon-$node" "$bin/nodeimage-daemon" --node-name "$node" \
       --kubeconfig "$KUBECONFIG" --containerd-socket "$socket" \
       --health-addr "127.0.0.1:$((DAEMON_HEALTH_BASE + i))" \
+      --presence-check-seconds 5 \
       --disk-threshold-percent 100 # the host disk is shared and not under test
   done
   wait_until 60 "controller ready" controller curl -fsS "http://$CONTROLLER_HEALTH/readyz"

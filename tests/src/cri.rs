@@ -4,9 +4,10 @@
 
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     AuthConfig, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
-    RemoveImageRequest,
+    RemoveImageRequest, VersionRequest,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,6 +24,8 @@ pub struct Image {
     pub repo_digests: Vec<String>,
     /// Size in bytes.
     pub size: u64,
+    /// Reported pinned (kubelet's image GC skips it).
+    pub pinned: bool,
 }
 
 impl From<k8s_cri::v1::Image> for Image {
@@ -32,6 +35,7 @@ impl From<k8s_cri::v1::Image> for Image {
             repo_tags: i.repo_tags,
             repo_digests: i.repo_digests,
             size: i.size,
+            pinned: i.pinned,
         }
     }
 }
@@ -107,6 +111,21 @@ pub fn image_status(socket: &Path, image: &str) -> Result<Option<Image>, String>
             .map_err(status_err)?
             .into_inner();
         Ok(r.image.map(Image::from))
+    })
+}
+
+/// CRI `runtime_name` and `runtime_version` of the runtime at `socket`.
+pub fn version(socket: &Path) -> Result<(String, String), String> {
+    block_on(async {
+        let mut c = RuntimeServiceClient::new(connect(socket).await?);
+        let r = c
+            .version(VersionRequest {
+                version: "v1".into(),
+            })
+            .await
+            .map_err(status_err)?
+            .into_inner();
+        Ok((r.runtime_name, r.runtime_version))
     })
 }
 

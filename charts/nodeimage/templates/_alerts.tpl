@@ -79,4 +79,24 @@ NodeImageDaemonsNotScheduled:
   runbook: nodeimagedaemonsnotscheduled
   summary: nodeimage daemons are not scheduled on some nodes
   description: {{`'{{ $value }} nodes that should run a daemon of {{ $labels.namespace }}/{{ $labels.daemonset }} have none scheduled.'`}}
+NodeImagePinnedShareHigh:
+  # Images kept pinned for tag entries take more than daemon.pinning.alertShare
+  # of a node's image filesystem: kubelet's GC cannot free that space.
+  enabled: true
+  expr: 'max by (node) (nodeimage_daemon_pinned_bytes) / max by (node) (nodeimage_daemon_image_fs_capacity_bytes) > {{ .Values.daemon.pinning.alertShare }}'
+  for: 15m
+  severity: warning
+  runbook: nodeimagepinnedsharehigh
+  summary: Pinned pre-pulled images fill a node's image filesystem
+  description: {{`'Images pinned for NodeImage entries take {{ $value | humanizePercentage }} of the image filesystem of node {{ $labels.node }}.'`}}
+NodeImageImagesLost:
+  # Images keep leaving a node after they were pulled (kubelet's image GC
+  # on a runtime without pins): pre-pulls are being undone.
+  enabled: true
+  expr: 'sum by (node) (increase(nodeimage_daemon_images_lost_total[1h])) >= 3'
+  for: 0m
+  severity: warning
+  runbook: nodeimageimageslost
+  summary: Pre-pulled images keep leaving a node
+  description: {{`'Pre-pulled images left node {{ $labels.node }} at least 3 times in the last hour while tag entries still wanted them.'`}}
 {{- end }}
