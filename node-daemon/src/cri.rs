@@ -9,6 +9,8 @@ use k8s_cri::v1::{
     PodSandboxMetadata, PullImageRequest, VersionRequest,
 };
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -65,16 +67,30 @@ impl CriError {
     }
 }
 
+/// Which API of the runtime socket the daemon may use besides CRI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeApi {
+    /// containerd's own API while it answers (found out at start).
+    Auto,
+    /// containerd's own API (content, leases, images) beside CRI.
+    Containerd,
+    /// CRI only (CRI-O, or any CRI runtime): no byte progress, resume or pins.
+    Cri,
+}
+
 /// A lazily connected channel to the runtime socket; reconnects by itself.
 #[derive(Clone)]
 pub struct Runtime {
     channel: Channel,
     socket: PathBuf,
+    /// Whether containerd's own API may be called (see [`Runtime::containerd`]).
+    containerd: Arc<AtomicBool>,
 }
 
 impl Runtime {
     /// Prepares a channel to `socket`; nothing is dialled until first use.
-    pub fn new(socket: &Path) -> Result<Self, CriError> {
+    /// With [`RuntimeApi::Cri`] nothing but CRI is ever called on it.
+    pub fn new(socket: &Path, api: RuntimeApi) -> Result<Self, CriError> {
         let path = socket.to_path_buf();
         let endpoint = Endpoint::try_from("http://[::]:50051")
             .map_err(|e| CriError::Other(format!("endpoint: {e}")))?
@@ -89,12 +105,21 @@ impl Runtime {
         Ok(Runtime {
             channel,
             socket: socket.to_path_buf(),
+            containerd: Arc::new(AtomicBool::new(api != RuntimeApi::Cri)),
         })
     }
 
-    /// The raw channel, for containerd's own services on the same socket.
-    pub fn channel(&self) -> Channel {
-        self.channel.clone()
+    /// The channel for containerd's own services (content, leases, images),
+    /// or None when the daemon runs on CRI alone.
+    pub fn containerd(&self) -> Option<Channel> {
+        self.containerd
+            .load(Ordering::Relaxed)
+            .then(|| self.channel.clone())
+    }
+
+    /// Stops using containerd's own API (it does not answer: CRI-O).
+    pub fn cri_only(&self) {
+        self.containerd.store(false, Ordering::Relaxed);
     }
 
     /// Socket path, for messages.

@@ -23,6 +23,13 @@ pub struct Flags {
     #[arg(long, default_value = "/run/containerd/containerd.sock")]
     pub containerd_socket: PathBuf,
 
+    /// Which API of the socket the daemon uses beside CRI: `auto`
+    /// (containerd's own API while it answers at start), `containerd`, or
+    /// `cri` (any CRI runtime, e.g. CRI-O: no byte progress, no resume of a
+    /// killed pull, no pins, no NodeUpgradeJob tool extraction).
+    #[arg(long, value_enum, default_value_t = crate::cri::RuntimeApi::Auto)]
+    pub runtime_api: crate::cri::RuntimeApi,
+
     /// Address of the /healthz and /readyz endpoints.
     #[arg(long, default_value = "0.0.0.0:10221")]
     pub health_addr: SocketAddr,

@@ -60,7 +60,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     };
 
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
-    let runtime = cri::Runtime::new(&flags.containerd_socket)
+    let runtime = cri::Runtime::new(&flags.containerd_socket, flags.runtime_api)
         .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
     tracing::info!(
         node = %flags.node_name,
@@ -101,6 +101,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         runtime_ok,
         metrics.clone(),
         info_tx,
+        flags.runtime_api,
         stop_rx.clone(),
     ));
 
@@ -274,6 +275,7 @@ async fn watch_runtime(
     ok: health::Check,
     metrics: metrics::Metrics,
     info: tokio::sync::watch::Sender<Option<runtime_info::RuntimeInfo>>,
+    api: cri::RuntimeApi,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut was: Option<bool> = None;
@@ -286,6 +288,10 @@ async fn watch_runtime(
                 if info.borrow().is_none()
                     && let Ok(found) = runtime_info::detect(&runtime).await
                 {
+                    if !found.containerd_api && api == cri::RuntimeApi::Auto {
+                        // Not containerd (CRI-O): CRI alone from now on.
+                        runtime.cri_only();
+                    }
                     let _ = info.send(Some(found));
                 }
                 true

@@ -150,7 +150,10 @@ async fn pass(
     wanted: &BTreeSet<String>,
     metrics: &Metrics,
 ) -> Result<Report, tonic::Status> {
-    let mut images = ImagesClient::new(runtime.channel());
+    let Some(channel) = runtime.containerd() else {
+        return Ok(Report::default());
+    };
+    let mut images = ImagesClient::new(channel);
     let ours = list_ours(&mut images, &settings.node).await?;
     let todo = changes(wanted, &ours, settings.enabled);
     let mut pinned = ours.clone();

@@ -150,7 +150,11 @@ pub(crate) async fn pull(rep: &Reporter<'_>, t: &Target, deadline: Option<Instan
 
     // Partial blobs are kept between attempts and across a restart of the
     // daemon until the tag's pull ends (see `resume`).
-    let mut keeper = Keeper::new(deps.runtime.channel(), &deps.node, &reference);
+    // On CRI alone there is no lease to keep them (and no progress to read).
+    let mut keeper = deps
+        .runtime
+        .containerd()
+        .map(|channel| Keeper::new(channel, &deps.node, &reference));
     attempt_pulls(rep, t, deadline, &candidates, &unusable, &mut keeper).await
 }
 
@@ -161,7 +165,7 @@ async fn attempt_pulls(
     deadline: Option<Instant>,
     candidates: &[Option<&Credential>],
     unusable: &str,
-    keeper: &mut Keeper,
+    keeper: &mut Option<Keeper>,
 ) -> Outcome {
     let deps = rep.deps;
     let name = t.image.name();
@@ -256,7 +260,7 @@ async fn pull_with_progress(
     rep: &Reporter<'_>,
     t: &Target,
     candidates: &[Option<&Credential>],
-    keeper: &mut Keeper,
+    keeper: &mut Option<Keeper>,
 ) -> Result<String, CriError> {
     let deps = rep.deps;
     let reference = t.image.pull_ref();
@@ -277,12 +281,15 @@ async fn pull_with_progress(
             .runtime
             .pull(&reference, auth, labels.clone(), annotations.clone());
         tokio::pin!(call);
-        let mut probe = Probe::new(
-            deps.runtime.channel(),
-            &t.image.registry,
-            &t.image.repository,
-            SystemTime::now(),
-        );
+        let probe = deps.runtime.containerd().map(|channel| {
+            Probe::new(
+                channel,
+                &t.image.registry,
+                &t.image.repository,
+                SystemTime::now(),
+            )
+        });
+        let mut tracked = probe.zip(keeper.as_mut());
         // The first sample after one interval: a pull that ends sooner is
         // not slowed by reading containerd's content store at its start.
         let mut tick =
@@ -291,7 +298,8 @@ async fn pull_with_progress(
         let result = loop {
             tokio::select! {
                 r = &mut call => break r,
-                _ = tick.tick() => {
+                _ = tick.tick(), if tracked.is_some() => {
+                    let Some((probe, keeper)) = tracked.as_mut() else { continue };
                     let alone = deps.metrics.in_flight.get() <= 1;
                     let sample = tokio::time::timeout(QUERY_TIMEOUT, probe.sample(alone)).await;
                     // Held before the progress is shown: bytes reported

@@ -232,10 +232,12 @@ impl Use {
     }
 
     /// Ends this task's share and, if no other task pulls the reference,
-    /// its lease. Not awaited: the outcome is reported without waiting on
-    /// containerd.
-    pub fn end(self, channel: Channel, node: String) {
-        if let Some(reference) = self.leave() {
+    /// its lease (none on CRI alone: `channel` None). Not awaited: the
+    /// outcome is reported without waiting on containerd.
+    pub fn end(self, channel: Option<Channel>, node: String) {
+        if let Some(reference) = self.leave()
+            && let Some(channel) = channel
+        {
             tokio::spawn(end(channel, node, reference));
         }
     }

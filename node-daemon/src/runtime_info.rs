@@ -126,12 +126,18 @@ pub fn pins_are_honoured(version: &str) -> bool {
     }
 }
 
-/// Asks the runtime what it is and whether containerd's API answers.
+/// Asks the runtime what it is and whether containerd's API answers (not
+/// asked when the daemon runs on CRI alone).
 pub async fn detect(runtime: &Runtime) -> Result<RuntimeInfo, CriError> {
     let (name, version) = runtime.name_and_version().await?;
-    let mut client = VersionClient::new(runtime.channel());
-    let probe = client.version(());
-    let containerd_api = matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(_)));
+    let containerd_api = match runtime.containerd() {
+        None => false,
+        Some(channel) => {
+            let mut client = VersionClient::new(channel);
+            let probe = client.version(());
+            matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(_)))
+        }
+    };
     Ok(RuntimeInfo {
         name,
         version,

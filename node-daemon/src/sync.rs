@@ -319,8 +319,10 @@ fn end_lease_after(workers: &Workers, r: Running) {
     tokio::spawn(async move {
         let _ = r.handle.await;
         // Another tag naming the same image may still pull it.
-        if !deps.leases.in_use(&reference) {
-            resume::end(deps.runtime.channel(), deps.node.clone(), reference).await;
+        if !deps.leases.in_use(&reference)
+            && let Some(channel) = deps.runtime.containerd()
+        {
+            resume::end(channel, deps.node.clone(), reference).await;
         }
     });
 }
@@ -342,8 +344,12 @@ fn sweep_once(
         .filter_map(|r| r.reference.clone())
         .collect();
     let deps = &workers.deps;
+    // On CRI alone the daemon made no lease to sweep.
+    let Some(channel) = deps.runtime.containerd() else {
+        return;
+    };
     tokio::spawn(resume::sweep(
-        deps.runtime.channel(),
+        channel,
         deps.node.clone(),
         pulling,
         run_started,

@@ -72,7 +72,7 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
     // Whatever the outcome (a deadline in the queue included), this image's
     // partial blobs are no longer kept (see `resume`), unless another tag
     // naming the same image still pulls it.
-    lease.end(deps.runtime.channel(), deps.node.clone());
+    lease.end(deps.runtime.containerd(), deps.node.clone());
     report::count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
     if matches!(outcome, Outcome::Succeeded { .. }) {

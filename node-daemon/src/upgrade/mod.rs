@@ -255,7 +255,7 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
         },
     };
     // The pull's partial blobs are no longer kept, as after any pull.
-    lease.end(deps.runtime.channel(), deps.node.clone());
+    lease.end(deps.runtime.containerd(), deps.node.clone());
     report::count(&deps.metrics, &outcome, Some(started.elapsed()));
     let image_id = match outcome {
         Outcome::Succeeded { id, .. } => id,
@@ -494,7 +494,9 @@ async fn take_tool(
     up: &TagUpgrade,
     image: &ImageRef,
 ) -> Result<PathBuf, String> {
-    let channel = deps.runtime.channel();
+    let channel = deps.runtime.containerd().ok_or_else(|| {
+        "taking the upgrade tool out of the image needs containerd's content API; this daemon runs on CRI alone (--runtime-api)".to_string()
+    })?;
     let reference = image.pull_ref();
     let digest = match content::image_target(channel.clone(), &reference).await {
         Ok(d) => d,
