@@ -15,6 +15,7 @@
 //! copies, an ordered watch of NodeImages).
 
 pub mod cri;
+pub mod grpc_tap;
 pub mod helm;
 pub mod http;
 pub mod kruise;

@@ -232,3 +232,135 @@ fn an_image_that_leaves_is_pulled_again_then_the_tag_fails() {
     );
     drop(cleanup);
 }
+
+/// Issue 29 (any CRI runtime): a daemon forced onto CRI alone
+/// (`--runtime-api cri`, what it picks by itself on CRI-O) serves a node
+/// through a recording gRPC proxy in front of the last node's containerd:
+/// it pulls to Succeeded with the image ID, fails a private image with the
+/// common `unauthorized:` reason, says in its runtime metric that it has no
+/// progress, resume or pins, and never calls anything but CRI (no
+/// containerd content, leases, images or version service), which is all
+/// CRI-O serves.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_cri_only_daemon_pulls_and_calls_nothing_but_cri() {
+    use nodeimage_tests::grpc_tap::GrpcTap;
+    use nodeimage_tests::process::Daemon;
+    let c = Cluster::load();
+    let last = c.nodes().len() - 1;
+    let dir = tempfile::Builder::new()
+        .prefix("cri-only")
+        .tempdir_in(c.var("NODEIMAGE_STATE"))
+        .expect("temp dir");
+    let tap =
+        GrpcTap::start(&c.socket(last), &dir.path().join("cri.sock")).expect("start the gRPC tap");
+    let public = Registry::new(&c.var("NODEIMAGE_REGISTRY"))
+        .push_image(&nodeimage_tests::unique("e2e-cri-only"), Some("v1"), 4096)
+        .expect("push the public image");
+    let private = Registry::with_basic_auth(
+        &c.var("NODEIMAGE_AUTH_REGISTRY"),
+        &c.var("NODEIMAGE_AUTH_USER"),
+        &c.var("NODEIMAGE_AUTH_PASSWORD"),
+    )
+    .push_image(
+        &nodeimage_tests::unique("e2e-cri-only-private"),
+        Some("v1"),
+        4096,
+    )
+    .expect("push the private image");
+    let node = nodeimage_tests::unique("e2e-cri-only");
+    let mut cleanup = Cleanup::default();
+    let spec = json!({"images": {
+        public.name.clone(): {"tags": [{"tag": "v1"}]},
+        private.name.clone(): {"tags": [{"tag": "v1", "pullPolicy": {"backoffLimit": 0}}]},
+    }});
+    ni::create_fake(&c, &node, &Default::default(), spec);
+    let (c2, n2) = (c.clone(), node.clone());
+    cleanup.defer(format!("delete NodeImage {node}"), move || {
+        ni::delete(&c2, &n2)
+    });
+    let (c3, r3) = (c.clone(), public.reference());
+    cleanup.defer("remove the image from the node", move || {
+        let _ = cri::remove_image(&c3.socket(c3.nodes().len() - 1), &r3);
+    });
+    let daemon = Daemon::start(
+        &c,
+        &node,
+        &tap.socket,
+        dir.path(),
+        &["--runtime-api", "cri", "--presence-check-seconds", "2"],
+    );
+
+    let ok = ni::wait_phase(
+        &c,
+        Tag {
+            ni: &node,
+            image: &public.name,
+            tag: "v1",
+        },
+        0,
+        "Succeeded",
+        TIMEOUT,
+    );
+    assert_eq!(
+        ok["imageID"],
+        format!("{}@{}", public.name, public.digest),
+        "{ok}"
+    );
+    let refused = ni::wait_phase(
+        &c,
+        Tag {
+            ni: &node,
+            image: &private.name,
+            tag: "v1",
+        },
+        0,
+        "Failed",
+        TIMEOUT,
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unauthorized: "),
+        "{refused}"
+    );
+    let metrics = http::request(
+        "GET",
+        &format!("http://127.0.0.1:{}/metrics", daemon.health_port),
+        &[],
+        &[],
+    )
+    .map(|r| r.text())
+    .unwrap_or_default();
+    let info = metrics
+        .lines()
+        .find(|l| l.starts_with("nodeimage_daemon_runtime_info{"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        info.contains("capabilities=\"-\""),
+        "no containerd features on CRI alone: {info:?}"
+    );
+    // A few presence checks run too (every 2 s).
+    std::thread::sleep(Duration::from_secs(5));
+    let paths = tap.paths();
+    let cri_calls = [
+        "/runtime.v1.ImageService/PullImage",
+        "/runtime.v1.ImageService/ImageStatus",
+        "/runtime.v1.RuntimeService/Version",
+    ];
+    for call in cri_calls {
+        assert!(
+            paths.iter().any(|p| p == call),
+            "{call} went through the tap: {paths:?}"
+        );
+    }
+    let other: Vec<&String> = paths
+        .iter()
+        .filter(|p| !p.starts_with("/runtime.v1."))
+        .collect();
+    assert!(other.is_empty(), "calls beyond CRI: {other:?}");
+    drop(daemon);
+    drop(cleanup);
+}
