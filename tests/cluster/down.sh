@@ -53,24 +53,49 @@ for f in "$PIDS"/*.pid; do
   [[ -n ${is_cluster[$name]:-} ]] || stop_daemon "$name"
 done
 # The real node's pods (tests/cluster/real-node.sh): with kubelet stopped
-# above, kill and delete their containers through the node's containerd, so
-# that no container or shim outlives the cluster.
+# above, kill and delete their containers through the node's containerd (with
+# the ctr next to its binary), so that no container or shim outlives the
+# cluster. The pods' own containers go first, their sandboxes (pause) after:
+# from containerd 2.0 on, a pod's shim shuts down only when the sandbox's task
+# is deleted while the shim holds no other container (deleting a container
+# of the pod never stops it), and the CRI plugin deletes killed tasks itself,
+# in whatever order they exit.
 for sock in "$STATE"/real/*/containerd.sock; do
   [[ -S $sock ]] || continue
-  ctr_k8s() { ctr --address "$sock" --namespace k8s.io "$@"; }
-  mapfile -t tasks < <(ctr_k8s tasks ls -q 2>/dev/null || true)
-  for t in "${tasks[@]}"; do
-    [[ -n $t ]] || continue
-    ctr_k8s tasks kill --signal SIGKILL "$t" >/dev/null 2>&1 || true
-  done
-  for t in "${tasks[@]}"; do
-    [[ -n $t ]] || continue
-    for _ in $(seq 1 50); do
-      ctr_k8s tasks delete --force "$t" >/dev/null 2>&1 && break
-      sleep 0.1
+  node=$(basename "$(dirname "$sock")")
+  ctr_bin=$(command -v ctr || true)
+  if daemon_alive "containerd-$node"; then
+    exe=$(readlink "/proc/$(recorded_pid "containerd-$node")/exe" 2>/dev/null || true)
+    exe=${exe% (deleted)}
+    if [[ -x ${exe%/*}/ctr ]]; then ctr_bin=${exe%/*}/ctr; fi
+  fi
+  [[ -n $ctr_bin ]] || continue
+  ctr_k8s() { "$ctr_bin" --address "$sock" --namespace k8s.io "$@" 2>/dev/null; }
+  stopped=0
+  # "other": anything left that the CRI plugin did not label.
+  for kind in container sandbox other; do
+    mapfile -t tasks < <(ctr_k8s tasks ls -q || true)
+    if [[ $kind == other ]]; then
+      ids=("${tasks[@]}")
+    else
+      mapfile -t ids < <(ctr_k8s containers ls -q "labels.\"io.cri-containerd.kind\"==$kind" || true)
+    fi
+    live=()
+    for t in "${tasks[@]}"; do
+      [[ -n $t ]] && printf '%s\n' "${ids[@]}" | grep -qx -- "$t" && live+=("$t")
     done
+    for t in "${live[@]}"; do ctr_k8s tasks kill --signal SIGKILL "$t" >/dev/null || true; done
+    for t in "${live[@]}"; do
+      for _ in $(seq 1 50); do
+        ctr_k8s tasks delete --force "$t" >/dev/null && break
+        # The CRI plugin may have deleted the killed task itself.
+        ctr_k8s tasks ls -q | grep -qx -- "$t" || break
+        sleep 0.1
+      done
+    done
+    stopped=$((stopped + ${#live[@]}))
   done
-  ((${#tasks[@]})) && log "stopped ${#tasks[@]} containers of the real node ($(dirname "$sock"))"
+  if ((stopped)); then log "stopped $stopped containers of the real node ($(dirname "$sock"))"; fi
 done
 for name in "${cluster_daemons[@]}"; do
   [[ -e $PIDS/$name.pid || -e $PIDS/$name.cmd ]] || continue

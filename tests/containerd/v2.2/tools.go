@@ -4,10 +4,12 @@
 // records containerd v2.2.9 as a dependency so that go.mod/go.sum keep
 // everything tests/cluster/lib.sh (build_containerd) needs for
 //
-//	go build -o $STATE/bin/containerd-v2.2/ github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr
+//	go build -o $STATE/bin/containerd-v2.2/ github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \
+//		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 package tools
 
 import (
 	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
 	_ "github.com/containerd/containerd/v2/cmd/ctr"
 )
