@@ -77,6 +77,11 @@ impl Cluster {
             .unwrap_or_else(|| panic!("{name} is not set in the cluster env file"))
     }
 
+    /// A variable of the cluster env file, if set.
+    pub fn try_var(&self, name: &str) -> Option<String> {
+        self.vars.get(name).cloned()
+    }
+
     /// The same cluster with `name` set to `value` (for example another
     /// KUBECONFIG, to act as someone else).
     pub fn with_var(&self, name: &str, value: &str) -> Cluster {

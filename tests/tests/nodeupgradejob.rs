@@ -395,6 +395,29 @@ impl Drop for PulledImage {
     }
 }
 
+/// Sockets of the nodes whose containerd keeps layer blobs after
+/// unpacking. The upgrade tool is taken out of the image's layers, which a
+/// runtime with `discard_unpacked_layers = true` (node-2 of the mixed
+/// cluster) deletes: upgrades there fail with that reason, a known gap
+/// (docs/install.md, "Container runtimes"). Runtime-dependent, so said here.
+fn layer_keeping_sockets(c: &Cluster) -> Vec<PathBuf> {
+    let runtimes = c.try_var("NODEIMAGE_NODE_RUNTIMES").unwrap_or_default();
+    let discarding: Vec<&str> = runtimes
+        .split_whitespace()
+        .filter(|r| r.ends_with("/discard"))
+        .filter_map(|r| r.split('=').next())
+        .collect();
+    let keeping: Vec<PathBuf> = c
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| !discarding.contains(&n.as_str()))
+        .map(|(i, _)| c.socket(i))
+        .collect();
+    assert!(!keeping.is_empty(), "no node keeps layer blobs: {runtimes}");
+    keeping
+}
+
 fn pulled(c: &Cluster, image: &str) -> PulledImage {
     PulledImage {
         sockets: (0..c.nodes().len()).map(|i| c.socket(i)).collect(),
@@ -467,6 +490,7 @@ fn assert_in_order(node: &str, states: &[String], end: &[&str]) {
 #[ignore = "needs the local cluster (make test)"]
 fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
     let c = cluster();
+    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
@@ -477,7 +501,7 @@ fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
                 &c,
                 &run_id,
                 Some(OLD),
-                Some(&c.socket(i % c.nodes().len())),
+                Some(&keeping[i % keeping.len()]),
                 true,
             )
         })
@@ -568,6 +592,7 @@ fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
 #[ignore = "needs the local cluster (make test)"]
 fn a_failed_upgrade_is_rolled_back_and_the_tolerance_decides() {
     let c = cluster();
+    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
@@ -576,7 +601,7 @@ fn a_failed_upgrade_is_rolled_back_and_the_tolerance_decides() {
         &c,
         &run_id,
         Some(OLD),
-        Some(&c.socket(1 % c.nodes().len())),
+        Some(&keeping[1 % keeping.len()]),
         true,
     );
     std::fs::write(bad.path("fail-upgrade"), "").expect("marker");
@@ -717,10 +742,11 @@ fn nodes_already_at_the_version_are_skipped() {
 #[ignore = "needs the local cluster (make test)"]
 fn disabled_and_silent_nodes_fail_and_the_job_finishes() {
     let c = cluster();
+    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
-    let socket = c.socket(2 % c.nodes().len());
+    let socket = keeping[2 % keeping.len()].clone();
     let disabled = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&socket), false);
     let silent = UpgradeNode::create(&c, &run_id, Some(OLD), None, true);
     let fine = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&socket), true);
@@ -838,6 +864,7 @@ fn a_restarted_daemon_does_not_run_an_upgrade_again() {
 #[ignore = "needs the local cluster (make test)"]
 fn require_confirmation_waits_for_the_annotation() {
     let c = cluster();
+    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
@@ -846,7 +873,7 @@ fn require_confirmation_waits_for_the_annotation() {
         &c,
         &run_id,
         Some(OLD),
-        Some(&c.socket(1 % c.nodes().len())),
+        Some(&keeping[1 % keeping.len()]),
         true,
     );
     let job = Job::apply(

@@ -217,7 +217,15 @@ fn an_image_that_leaves_is_pulled_again_then_the_tag_fails() {
         "an ImageLost event names the image: {events:?}"
     );
     cri::remove_image(&c.socket(i), &reference).expect("remove the image a fourth time");
-    let entry = ni::wait_phase(&c, tag, 0, "Failed", TIMEOUT);
+    // Succeeded until the next presence check sees the image gone.
+    let (_, entry) = ni::wait_tag(
+        &c,
+        tag,
+        "Failed after the fourth loss",
+        TIMEOUT,
+        |t| t["phase"] == "Failed",
+        |_| false,
+    );
     let message = entry["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("left the node 4 times"),

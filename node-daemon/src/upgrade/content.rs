@@ -150,6 +150,20 @@ pub async fn layers(channel: Channel, digest: &str) -> Result<Vec<String>, Strin
     Err("nested image indexes".into())
 }
 
+/// Why a layer could not be read; a layer missing from the content store
+/// of a pulled image was deleted after unpacking (containerd's
+/// `discard_unpacked_layers`, set on EKS, GKE and Talos), which the tool
+/// extraction cannot work around yet.
+fn layer_error(digest: &str, s: &tonic::Status) -> String {
+    if s.code() == tonic::Code::NotFound {
+        format!(
+            "reading layer {digest}: not in containerd's content store: the runtime discards layers once unpacked (discard_unpacked_layers = true), and the upgrade tool cannot be taken out of the image on such a node"
+        )
+    } else {
+        format!("reading layer {digest}: {}", s.message())
+    }
+}
+
 /// A blocking reader of a blob, fed by a task that streams it from
 /// containerd. Must be read outside the async runtime's worker threads.
 pub fn blob_reader(channel: Channel, digest: &str) -> BlobReader {
@@ -166,9 +180,7 @@ pub fn blob_reader(channel: Channel, digest: &str) -> BlobReader {
         let mut stream = match call {
             Ok(s) => s.into_inner(),
             Err(s) => {
-                let _ = tx
-                    .send(Err(format!("reading layer {digest}: {}", s.message())))
-                    .await;
+                let _ = tx.send(Err(layer_error(&digest, &s))).await;
                 return;
             }
         };
@@ -176,7 +188,7 @@ pub fn blob_reader(channel: Channel, digest: &str) -> BlobReader {
             let item = match stream.message().await {
                 Ok(Some(chunk)) => Ok(chunk.data),
                 Ok(None) => return,
-                Err(s) => Err(format!("reading layer {digest}: {}", s.message())),
+                Err(s) => Err(layer_error(&digest, &s)),
             };
             let failed = item.is_err();
             if tx.send(item).await.is_err() || failed {
