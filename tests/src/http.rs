@@ -146,6 +146,20 @@ pub fn status_of(url: &str) -> Option<u16> {
     request("GET", url, &[], &[]).ok().map(|r| r.status)
 }
 
+/// The text of a Prometheus `/metrics` page (empty when it does not answer).
+pub fn scrape(url: &str) -> String {
+    request("GET", url, &[], &[])
+        .map(|r| r.text())
+        .unwrap_or_default()
+}
+
+/// Value of the series whose line starts with `series` (name and labels).
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l[series.len()..].trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,19 +13,6 @@ use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(180);
 
-fn metrics(url: &str) -> String {
-    http::request("GET", url, &[], &[])
-        .map(|r| r.text())
-        .unwrap_or_default()
-}
-
-/// Value of the series whose line starts with `series` (name and labels).
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l[series.len()..].trim().parse().ok())
-}
-
 fn controller_metrics_url(c: &Cluster) -> String {
     let addr = c
         .nodeimage_vars()
@@ -77,15 +64,15 @@ fn metrics_follow_pulls_and_jobs() {
     );
     let url = format!("http://127.0.0.1:{}/metrics", daemon.health_port);
     let text = wait_for("the daemon's pull counter", LONG, || {
-        let t = metrics(&url);
-        (value(
+        let t = http::scrape(&url);
+        (http::metric_value(
             &t,
             r#"nodeimage_daemon_pulls_total{result="succeeded",reason="pulled"}"#,
         ) == Some(1.0))
         .then_some(t)
     });
     assert_eq!(
-        value(
+        http::metric_value(
             &text,
             r#"nodeimage_daemon_pull_duration_seconds_count{result="succeeded"}"#
         ),
@@ -93,11 +80,11 @@ fn metrics_follow_pulls_and_jobs() {
         "{text}"
     );
     assert!(
-        value(&text, "nodeimage_daemon_pulled_bytes_total").is_some_and(|b| b > 0.0),
+        http::metric_value(&text, "nodeimage_daemon_pulled_bytes_total").is_some_and(|b| b > 0.0),
         "{text}"
     );
     assert_eq!(
-        value(&text, "nodeimage_daemon_pulls_in_flight"),
+        http::metric_value(&text, "nodeimage_daemon_pulls_in_flight"),
         Some(0.0),
         "{text}"
     );
@@ -132,13 +119,21 @@ fn metrics_follow_pulls_and_jobs() {
         )
     };
     let text = wait_for("the job's succeeded gauge", LONG, || {
-        let t = metrics(&curl);
-        (value(&t, &series("succeeded")) == Some(1.0)).then_some(t)
+        let t = http::scrape(&curl);
+        (http::metric_value(&t, &series("succeeded")) == Some(1.0)).then_some(t)
     });
-    assert_eq!(value(&text, &series("desired")), Some(1.0), "{text}");
-    assert_eq!(value(&text, &series("failed")), Some(0.0), "{text}");
+    assert_eq!(
+        http::metric_value(&text, &series("desired")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        http::metric_value(&text, &series("failed")),
+        Some(0.0),
+        "{text}"
+    );
     assert!(
-        value(
+        http::metric_value(
             &text,
             r#"nodeimage_controller_reconciles_total{kind="ImagePullJob"}"#
         )
@@ -151,8 +146,8 @@ fn metrics_follow_pulls_and_jobs() {
     );
     // The job's pull went through our daemon again (Always).
     wait_for("the second pull", LONG, || {
-        (value(
-            &metrics(&url),
+        (http::metric_value(
+            &http::scrape(&url),
             r#"nodeimage_daemon_pulls_total{result="succeeded",reason="pulled"}"#,
         ) == Some(2.0))
         .then_some(())
@@ -160,7 +155,7 @@ fn metrics_follow_pulls_and_jobs() {
 
     c.kubectl_ok(&["delete", "imagepulljob", "metrics-job", "-n", &ns], None);
     wait_for("the job's series to go", LONG, || {
-        (!metrics(&curl).contains(&format!(r#"namespace="{ns}""#))).then_some(())
+        (!http::scrape(&curl).contains(&format!(r#"namespace="{ns}""#))).then_some(())
     });
     daemon.kill();
 }
@@ -201,7 +196,7 @@ impl Controller {
     }
 
     fn reconciles(&self) -> f64 {
-        let text = metrics(&format!("http://127.0.0.1:{}/metrics", self.port));
+        let text = http::scrape(&format!("http://127.0.0.1:{}/metrics", self.port));
         text.lines()
             .filter(|l| l.starts_with("nodeimage_controller_reconciles_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -209,8 +204,8 @@ impl Controller {
     }
 
     fn leader_gauge(&self) -> Option<f64> {
-        let text = metrics(&format!("http://127.0.0.1:{}/metrics", self.port));
-        value(&text, "nodeimage_controller_leader")
+        let text = http::scrape(&format!("http://127.0.0.1:{}/metrics", self.port));
+        http::metric_value(&text, "nodeimage_controller_leader")
     }
 
     fn log_text(&self) -> String {
@@ -384,23 +379,23 @@ fn metrics_speak_both_formats_and_pass_promtool() {
         }
     }
     // Counters exist at 0 before their first increment.
-    let controller = metrics(&urls[0]);
+    let controller = http::scrape(&urls[0]);
     assert!(
-        value(
+        http::metric_value(
             &controller,
             "nodeimage_controller_reconcile_errors_total{kind=\"NodeUpgradeJob\"}"
         )
         .is_some(),
         "{controller}"
     );
-    let daemon = metrics(&urls[1]);
+    let daemon = http::scrape(&urls[1]);
     for series in [
         "nodeimage_daemon_pulls_total{result=\"failed\",reason=\"unauthorized\"}",
         "nodeimage_daemon_check_failures_total{item=\"mem\"}",
         "nodeimage_daemon_cri_errors_total{call=\"PullImage\"}",
     ] {
         assert!(
-            value(&daemon, series).is_some(),
+            http::metric_value(&daemon, series).is_some(),
             "{series} missing:\n{daemon}"
         );
     }

@@ -54,17 +54,7 @@ fn nodes(c: &Cluster) -> Vec<(usize, String, String, bool)> {
 }
 
 fn daemon_metrics(c: &Cluster, i: usize) -> String {
-    let url = c.daemon_readyz(i).replace("/readyz", "/metrics");
-    http::request("GET", &url, &[], &[])
-        .map(|r| r.text())
-        .unwrap_or_default()
-}
-
-/// Value of the series whose line starts with `series`.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l[series.len()..].trim().parse().ok())
+    http::scrape(&c.daemon_readyz(i).replace("/readyz", "/metrics"))
 }
 
 fn pinned(c: &Cluster, i: usize, reference: &str) -> Option<bool> {
@@ -138,8 +128,8 @@ fn wanted_images_are_pinned_and_unpinned_when_no_entry_wants_them() {
             );
             let m = daemon_metrics(&c, *i);
             assert!(
-                value(&m, "nodeimage_daemon_pinned_images").unwrap_or(0.0) >= 1.0
-                    && value(&m, "nodeimage_daemon_pinned_bytes").unwrap_or(0.0) > 0.0,
+                http::metric_value(&m, "nodeimage_daemon_pinned_images").unwrap_or(0.0) >= 1.0
+                    && http::metric_value(&m, "nodeimage_daemon_pinned_bytes").unwrap_or(0.0) > 0.0,
                 "{n}: pinned images and bytes are counted"
             );
         } else {
@@ -194,7 +184,8 @@ fn an_image_that_leaves_is_pulled_again_then_the_tag_fails() {
         tag: "v1",
     };
     let lost = |c: &Cluster| {
-        value(&daemon_metrics(c, i), "nodeimage_daemon_images_lost_total").unwrap_or(0.0)
+        http::metric_value(&daemon_metrics(c, i), "nodeimage_daemon_images_lost_total")
+            .unwrap_or(0.0)
     };
     ni::set_image(&c, &node, &image.name, json!({"tags": [{"tag": "v1"}]}));
     ni::wait_phase(&c, tag, 0, "Succeeded", TIMEOUT);
@@ -333,14 +324,7 @@ fn a_cri_only_daemon_pulls_and_calls_nothing_but_cri() {
             .contains("unauthorized: "),
         "{refused}"
     );
-    let metrics = http::request(
-        "GET",
-        &format!("http://127.0.0.1:{}/metrics", daemon.health_port),
-        &[],
-        &[],
-    )
-    .map(|r| r.text())
-    .unwrap_or_default();
+    let metrics = http::scrape(&format!("http://127.0.0.1:{}/metrics", daemon.health_port));
     let info = metrics
         .lines()
         .find(|l| l.starts_with("nodeimage_daemon_runtime_info{"))
