@@ -59,7 +59,7 @@ tests/nodeimage.sh start
 
 step "end-to-end tests"
 cargo build --quiet -p nodeimage-kubectl  # the kubectl plugin tests/tests/kubectl_plugin.rs runs
-NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_
+NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_
 
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test kubeedge_crds -- --ignored upstream_crds
@@ -85,6 +85,9 @@ images/check.sh
 
 step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, bridge CNI)"
 tests/cluster/real-node.sh >/dev/null
+
+step "kubelet's image GC and credential checks on the real node (they restart its kubelet: one at a time)"
+NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test real_kubelet -- --ignored --test-threads=1
 
 step "the chart installed with helm onto the real node, as docs/install.md says"
 tests/install.sh

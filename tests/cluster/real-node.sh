@@ -30,7 +30,8 @@
 #
 # Tunables: NODEIMAGE_REAL_NODE (name, default kubelet-1),
 # NODEIMAGE_KUBELET_PORT (10650), NODEIMAGE_KUBELET_HEALTHZ_PORT (10648),
-# NODEIMAGE_POD_CIDR (10.244.0.0/24).
+# NODEIMAGE_POD_CIDR (10.244.0.0/24), NODEIMAGE_KUBELET_EXTRA_CONFIG (a file
+# of KubeletConfiguration keys that replace the defaults, for a test).
 set -Eeuo pipefail
 
 # shellcheck source=lib.sh
@@ -51,6 +52,11 @@ NAME=${NODEIMAGE_REAL_NODE:-kubelet-1}
 KUBELET_PORT=${NODEIMAGE_KUBELET_PORT:-10650}
 HEALTHZ_PORT=${NODEIMAGE_KUBELET_HEALTHZ_PORT:-10648}
 POD_CIDR=${NODEIMAGE_POD_CIDR:-10.244.0.0/24}
+# Settings a test sets for a while (tests/tests/real_kubelet.rs): a file of
+# top-level KubeletConfiguration keys that replace or extend the defaults
+# below; kubelet restarts whenever its configuration changes, so running
+# this script again without it restores the defaults.
+KUBELET_EXTRA=${NODEIMAGE_KUBELET_EXTRA_CONFIG:-}
 API_PORT=${NODEIMAGE_API_SERVER##*:}
 BIN=$STATE/bin
 KUBE_DIR=$STATE/kube
@@ -192,7 +198,21 @@ contexts:
   context: {cluster: local, user: kubelet}
 current-context: kubelet
 EOF
-cat <<EOF | write_if_changed "$D/kubelet.yaml" || true
+# kubelet_config EXTRA: the configuration on stdin, each top-level key that
+# the file EXTRA sets replaced by EXTRA's value (EXTRA's keys added at the
+# end); stdin unchanged when EXTRA is empty.
+kubelet_config() {
+  if [[ -z $1 ]]; then
+    cat
+    return
+  fi
+  awk 'NR == FNR { if (match($0, /^[A-Za-z][A-Za-z0-9]*:/)) set[substr($0, 1, RLENGTH)] = 1; next }
+       /^[A-Za-z]/ { skip = match($0, /^[A-Za-z][A-Za-z0-9]*:/) && (substr($0, 1, RLENGTH) in set) }
+       !skip' "$1" -
+  cat "$1"
+}
+kubelet_changed=0
+cat <<EOF | kubelet_config "$KUBELET_EXTRA" | write_if_changed "$D/kubelet.yaml" && kubelet_changed=1
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
@@ -224,6 +244,11 @@ serverTLSBootstrap: false
 registerNode: true
 nodeStatusReportFrequency: 10s
 EOF
+# A changed configuration takes a restart (the command line is the same).
+if ((kubelet_changed)) && daemon_alive "kubelet-$NAME"; then
+  log "kubelet-$NAME: configuration changed${KUBELET_EXTRA:+ (with $KUBELET_EXTRA)}; restarting it"
+  stop_daemon "kubelet-$NAME"
+fi
 start_daemon "kubelet-$NAME" "$BIN/kubelocal" kubelet \
   --config="$D/kubelet.yaml" --kubeconfig="$D/kubeconfig" \
   --hostname-override="$NAME" --node-ip="$NODE_IP" \
@@ -233,6 +258,10 @@ start_daemon "kubelet-$NAME" "$BIN/kubelocal" kubelet \
 node_ready() {
   [[ "$(kc get node "$NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
+# After a restart the Node still reads Ready from before: the kubelet's own
+# health endpoint says when this kubelet serves.
+wait_until 60 "kubelet-$NAME to answer on its healthz port" "kubelet-$NAME" \
+  curl -sf --max-time 2 "http://127.0.0.1:$HEALTHZ_PORT/healthz"
 wait_until 180 "node $NAME to be Ready" "kubelet-$NAME" node_ready
 # The API server's TaintNodesByCondition admission taints a new Node
 # not-ready; the node-lifecycle controller, which would lift it, is not run

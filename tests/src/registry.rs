@@ -268,6 +268,68 @@ impl Registry {
         self.push_manifest(&image.repository, tag, &r.body)
             .map(|_| ())
     }
+
+    /// Copies the single-platform OCI image `repository:reference` of `from`
+    /// (e.g. the stack's pause image, which runs) to `to_repository:tag`
+    /// here, with a label naming the copy in its config: the copy runs like
+    /// the original but is an image of its own (another image ID), so what
+    /// kubelet does with it is not decided by the original's pin.
+    pub fn push_runnable_copy(
+        &self,
+        from: &Registry,
+        repository: &str,
+        reference: &str,
+        to_repository: &str,
+        tag: &str,
+    ) -> Result<PushedImage, String> {
+        let get = |path: &str| -> Result<Vec<u8>, String> {
+            let url = format!("http://{}/v2/{repository}/{path}", from.host);
+            let r = from.send("GET", &url, &[("Accept", ACCEPT_MANIFESTS)], &[])?;
+            if r.status != 200 {
+                return Err(format!("GET {url}: HTTP {}", r.status));
+            }
+            Ok(r.body)
+        };
+        let mut manifest: serde_json::Value =
+            serde_json::from_slice(&get(&format!("manifests/{reference}"))?)
+                .map_err(|e| format!("manifest of {repository}:{reference}: {e}"))?;
+        // (mediaType is optional in an OCI manifest; an index has no layers.)
+        if !manifest["layers"].is_array() || manifest["config"]["digest"].is_null() {
+            return Err(format!(
+                "{repository}:{reference} is not a single-platform manifest: {manifest}"
+            ));
+        }
+        let mut size = 0;
+        let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
+        for layer in &layers {
+            let digest = layer["digest"].as_str().ok_or("a layer without digest")?;
+            let blob = get(&format!("blobs/{digest}"))?;
+            size += blob.len();
+            self.push_blob(to_repository, &blob)?;
+        }
+        let config_digest = manifest["config"]["digest"]
+            .as_str()
+            .ok_or("a manifest without config")?
+            .to_string();
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&get(&format!("blobs/{config_digest}"))?)
+                .map_err(|e| format!("config of {repository}:{reference}: {e}"))?;
+        config["config"]["Labels"]["nodeimage.dev/e2e-copy"] =
+            serde_json::Value::String(format!("{}/{to_repository}:{tag}", self.host));
+        let config = config.to_string().into_bytes();
+        size += config.len();
+        manifest["config"]["digest"] = self.push_blob(to_repository, &config)?.into();
+        manifest["config"]["size"] = config.len().into();
+        let manifest = manifest.to_string().into_bytes();
+        let digest = self.push_manifest(to_repository, tag, &manifest)?;
+        Ok(PushedImage {
+            name: format!("{}/{to_repository}", self.host),
+            repository: to_repository.to_string(),
+            tag: Some(tag.to_string()),
+            digest,
+            size,
+        })
+    }
 }
 
 #[cfg(test)]
