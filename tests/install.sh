@@ -131,6 +131,15 @@ pass "nodeimage CRDs removed; no nodeimage process running"
 step "helm install (docs/install.md, On your cluster)"
 kc create namespace "$NS" --dry-run=client -o yaml | kc apply -f - >/dev/null
 kc label namespace "$NS" pod-security.kubernetes.io/enforce=privileged --overwrite >/dev/null
+# As on GKE (tests/kube/main.go), a Pod of a critical priority class is
+# refused in a namespace with no quota for its class: the chart brings one
+# (daemon.priorityQuota), or the DaemonSet would create no pods.
+probe=$(kc run gke-quota-probe -n "$NS" --image="$NODEIMAGE_PAUSE_IMAGE" --restart=Never \
+  --overrides='{"apiVersion":"v1","spec":{"priorityClassName":"system-node-critical"}}' \
+  --dry-run=server -o name 2>&1 || true)
+[[ $probe == *"insufficient quota to match these scopes"* ]] ||
+  fail "the local API server admits a system-node-critical Pod without a quota, unlike GKE: $probe"
+pass "a system-node-critical Pod without a quota is refused, as on GKE"
 # The local cluster's specifics: its real node's containerd lives under the
 # state directory, and pods go to the real node only (the simulated nodes
 # have no kubelet).
@@ -165,7 +174,7 @@ ready=$(kc get deploy -n "$NS" "$CONTROLLER" -o jsonpath='{.status.readyReplicas
 kc rollout status -n "$NS" "ds/$DAEMON" --timeout=180s >/dev/null || fail "the daemon DaemonSet did not become ready"
 dpod=$(kc get pods -n "$NS" -l app.kubernetes.io/component=daemon --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
 [[ -n $dpod ]] || fail "no daemon pod on $NODE"
-pass "controller 2/2 ready, daemon pod $dpod ready on $NODE"
+pass "controller 2/2 ready, daemon pod $dpod ready on $NODE (system-node-critical, admitted by the chart's quota)"
 
 holder_ok() {
   local h

@@ -91,6 +91,13 @@ func runAPIServer(dir, port, etcdPort string) {
 	must(os.MkdirAll(pki, 0o700), "create pki dir")
 	ensureCredentials(pki, dir, port)
 
+	// As on GKE: Pods of the critical priority classes are admitted only in
+	// a namespace with a ResourceQuota that covers their class (GKE ships
+	// one in kube-system only), so a chart that sets such a class must
+	// bring its own quota (charts/nodeimage: daemon.priorityQuota).
+	admission := filepath.Join(dir, "admission.yaml")
+	must(os.WriteFile(admission, []byte(criticalPriorityQuota), 0o644), "write the admission configuration")
+
 	etcd := startEtcd(filepath.Join(dir, "etcd"), etcdPort)
 	defer etcd.Close()
 
@@ -111,6 +118,7 @@ func runAPIServer(dir, port, etcdPort string) {
 		"--api-audiences=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
+		"--admission-control-config-file=" + admission,
 		"--profiling=false",
 		// Loopback addresses cannot be Endpoints of the kubernetes Service.
 		"--endpoint-reconciler-type=none",
@@ -122,13 +130,29 @@ func runAPIServer(dir, port, etcdPort string) {
 	os.Exit(cli.Run(cmd))
 }
 
+// The ResourceQuota admission settings GKE uses for critical priority classes.
+const criticalPriorityQuota = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: ["system-node-critical", "system-cluster-critical"]
+`
+
 func runControllerManager(dir string) {
 	cmd := kcm.NewControllerManagerCommand()
 	cmd.SetArgs([]string{
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 		"--authentication-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 		"--authorization-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
-		"--controllers=garbagecollector,namespace,serviceaccount,deployment,replicaset,daemonset,podgc,root-ca-cert-publisher",
+		"--controllers=garbagecollector,namespace,serviceaccount,deployment,replicaset,daemonset,podgc,root-ca-cert-publisher,resourcequota",
 		// Published as the kube-root-ca.crt ConfigMap in every namespace,
 		// which pods' service-account volumes need.
 		"--root-ca-file=" + filepath.Join(dir, "pki", "ca.crt"),

@@ -173,6 +173,39 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "credential-provider",
         "no credential providers by default",
     );
+    // GKE admits the daemon's priority class only under a quota that
+    // covers it (tests/kube: the local API server does the same).
+    let quota = rendered(&c, &["--show-only", "templates/daemon-priority-quota.yaml"]);
+    for (needle, what) in [
+        ("kind: ResourceQuota", "a quota by default"),
+        ("scopeName: PriorityClass", "scoped to the priority class"),
+        ("- \"system-node-critical\"", "the daemon's class"),
+        ("pods: \"100000\"", "room for every node"),
+    ] {
+        expect_in(&quota, needle, what);
+    }
+    let other_class = rendered(
+        &c,
+        &[
+            "--show-only",
+            "templates/daemon-priority-quota.yaml",
+            "--set",
+            "daemon.priorityClassName=platform-agents",
+        ],
+    );
+    expect_in(
+        &other_class,
+        "- \"platform-agents\"",
+        "the class that is set",
+    );
+    for off in [
+        "daemon.priorityClassName=",
+        "daemon.priorityQuota.enabled=false",
+    ] {
+        let r = render(&c, RELEASE, NS, &["--set", off]);
+        assert!(r.success, "helm template --set {off}: {}", r.text());
+        expect_not_in(&r.stdout, "kind: ResourceQuota", off);
+    }
     let k3s = rendered(
         &c,
         &[
