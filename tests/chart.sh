@@ -19,18 +19,36 @@ fail() {
 }
 [[ -f $STATE/env.sh ]] || fail "no $STATE/env.sh: start the local cluster first (tests/cluster/up.sh)"
 
+# The link-time settings of helm's own release build (its Makefile): its
+# version, and the Kubernetes version `helm template` and `helm lint` assume
+# without a cluster, taken from the k8s.io/client-go it requires. Without
+# them helm assumes Kubernetes 1.20, which the chart's kubeVersion refuses.
+helm_ldflags() {
+  local gomod ver
+  gomod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*$/\1/p')
+  ver=$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$gomod")
+  [[ $ver =~ ^v0\.([0-9]+)\. ]] || fail "no k8s.io/client-go version in helm $HELM_VERSION's go.mod ($gomod)"
+  local major=1 minor=${BASH_REMATCH[1]} f=""
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    f+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  echo "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION$f"
+}
+
 # $STATE/bin survives tests/cluster/down.sh; helm.stamp records the version
-# built (`helm version` shows only "v3.21": go install sets no ldflags).
+# built and how.
 if [[ -z ${HELM:-} ]]; then
   HELM=$STATE/bin/helm
-  if [[ ! -x $HELM || "$(cat "$STATE/bin/helm.stamp" 2>/dev/null)" != "$HELM_VERSION" ]]; then
+  stamp="$HELM_VERSION release-ldflags"
+  if [[ ! -x $HELM || "$(cat "$STATE/bin/helm.stamp" 2>/dev/null)" != "$stamp" ]]; then
     command -v go >/dev/null 2>&1 || fail "helm is missing and go is not installed to build it"
     log "installing helm $HELM_VERSION with go install (about 3.5 minutes with cold Go caches)"
     t0=$SECONDS
     mkdir -p "$STATE/bin"
-    GOBIN=$STATE/bin GOFLAGS=-buildvcs=false go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ||
+    ldflags=$(helm_ldflags)
+    GOBIN=$STATE/bin GOFLAGS=-buildvcs=false go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ||
       fail "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION failed"
-    echo "$HELM_VERSION" >"$STATE/bin/helm.stamp"
+    echo "$stamp" >"$STATE/bin/helm.stamp"
     log "helm $HELM_VERSION installed in $((SECONDS - t0))s"
   fi
 fi

@@ -173,6 +173,19 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "credential-provider",
         "no credential providers by default",
     );
+    // Chart.yaml's kubeVersion: what the chart relies on is GA from 1.30.
+    let old = render(&c, RELEASE, NS, &["--kube-version", "1.29.9"]);
+    assert!(
+        !old.success && old.stderr.contains("requires kubeVersion"),
+        "a 1.29 cluster is refused: {}",
+        old.text()
+    );
+    let gke = render(&c, RELEASE, NS, &["--kube-version", "v1.31.2-gke.1000"]);
+    assert!(
+        gke.success,
+        "a vendor build of 1.31 is taken: {}",
+        gke.text()
+    );
     // GKE admits the daemon's priority class only under a quota that
     // covers it (tests/kube: the local API server does the same).
     let quota = rendered(&c, &["--show-only", "templates/daemon-priority-quota.yaml"]);
