@@ -175,6 +175,8 @@ fn push_package(c: &Cluster, versions: &[&str]) -> String {
 struct UpgradeNode {
     node: TestNode,
     dir: tempfile::TempDir,
+    /// The containerd its daemon uses.
+    socket: Option<PathBuf>,
 }
 
 impl UpgradeNode {
@@ -205,7 +207,11 @@ impl UpgradeNode {
             }
             node.start_daemon(socket, &flags);
         }
-        UpgradeNode { node, dir }
+        UpgradeNode {
+            node,
+            dir,
+            socket: socket.map(Path::to_path_buf),
+        }
     }
 
     fn name(&self) -> &str {
@@ -395,27 +401,88 @@ impl Drop for PulledImage {
     }
 }
 
-/// Sockets of the nodes whose containerd keeps layer blobs after
-/// unpacking. The upgrade tool is taken out of the image's layers, which a
-/// runtime with `discard_unpacked_layers = true` (node-2 of the mixed
-/// cluster) deletes: upgrades there fail with that reason, a known gap
-/// (docs/install.md, "Container runtimes"). Runtime-dependent, so said here.
-fn layer_keeping_sockets(c: &Cluster) -> Vec<PathBuf> {
+/// Sockets of the nodes whose containerd discards layer blobs once
+/// unpacked (`discard_unpacked_layers = true`: node-2 of the mixed
+/// cluster). The daemon reads the upgrade tool from the image's unpacked
+/// snapshot there, which [`assert_read_from_snapshot`] proves.
+fn discarding_sockets(c: &Cluster) -> Vec<PathBuf> {
     let runtimes = c.try_var("NODEIMAGE_NODE_RUNTIMES").unwrap_or_default();
     let discarding: Vec<&str> = runtimes
         .split_whitespace()
         .filter(|r| r.ends_with("/discard"))
         .filter_map(|r| r.split('=').next())
         .collect();
-    let keeping: Vec<PathBuf> = c
-        .nodes()
+    c.nodes()
         .iter()
         .enumerate()
-        .filter(|(_, n)| !discarding.contains(&n.as_str()))
+        .filter(|(_, n)| discarding.contains(&n.as_str()))
         .map(|(i, _)| c.socket(i))
+        .collect()
+}
+
+/// The fake package's (config, layers) digests, read from its OCI layout
+/// (skopeo copies the blobs unchanged).
+fn package_digests() -> (String, Vec<String>) {
+    let read = |path: PathBuf| -> Value {
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let blob = |digest: &str| {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        layout().join("blobs/sha256").join(hex)
+    };
+    let index = read(layout().join("index.json"));
+    let manifest = read(blob(
+        index["manifests"][0]["digest"]
+            .as_str()
+            .expect("the layout's manifest"),
+    ));
+    let digest = |d: &Value| d["digest"].as_str().unwrap_or_default().to_string();
+    let layers = manifest["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(digest)
         .collect();
-    assert!(!keeping.is_empty(), "no node keeps layer blobs: {runtimes}");
-    keeping
+    (digest(&manifest["config"]), layers)
+}
+
+/// On a node that discards layers, the tool was read from the image's
+/// unpacked snapshot: the package's layer blobs are not in that
+/// containerd's content store (its config blob is), and the node's daemon
+/// logged where it read the tool.
+fn assert_read_from_snapshot(node: &UpgradeNode) {
+    let socket = node.socket.as_ref().expect("a daemon's socket");
+    let out = Command::new("ctr")
+        .arg("--address")
+        .arg(socket)
+        .args(["--namespace", "k8s.io", "content", "ls", "-q"])
+        .output()
+        .expect("run ctr content ls");
+    assert!(out.status.success(), "ctr content ls: {out:?}");
+    let blobs = String::from_utf8_lossy(&out.stdout);
+    let held: Vec<&str> = blobs.lines().map(str::trim).collect();
+    let (config, layers) = package_digests();
+    assert!(
+        held.contains(&config.as_str()),
+        "{}: the package's config {config} is in the content store",
+        socket.display()
+    );
+    for l in &layers {
+        assert!(
+            !held.contains(&l.as_str()),
+            "{}: layer {l} was discarded after unpacking",
+            socket.display()
+        );
+    }
+    let log = &node.node.daemon.as_ref().expect("a daemon").log;
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        text.contains("upgrade tool read from the image's unpacked snapshot"),
+        "{}: no snapshot read logged",
+        log.display()
+    );
 }
 
 fn pulled(c: &Cluster, image: &str) -> PulledImage {
@@ -482,15 +549,16 @@ fn assert_in_order(node: &str, states: &[String], end: &[&str]) {
     );
 }
 
-/// Three nodes, concurrency 1: never two at once (neither in the NodeImages
-/// nor in the tool's runs), each node backed up then upgraded with the
-/// right arguments, in the job's node order; the job Successful with the
-/// versions recorded, the events, each step visible, the entries taken back.
+/// Three nodes, concurrency 1, each on another runtime (on the one that
+/// discards layers the tool comes from the unpacked snapshot): never two at
+/// once (neither in the NodeImages nor in the tool's runs), each node backed
+/// up then upgraded with the right arguments, in the job's node order; the
+/// job Successful with the versions recorded, the events, each step
+/// visible, the entries taken back.
 #[test]
 #[ignore = "needs the local cluster (make test)"]
 fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
     let c = cluster();
-    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
@@ -501,7 +569,7 @@ fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
                 &c,
                 &run_id,
                 Some(OLD),
-                Some(&keeping[i % keeping.len()]),
+                Some(&c.socket(i % c.nodes().len())),
                 true,
             )
         })
@@ -518,6 +586,7 @@ fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
     assert_eq!(status["state"], "Successful", "{status}");
     assert_eq!(status["currentVersion"], NEW);
     assert_eq!(status["historicVersion"], OLD);
+    let discarding = discarding_sockets(&c);
     for n in &nodes {
         assert_eq!(
             sea(&status, n.name()),
@@ -539,6 +608,9 @@ fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
         );
         assert_eq!(n.version(), NEW);
         assert_in_order(n.name(), &seen[n.name()], &["Successful"]);
+        if n.socket.as_ref().is_some_and(|s| discarding.contains(s)) {
+            assert_read_from_snapshot(n);
+        }
         let log = n.path(&format!("work/{}/upgrade.log", job.name));
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(
@@ -592,7 +664,6 @@ fn upgrades_nodes_one_at_a_time_with_a_backup_first() {
 #[ignore = "needs the local cluster (make test)"]
 fn a_failed_upgrade_is_rolled_back_and_the_tolerance_decides() {
     let c = cluster();
-    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
@@ -601,10 +672,14 @@ fn a_failed_upgrade_is_rolled_back_and_the_tolerance_decides() {
         &c,
         &run_id,
         Some(OLD),
-        Some(&keeping[1 % keeping.len()]),
+        Some(&c.socket(1 % c.nodes().len())),
         true,
     );
     std::fs::write(bad.path("fail-upgrade"), "").expect("marker");
+    let bad_discards = bad
+        .socket
+        .as_ref()
+        .is_some_and(|s| discarding_sockets(&c).contains(s));
 
     // 1 of 2 fails: KubeEdge fails the job at exactly the tolerance (0.5).
     for (tolerate, want) in [("0.6", "Successful"), ("0.5", "Failed")] {
@@ -652,6 +727,9 @@ fn a_failed_upgrade_is_rolled_back_and_the_tolerance_decides() {
         assert_eq!(bad.version(), OLD, "the backup was restored");
         assert_eq!(good.version(), NEW);
         assert_in_order(bad.name(), &seen[bad.name()], &["Failed"]);
+        if bad_discards {
+            assert_read_from_snapshot(&bad);
+        }
         if tolerate == "0.5" {
             assert_eq!(
                 status["reason"],
@@ -742,11 +820,10 @@ fn nodes_already_at_the_version_are_skipped() {
 #[ignore = "needs the local cluster (make test)"]
 fn disabled_and_silent_nodes_fail_and_the_job_finishes() {
     let c = cluster();
-    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
-    let socket = keeping[2 % keeping.len()].clone();
+    let socket = c.socket(2 % c.nodes().len());
     let disabled = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&socket), false);
     let silent = UpgradeNode::create(&c, &run_id, Some(OLD), None, true);
     let fine = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&socket), true);
@@ -864,7 +941,6 @@ fn a_restarted_daemon_does_not_run_an_upgrade_again() {
 #[ignore = "needs the local cluster (make test)"]
 fn require_confirmation_waits_for_the_annotation() {
     let c = cluster();
-    let keeping = layer_keeping_sockets(&c);
     let image = push_package(&c, &[NEW]);
     let _pulled = pulled(&c, &image);
     let run_id = unique("run");
@@ -873,7 +949,7 @@ fn require_confirmation_waits_for_the_annotation() {
         &c,
         &run_id,
         Some(OLD),
-        Some(&keeping[1 % keeping.len()]),
+        Some(&c.socket(1 % c.nodes().len())),
         true,
     );
     let job = Job::apply(

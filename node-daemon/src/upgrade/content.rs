@@ -1,12 +1,13 @@
 //! Reading a pulled image from containerd's content store (namespace
 //! k8s.io, where CRI keeps images): its record, its manifest (picking this
-//! node's platform from an index), and its layer blobs as blocking readers
-//! for the extraction, which runs on a blocking thread.
+//! node's platform from an index), whether its layer blobs are still there,
+//! and those blobs as blocking readers for the extraction, which runs on a
+//! blocking thread.
 
 use crate::cri::namespaced;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::images_client::ImagesClient;
-use containerd_client::services::v1::{GetImageRequest, ReadContentRequest};
+use containerd_client::services::v1::{GetImageRequest, InfoRequest, ReadContentRequest};
 use serde::Deserialize;
 use std::io::Read;
 use tonic::transport::Channel;
@@ -46,14 +47,25 @@ struct Document {
     #[serde(default)]
     manifests: Option<Vec<Descriptor>>,
     #[serde(default)]
+    config: Option<Descriptor>,
+    #[serde(default)]
     layers: Option<Vec<Descriptor>>,
+}
+
+/// An image manifest's blobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    /// The config blob's digest, kept when layers are discarded (empty if none).
+    pub config: String,
+    /// The layers, bottom first.
+    pub layers: Vec<String>,
 }
 
 /// What a manifest-like document is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Parsed {
-    /// An image manifest: its layers, bottom first.
-    Layers(Vec<String>),
+    /// An image manifest.
+    Image(Image),
     /// An index: the manifest for this platform.
     Manifest(String),
 }
@@ -77,9 +89,10 @@ pub fn parse(raw: &[u8], arch: &str) -> Result<Parsed, String> {
     let doc: Document =
         serde_json::from_slice(raw).map_err(|e| format!("not an image manifest or index: {e}"))?;
     if let Some(layers) = doc.layers {
-        return Ok(Parsed::Layers(
-            layers.into_iter().map(|d| d.digest).collect(),
-        ));
+        return Ok(Parsed::Image(Image {
+            config: doc.config.map(|d| d.digest).unwrap_or_default(),
+            layers: layers.into_iter().map(|d| d.digest).collect(),
+        }));
     }
     if let Some(manifests) = doc.manifests {
         return manifests
@@ -136,28 +149,42 @@ pub async fn read_small(channel: Channel, digest: &str) -> Result<Vec<u8>, Strin
     Ok(out)
 }
 
-/// The layers (bottom first) of the image whose record or repository
-/// digest points at `digest`, choosing this node's platform from an index.
-pub async fn layers(channel: Channel, digest: &str) -> Result<Vec<String>, String> {
+/// The config and layers (bottom first) of the manifest `digest` names, for this platform.
+pub async fn image(channel: Channel, digest: &str) -> Result<Image, String> {
     let mut digest = digest.to_string();
     for _ in 0..3 {
         let raw = read_small(channel.clone(), &digest).await?;
         match parse(&raw, oci_arch())? {
-            Parsed::Layers(l) => return Ok(l),
+            Parsed::Image(i) => return Ok(i),
             Parsed::Manifest(m) => digest = m,
         }
     }
     Err("nested image indexes".into())
 }
 
-/// Why a layer could not be read; a layer missing from the content store
-/// of a pulled image was deleted after unpacking (containerd's
-/// `discard_unpacked_layers`, set on EKS, GKE and Talos), which the tool
-/// extraction cannot work around yet.
+/// The first of `blobs` not in the content store (`discard_unpacked_layers` deletes layers).
+pub async fn first_missing(channel: Channel, blobs: &[String]) -> Result<Option<String>, String> {
+    let mut client = ContentClient::new(channel);
+    for digest in blobs {
+        match client
+            .info(namespaced(InfoRequest {
+                digest: digest.clone(),
+            }))
+            .await
+        {
+            Ok(_) => {}
+            Err(s) if s.code() == tonic::Code::NotFound => return Ok(Some(digest.clone())),
+            Err(s) => return Err(format!("looking up layer {digest}: {}", s.message())),
+        }
+    }
+    Ok(None)
+}
+
+/// Why a layer could not be read (one [`first_missing`] saw may leave with its image).
 fn layer_error(digest: &str, s: &tonic::Status) -> String {
     if s.code() == tonic::Code::NotFound {
         format!(
-            "reading layer {digest}: not in containerd's content store: the runtime discards layers once unpacked (discard_unpacked_layers = true), and the upgrade tool cannot be taken out of the image on such a node"
+            "reading layer {digest}: no longer in containerd's content store (removed while it was read)"
         )
     } else {
         format!("reading layer {digest}: {}", s.message())
@@ -239,7 +266,15 @@ mod tests {
         let manifest = br#"{"schemaVersion":2,"config":{"digest":"sha256:c","size":1},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:l1","size":5},{"digest":"sha256:l2","size":7}]}"#;
         assert_eq!(
             parse(manifest, "amd64"),
-            Ok(Parsed::Layers(vec!["sha256:l1".into(), "sha256:l2".into()]))
+            Ok(Parsed::Image(Image {
+                config: "sha256:c".into(),
+                layers: vec!["sha256:l1".into(), "sha256:l2".into()]
+            }))
+        );
+        let no_config = br#"{"schemaVersion":2,"layers":[]}"#;
+        assert_eq!(
+            parse(no_config, "amd64"),
+            Ok(Parsed::Image(Image::default()))
         );
         let index = br#"{"schemaVersion":2,"manifests":[
             {"digest":"sha256:arm","size":1,"platform":{"os":"linux","architecture":"arm64"}},

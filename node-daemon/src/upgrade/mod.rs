@@ -1,7 +1,9 @@
 //! Node-agent upgrades (NodeUpgradeJob): a tag entry with `upgrade` is
 //! checked and pulled like any tag, then the upgrade tool is taken out of
-//! the pulled image (from containerd's content store, without running a
-//! container) and run on the node as KubeEdge runs it: back up, upgrade,
+//! the pulled image without running a container (from its layer blobs in
+//! containerd's content store, or, where the runtime discards those once
+//! unpacked, from the image's unpacked snapshot) and run on the node as
+//! KubeEdge runs it: back up, upgrade,
 //! roll back when the upgrade fails. Each step shows in the tag status
 //! (`upgradeState`) before it runs.
 //!
@@ -17,6 +19,8 @@
 
 pub mod content;
 pub mod extract;
+pub mod overlay;
+pub mod snapshot;
 pub mod steps;
 pub mod tool;
 pub mod version;
@@ -518,7 +522,8 @@ async fn take_tool(
                 .ok_or(e)?
         }
     };
-    let layers = content::layers(channel.clone(), &digest).await?;
+    let img = content::image(channel.clone(), &digest).await?;
+    let missing = content::first_missing(channel.clone(), &img.layers).await?;
     let base = Path::new(&s.tool_path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -526,28 +531,25 @@ async fn take_tool(
     let dir = s.job_dir(&up.job);
     let dest = dir.join(&base);
     let tmp = dir.join(format!(".{base}.partial"));
-    let tool_path = s.tool_path.clone();
-    let tmp2 = tmp.clone();
-    let handle = tokio::runtime::Handle::current();
-    let found = tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let _enter = handle.enter();
-        let mut out = std::fs::File::create(&tmp2)
-            .map_err(|e| format!("creating {}: {e}", tmp2.display()))?;
-        extract::find(
-            layers.len(),
-            |i| {
-                Ok(Box::new(content::blob_reader(channel.clone(), &layers[i]))
-                    as Box<dyn std::io::Read>)
-            },
-            &tool_path,
-            &mut out,
-        )
-        .map_err(|e| e.to_string())?;
-        out.sync_all()
-            .map_err(|e| format!("writing {}: {e}", tmp2.display()))
-    })
-    .await
-    .map_err(|e| format!("extraction task: {e}"))?;
+    let found = match missing {
+        None => from_layers(channel, img.layers, &s.tool_path, &tmp).await,
+        Some(layer) => {
+            tracing::info!(image = %reference, layer = %layer, "a layer blob is not in containerd's content store (discarded once unpacked); reading the upgrade tool from the image's unpacked snapshot");
+            match snapshot::extract(channel, &s.node_name, &img.config, &s.tool_path, &tmp).await {
+                Ok(from) => {
+                    tracing::info!(image = %reference, snapshotter = %from.snapshotter, snapshot = %from.chain_id, dir = %from.dir.display(), "upgrade tool read from the image's unpacked snapshot");
+                    Ok(())
+                }
+                // The image lacks the tool: said as the layers would say it.
+                Err(e @ snapshot::SnapshotError::Lookup(overlay::LookupError::Image(_))) => {
+                    Err(e.to_string())
+                }
+                Err(e) => Err(format!(
+                    "layer {layer} is not in containerd's content store (the runtime discards layers once unpacked: discard_unpacked_layers = true), and the image's unpacked snapshot cannot be read: {e}"
+                )),
+            }
+        }
+    };
     if let Err(e) = found {
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(e);
@@ -561,6 +563,36 @@ async fn take_tool(
         .map_err(|e| format!("moving the tool to {}: {e}", dest.display()))?;
     tracing::info!(tool = %dest.display(), image = %reference, "upgrade tool extracted");
     Ok(dest)
+}
+
+/// Copies the tool out of the image's layer blobs (top one first) to `tmp`.
+async fn from_layers(
+    channel: tonic::transport::Channel,
+    layers: Vec<String>,
+    tool_path: &str,
+    tmp: &Path,
+) -> Result<(), String> {
+    let (tool_path, tmp) = (tool_path.to_string(), tmp.to_path_buf());
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let _enter = handle.enter();
+        let mut out =
+            std::fs::File::create(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        extract::find(
+            layers.len(),
+            |i| {
+                Ok(Box::new(content::blob_reader(channel.clone(), &layers[i]))
+                    as Box<dyn std::io::Read>)
+            },
+            &tool_path,
+            &mut out,
+        )
+        .map_err(|e| e.to_string())?;
+        out.sync_all()
+            .map_err(|e| format!("writing {}: {e}", tmp.display()))
+    })
+    .await
+    .map_err(|e| format!("extraction task: {e}"))?
 }
 
 /// Reports the end of the upgrade (a success means the node runs `target`)
