@@ -61,6 +61,31 @@ pub struct Flags {
     /// over within about this long after the leader dies.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=300))]
     pub leader_election_lease_seconds: u64,
+
+    /// Nodes carrying any of these labels (KEY=VALUE, comma-separated or
+    /// repeated) get no NodeImage: no daemon runs there. Default: virtual
+    /// nodes (virtual-kubelet, EKS Fargate) and Windows nodes. An empty
+    /// value skips no node.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = crate::nodes::DEFAULT_SKIPPED_NODE_LABELS,
+        value_parser = parse_label
+    )]
+    pub skip_nodes_labelled: Vec<Option<(String, String)>>,
+}
+
+/// Parses `KEY=VALUE` (a label); an empty item is None.
+pub fn parse_label(s: &str) -> Result<Option<(String, String)>, String> {
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
+            Ok(Some((k.to_string(), v.to_string())))
+        }
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 /// Parses `90`, `90s`, `10m`, `1h30m` into a duration (nodeimage_ops::duration).
@@ -80,5 +105,30 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("1d").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn skipped_node_labels() {
+        let f = Flags::parse_from(["c"]);
+        assert_eq!(
+            f.skip_nodes_labelled,
+            vec![
+                Some(("type".into(), "virtual-kubelet".into())),
+                Some(("eks.amazonaws.com/compute-type".into(), "fargate".into())),
+                Some(("kubernetes.io/os".into(), "windows".into())),
+            ]
+        );
+        let f = Flags::parse_from(["c", "--skip-nodes-labelled="]);
+        assert_eq!(f.skip_nodes_labelled, vec![None]);
+        let f = Flags::parse_from(["c", "--skip-nodes-labelled=pool=gpu,empty="]);
+        assert_eq!(
+            f.skip_nodes_labelled,
+            vec![
+                Some(("pool".into(), "gpu".into())),
+                Some(("empty".into(), String::new()))
+            ]
+        );
+        assert!(Flags::try_parse_from(["c", "--skip-nodes-labelled=novalue"]).is_err());
+        assert!(Flags::try_parse_from(["c", "--skip-nodes-labelled==x"]).is_err());
     }
 }

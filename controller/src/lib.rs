@@ -58,6 +58,14 @@ pub enum Error {
 
 /// Runs until a stop signal (or a lost lease), then shuts down cleanly.
 pub async fn run(flags: Flags) -> Result<(), Error> {
+    nodes::skip_nodes_labelled(
+        flags
+            .skip_nodes_labelled
+            .iter()
+            .flatten()
+            .cloned()
+            .collect(),
+    );
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     // One NodeImage cache for all; every reader subscribes before it runs.
     let nodeimages = nodeimages::NodeImages::new();

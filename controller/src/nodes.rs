@@ -7,19 +7,47 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use nodeimage_api::kruise::FAKE_NODEIMAGE_LABEL;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-/// Label key and value of virtual nodes, which pull no images.
-pub const VIRTUAL_KUBELET: (&str, &str) = ("type", "virtual-kubelet");
+/// The labels of Nodes that get no NodeImage unless the controller is told
+/// otherwise (`--skip-nodes-labelled`): virtual nodes (virtual-kubelet, EKS
+/// Fargate) and Windows nodes, where no node daemon runs, so a job over
+/// all nodes would wait for them until its response timeout.
+pub const DEFAULT_SKIPPED_NODE_LABELS: &str =
+    "type=virtual-kubelet,eks.amazonaws.com/compute-type=fargate,kubernetes.io/os=windows";
 
-/// Whether a Node should have a NodeImage: not virtual and not being deleted.
+/// The skipped labels in force: set once at start from the flag (owner:
+/// `lib::run`; never changes afterwards), else the defaults.
+static SKIPPED: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Sets which Node labels get no NodeImage; the first call wins (at start).
+pub fn skip_nodes_labelled(labels: Vec<(String, String)>) {
+    let _ = SKIPPED.set(labels);
+}
+
+fn skipped() -> &'static [(String, String)] {
+    SKIPPED.get_or_init(|| {
+        DEFAULT_SKIPPED_NODE_LABELS
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+}
+
+/// Whether a Node should have a NodeImage: not skipped (virtual, Fargate,
+/// Windows by default) and not being deleted.
 pub fn wants_nodeimage(node: &ObjectMeta) -> bool {
-    let (key, value) = VIRTUAL_KUBELET;
-    let is_virtual = node
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .is_some_and(|v| v == value);
-    !is_virtual && node.deletion_timestamp.is_none()
+    wants_nodeimage_given(node, skipped())
+}
+
+/// [`wants_nodeimage`] with the skipped labels given: the rule itself.
+pub fn wants_nodeimage_given(node: &ObjectMeta, skip: &[(String, String)]) -> bool {
+    let labels = node.labels.as_ref();
+    let skipped = skip
+        .iter()
+        .any(|(k, v)| labels.and_then(|l| l.get(k)).is_some_and(|x| x == v));
+    !skipped && node.deletion_timestamp.is_none()
 }
 
 /// Why a NodeImage is deleted.
@@ -29,7 +57,8 @@ pub enum Orphaned {
     Gone,
     /// The Node is being deleted.
     Terminating,
-    /// The Node is virtual and gets no NodeImage.
+    /// The Node gets no NodeImage: skipped by label (virtual, Fargate or
+    /// Windows by default; `--skip-nodes-labelled`).
     Virtual,
 }
 
@@ -39,7 +68,7 @@ impl Orphaned {
         match self {
             Orphaned::Gone => "node gone",
             Orphaned::Terminating => "node terminating",
-            Orphaned::Virtual => "node is virtual-kubelet",
+            Orphaned::Virtual => "node is skipped by label (virtual, Fargate or Windows)",
         }
     }
 }
@@ -160,6 +189,9 @@ pub(crate) mod fixtures {
     }
 
     /// The same metadata, being deleted.
+    /// Label key and value of virtual-kubelet nodes.
+    pub(crate) const VIRTUAL_KUBELET: (&str, &str) = ("type", "virtual-kubelet");
+
     pub(crate) fn terminating(mut m: ObjectMeta) -> ObjectMeta {
         m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         m
@@ -168,8 +200,68 @@ pub(crate) mod fixtures {
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{meta, terminating};
+    use super::fixtures::{VIRTUAL_KUBELET, meta, terminating};
     use super::*;
+
+    #[test]
+    fn skipped_nodes_table() {
+        let defaults: Vec<(String, String)> = DEFAULT_SKIPPED_NODE_LABELS
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let gpu = vec![("pool".to_string(), "gpu".to_string())];
+        let cases: Vec<(&str, ObjectMeta, &[(String, String)], bool)> = vec![
+            (
+                "a linux node",
+                meta(&[("kubernetes.io/os", "linux")]),
+                &defaults,
+                true,
+            ),
+            (
+                "virtual-kubelet",
+                meta(&[VIRTUAL_KUBELET]),
+                &defaults,
+                false,
+            ),
+            (
+                "EKS Fargate",
+                meta(&[("eks.amazonaws.com/compute-type", "fargate")]),
+                &defaults,
+                false,
+            ),
+            (
+                "EKS EC2",
+                meta(&[("eks.amazonaws.com/compute-type", "ec2")]),
+                &defaults,
+                true,
+            ),
+            (
+                "Windows",
+                meta(&[("kubernetes.io/os", "windows")]),
+                &defaults,
+                false,
+            ),
+            ("no labels at all", ObjectMeta::default(), &defaults, true),
+            ("terminating", terminating(meta(&[])), &defaults, false),
+            (
+                "nothing skipped",
+                meta(&[("kubernetes.io/os", "windows")]),
+                &[],
+                true,
+            ),
+            ("another list", meta(&[("pool", "gpu")]), &gpu, false),
+            (
+                "another list, a Windows node",
+                meta(&[("kubernetes.io/os", "windows")]),
+                &gpu,
+                true,
+            ),
+        ];
+        for (name, node, skip, want) in cases {
+            assert_eq!(wants_nodeimage_given(&node, skip), want, "{name}");
+        }
+    }
 
     #[test]
     fn orphaned_table() {

@@ -173,6 +173,43 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "credential-provider",
         "no credential providers by default",
     );
+    // Virtual, Fargate and Windows nodes: no NodeImage, no daemon pod.
+    let skip =
+        "type=virtual-kubelet,eks.amazonaws.com/compute-type=fargate,kubernetes.io/os=windows";
+    let all = rendered(&c, &[]);
+    expect_in(
+        &all,
+        &format!("--skip-nodes-labelled={skip}"),
+        "the controller skips them",
+    );
+    for (key, value) in [
+        ("type", "virtual-kubelet"),
+        ("eks.amazonaws.com/compute-type", "fargate"),
+        ("kubernetes.io/os", "windows"),
+    ] {
+        expect_in(
+            &all,
+            &format!(
+                "- key: \"{key}\"\n                    operator: NotIn\n                    values: [\"{value}\"]"
+            ),
+            "the daemon's node affinity keeps off them",
+        );
+    }
+    let none = rendered(&c, &["--set-json", "skipNodesLabelled=[]"]);
+    expect_in(
+        &none,
+        "--skip-nodes-labelled=\n",
+        "an empty list skips nothing",
+    );
+    expect_not_in(&none, "NotIn", "no affinity when nothing is skipped");
+    let own = rendered(
+        &c,
+        &[
+            "--set-json",
+            r#"daemon.affinity={"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[]}}"#,
+        ],
+    );
+    expect_not_in(&own, "NotIn", "a daemon.affinity of the user's replaces it");
     // Chart.yaml's kubeVersion: what the chart relies on is GA from 1.30.
     let old = render(&c, RELEASE, NS, &["--kube-version", "1.29.9"]);
     assert!(
@@ -354,7 +391,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
     );
 
     // Values the chart refuses, each with a message that names the problem.
-    let refused: [(&str, &str, &[&str]); 13] = [
+    let refused: [(&str, &str, &[&str]); 14] = [
         (
             "ServiceMonitor and PodMonitor together",
             "not both",
@@ -429,6 +466,11 @@ fn chart_lints_renders_and_refuses_bad_values() {
             "a malformed responseTimeout",
             "/controller/responseTimeout",
             &["--set", "controller.responseTimeout=ten"],
+        ),
+        (
+            "a skipped node label without a value",
+            "/skipNodesLabelled/0",
+            &["--set-json", r#"skipNodesLabelled=["pool"]"#],
         ),
     ];
     for (what, message, args) in refused {
