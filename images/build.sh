@@ -56,12 +56,15 @@ case $(uname -m) in
 esac
 LAYOUT=$STATE/nodeimage-oci
 
+# What the build needs, by command -> Debian package (protoc: the gRPC
+# crates' build scripts compile containerd's and CRI's protocol files).
+declare -A pkg_of=([umoci]=umoci [skopeo]=skopeo [ldd]=libc-bin [protoc]=protobuf-compiler)
 missing=()
-for tool in umoci skopeo ldd; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for tool in "${!pkg_of[@]}"; do command -v "$tool" >/dev/null || missing+=("${pkg_of[$tool]}"); done
 if ((${#missing[@]})); then
-  log "installing umoci and skopeo (Debian packages)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq umoci skopeo; } ||
-    die "apt-get install umoci skopeo failed"
+  log "installing Debian packages: ${missing[*]}"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } ||
+    die "apt-get install ${missing[*]} failed (as root on Debian or Ubuntu; elsewhere install them yourself)"
 fi
 
 log "building release binaries (cargo build --release)"
