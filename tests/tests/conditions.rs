@@ -38,6 +38,25 @@ fn kubectl_wait_for_complete_and_failed() {
                          "completionPolicy": {"type": "Always"}}}),
         );
     }
+    // What the README and the chart's NOTES give: a wait that ends when the
+    // job finishes either way (Progressing=False), then the verdict.
+    for (name, verdict) in [("ok", "Complete"), ("broken", "Failed")] {
+        let what = format!("imagepulljob/{name}");
+        wait(&c, &["-n", &ns.name, &what], "Progressing=False")
+            .unwrap_or_else(|e| panic!("{name} finishes: {e}"));
+        let r = c.kubectl(
+            &[
+                "get",
+                "-n",
+                &ns.name,
+                &what,
+                "-o",
+                "jsonpath={.status.conditions[?(@.status==\"True\")].type}",
+            ],
+            None,
+        );
+        assert_eq!(r.stdout.trim(), verdict, "{name}: {}", r.stderr);
+    }
     wait(&c, &["-n", &ns.name, "imagepulljob/ok"], "Complete").expect("ok completes");
     wait(&c, &["-n", &ns.name, "imagepulljob/broken"], "Failed").expect("broken fails");
     let ok = kruise::get(&c, "imagepulljobs.apps.kruise.io", Some(&ns.name), "ok").expect("ok");
