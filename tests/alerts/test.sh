@@ -13,14 +13,23 @@ command -v promtool >/dev/null || { echo "promtool is missing (Debian package pr
 [[ -x $HELM ]] || { echo "helm is missing at $HELM (tests/chart.sh installs it)"; exit 1; }
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-"$HELM" template nodeimage "$REPO_ROOT/charts/nodeimage" -n nodeimage-system \
-  --set prometheusRule.enabled=true \
-  --set controller.image.repository=registry.example.com/nodeimage-controller \
-  --set daemon.image.repository=registry.example.com/nodeimage-daemon \
-  --show-only templates/prometheusrule.yaml >"$WORK/rule.yaml"
-# A PrometheusRule's spec is a Prometheus rule file: everything under
-# "spec:", one indentation level less.
-sed -n '/^spec:/,$p' "$WORK/rule.yaml" | sed '1d; s/^  //' >"$WORK/rules.yaml"
-cp "$HERE/rules_test.yaml" "$WORK/"
+# render OUT NAMESPACE [helm flags...]: the rule file of the chart's
+# PrometheusRule. (A PrometheusRule's spec is a Prometheus rule file:
+# everything under "spec:", one indentation level less.)
+render() {
+  local out=$1 ns=$2
+  shift 2
+  "$HELM" template nodeimage "$REPO_ROOT/charts/nodeimage" -n "$ns" \
+    --set prometheusRule.enabled=true \
+    --set controller.image.repository=registry.example.com/nodeimage-controller \
+    --set daemon.image.repository=registry.example.com/nodeimage-daemon \
+    --show-only templates/prometheusrule.yaml "$@" >"$WORK/rule.yaml"
+  sed -n '/^spec:/,$p' "$WORK/rule.yaml" | sed '1d; s/^  //' >"$WORK/$out"
+}
+render rules.yaml nodeimage-system
+cp "$HERE/rules_test.yaml" "$HERE/rules_override_test.yaml" "$WORK/"
 promtool check rules "$WORK/rules.yaml"
 promtool test rules "$WORK/rules_test.yaml"
+# The same rules for a release with other names: the alerts follow them.
+render rules_override.yaml prepull --set fullnameOverride=edge-prepull
+promtool test rules "$WORK/rules_override_test.yaml"

@@ -32,9 +32,11 @@ NodeImagePullsFailing:
   summary: Most image pulls fail on a node
   description: {{`'{{ $value | humanizePercentage }} of the pulls on node {{ $labels.node }} failed over the last 15 minutes.'`}}
 NodeImageDaemonDown:
-  # A daemon cannot be scraped (down or not running).
+  # A daemon cannot be scraped (down or not running). Its pods are found by
+  # name and namespace (the target labels both monitors add), not by the
+  # job label, which depends on the monitor kind and the names in use.
   enabled: true
-  expr: 'up{job=~".*nodeimage-daemon.*"} == 0'
+  expr: 'up{namespace="{{ $ns }}", pod=~"{{ $daemon }}-[a-z0-9]+"} == 0'
   for: 10m
   severity: warning
   runbook: nodeimagedaemondown
@@ -51,9 +53,11 @@ NodeImageControllerUnavailable:
   summary: No nodeimage controller replica is available
   description: {{`'Deployment {{ $labels.namespace }}/{{ $labels.deployment }} has had no available replica for 5 minutes: jobs and NodeImages are not reconciled.'`}}
 NodeImageControllerNoLeader:
-  # Controller replicas run but none holds the lease.
+  # Controller replicas run but none holds the lease: per installation
+  # (namespace) and per cluster where a `cluster` label tells clusters apart
+  # (one Prometheus or Thanos ruler for several clusters).
   enabled: true
-  expr: 'sum(nodeimage_controller_leader) < 1'
+  expr: 'sum by (cluster, namespace) (nodeimage_controller_leader{namespace="{{ $ns }}"}) < 1'
   for: 5m
   severity: critical
   runbook: nodeimagecontrollernoleader
