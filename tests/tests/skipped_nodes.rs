@@ -30,7 +30,13 @@ fn fargate_and_windows_nodes_get_no_nodeimage() {
                 None,
             );
             let _ = c2.kubectl(
-                &["delete", "nodeimage", &n2, "--ignore-not-found", "--wait=false"],
+                &[
+                    "delete",
+                    "nodeimage",
+                    &n2,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ],
                 None,
             );
         });
@@ -61,7 +67,13 @@ fn fargate_and_windows_nodes_get_no_nodeimage() {
     );
 
     c.kubectl_ok(
-        &["label", "node", &linux, "--overwrite", "kubernetes.io/os=windows"],
+        &[
+            "label",
+            "node",
+            &linux,
+            "--overwrite",
+            "kubernetes.io/os=windows",
+        ],
         None,
     );
     wait_for(
