@@ -31,7 +31,7 @@ image_user() {
 image_port() {
   case $1 in
     controller) echo 8080 ;;
-    daemon) echo 10221 ;;
+    daemon) echo 10226 ;;
   esac
 }
 # image_extra_tools NAME: host programs copied in with their libraries. The

@@ -31,7 +31,7 @@ pub struct Flags {
     pub runtime_api: crate::cri::RuntimeApi,
 
     /// Address of the /healthz and /readyz endpoints.
-    #[arg(long, default_value = "0.0.0.0:10221")]
+    #[arg(long, default_value = "0.0.0.0:10226")]
     pub health_addr: SocketAddr,
 
     /// Most pulls running at once on this node; the rest wait in order.

@@ -162,7 +162,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
             "hostPath of the socket's directory",
         ),
         ("maxUnavailable: 10%", "DaemonSet rolling update"),
-        ("--health-addr=0.0.0.0:10221", "daemon health address"),
+        ("--health-addr=0.0.0.0:10226", "daemon health address"),
         ("path: /readyz", "daemon readiness probe"),
         ("runAsUser: 0", "daemon runs as root (socket)"),
     ] {
