@@ -210,6 +210,37 @@ fn chart_lints_renders_and_refuses_bad_values() {
         ],
     );
     expect_not_in(&own, "NotIn", "a daemon.affinity of the user's replaces it");
+    // Log level and extra volumes, for both workloads.
+    expect_not_in(&all, "RUST_LOG", "the binaries' own log defaults");
+    let extra = rendered(
+        &c,
+        &[
+            "--set",
+            "logLevel=info\\,nodeimage_daemon=debug",
+            "--set-json",
+            r#"daemon.extraVolumes=[{"name":"extra-ca","configMap":{"name":"corp-ca"}}]"#,
+            "--set-json",
+            r#"daemon.extraVolumeMounts=[{"name":"extra-ca","mountPath":"/etc/ssl/corp"}]"#,
+            "--set-json",
+            r#"controller.extraVolumes=[{"name":"extra-ca","configMap":{"name":"corp-ca"}}]"#,
+            "--set-json",
+            r#"controller.extraVolumeMounts=[{"name":"extra-ca","mountPath":"/etc/ssl/corp"}]"#,
+        ],
+    );
+    for (needle, times) in [
+        (
+            "- name: RUST_LOG\n              value: \"info,nodeimage_daemon=debug\"",
+            2,
+        ),
+        ("name: corp-ca", 2),
+        ("mountPath: /etc/ssl/corp", 2),
+    ] {
+        assert_eq!(
+            extra.matches(needle).count(),
+            times,
+            "{needle:?} in both the controller and the daemon"
+        );
+    }
     // Chart.yaml's kubeVersion: what the chart relies on is GA from 1.30.
     let old = render(&c, RELEASE, NS, &["--kube-version", "1.29.9"]);
     assert!(
@@ -391,7 +422,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
     );
 
     // Values the chart refuses, each with a message that names the problem.
-    let refused: [(&str, &str, &[&str]); 14] = [
+    let refused: [(&str, &str, &[&str]); 15] = [
         (
             "ServiceMonitor and PodMonitor together",
             "not both",
@@ -466,6 +497,11 @@ fn chart_lints_renders_and_refuses_bad_values() {
             "a malformed responseTimeout",
             "/controller/responseTimeout",
             &["--set", "controller.responseTimeout=ten"],
+        ),
+        (
+            "a log level with a space",
+            "/logLevel",
+            &["--set", "logLevel=debug rm"],
         ),
         (
             "a skipped node label without a value",
