@@ -169,6 +169,27 @@ impl Cluster {
         self.socket(i)
     }
 
+    /// Every node of the local cluster with the runtime its containerd
+    /// reports (CRI `Version`), in order; panics when a node's runtime does
+    /// not answer.
+    pub fn runtime_nodes(&self) -> Vec<RuntimeNode> {
+        self.nodes()
+            .into_iter()
+            .enumerate()
+            .map(|(index, name)| {
+                let socket = self.socket(index);
+                let (runtime, version) =
+                    cri::version(&socket).unwrap_or_else(|e| panic!("CRI Version of {name}: {e}"));
+                RuntimeNode {
+                    index,
+                    name,
+                    socket,
+                    runtime: format!("{runtime} {version}"),
+                }
+            })
+            .collect()
+    }
+
     /// `/readyz` URL of the shared daemon of node `index` (0-based), as
     /// started by tests/nodeimage.sh.
     pub fn daemon_readyz(&self, index: usize) -> String {
@@ -203,6 +224,48 @@ impl Cluster {
             ],
             None,
         );
+    }
+}
+
+/// A node of the local cluster and its runtime, for tests that prove a
+/// feature on each runtime of the mixed cluster.
+#[derive(Clone, Debug)]
+pub struct RuntimeNode {
+    /// 0-based index (`Cluster::socket(index)`).
+    pub index: usize,
+    /// Node name (`node-1` …), also its NodeImage's name.
+    pub name: String,
+    /// Its containerd socket.
+    pub socket: PathBuf,
+    /// `name version` as CRI reports it, e.g. `containerd 1.7.35`.
+    pub runtime: String,
+}
+
+impl RuntimeNode {
+    /// `node-2 (containerd 1.7.35)`, for messages.
+    pub fn label(&self) -> String {
+        format!("{} ({})", self.name, self.runtime)
+    }
+
+    /// Runs `f`; a panic in it panics again with [`RuntimeNode::label`] in
+    /// front of its message, so that a failure names the node and runtime.
+    pub fn check<T>(&self, f: impl FnOnce() -> T) -> T {
+        with_context(&self.label(), f)
+    }
+}
+
+/// Runs `f`; a panic in it panics again as `context: message`.
+pub fn with_context<T>(context: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "(a panic without a message)".into());
+            panic!("{context}: {message}");
+        }
     }
 }
 

@@ -42,34 +42,11 @@ fn write_exec(path: &Path, text: &str) {
         .expect("chmod the plugin");
 }
 
-#[test]
-#[ignore = "needs the local cluster (make test)"]
-fn plugins_supply_node_credentials_like_kubelets() {
-    let c = Cluster::load();
-    let dir = temp_dir();
-    let bin = dir.path().join("plugins");
-    std::fs::create_dir_all(&bin).expect("plugin dir");
-    let log = dir.path().join("good.log");
-    let host = c.var("NODEIMAGE_AUTH_REGISTRY");
-    let reg = kruise::auth_registry(&c);
-    let suffix = nodeimage_tests::random_suffix();
-    let good_repo = format!("cp-good/app-{suffix}");
-    let good = reg
-        .push_image(&good_repo, Some("v1"), 64 << 10)
-        .expect("push the good image");
-    reg.push_image(&good_repo, Some("v2"), 64 << 10)
-        .expect("push its second tag");
-    let broken = reg
-        .push_image(&format!("cp-broken/app-{suffix}"), Some("v1"), 64 << 10)
-        .expect("push the broken image");
-
-    write_exec(&bin.join("good-provider"), GOOD_PLUGIN);
-    write_exec(&bin.join("broken-provider"), BROKEN_PLUGIN);
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"apiVersion: kubelet.config.k8s.io/v1
+/// The kubelet `CredentialProviderConfig` of one test daemon, whose good
+/// plugin logs its requests to `log`.
+fn provider_config(c: &Cluster, log: &Path) -> String {
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
 providers:
   - name: good-provider
@@ -86,118 +63,165 @@ providers:
     defaultCacheDuration: 10m
     apiVersion: credentialprovider.kubelet.k8s.io/v1
 "#,
-            log = log.display(),
-            user = c.var("NODEIMAGE_AUTH_USER"),
-            password = c.var("NODEIMAGE_AUTH_PASSWORD"),
-        ),
+        host = c.var("NODEIMAGE_AUTH_REGISTRY"),
+        log = log.display(),
+        user = c.var("NODEIMAGE_AUTH_USER"),
+        password = c.var("NODEIMAGE_AUTH_PASSWORD"),
     )
-    .expect("write the config");
+}
 
-    let socket = c.socket(0);
-    let mut cleanup = Cleanup::default();
+/// On every node's runtime (a test daemon per node's containerd, each for a
+/// fake NodeImage of its own, with kubelet's config and plugin directory):
+/// a private image no pull secret covers is pulled with the good plugin's
+/// credentials, the plugin runs once for two tags of one registry (its
+/// answer is cached per registry) with a kubelet-shaped request, a failing
+/// plugin is named with what it said in the tag's `unauthorized:` failure,
+/// and the plugin's password never reaches the daemon's log.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn plugins_supply_node_credentials_like_kubelets_on_every_runtime() {
+    let c = Cluster::load();
+    let dir = temp_dir();
+    let bin = dir.path().join("plugins");
+    std::fs::create_dir_all(&bin).expect("plugin dir");
+    let reg = kruise::auth_registry(&c);
+    let suffix = nodeimage_tests::random_suffix();
+    let good_repo = format!("cp-good/app-{suffix}");
+    let good = reg
+        .push_image(&good_repo, Some("v1"), 64 << 10)
+        .expect("push the good image");
+    reg.push_image(&good_repo, Some("v2"), 64 << 10)
+        .expect("push its second tag");
+    let broken = reg
+        .push_image(&format!("cp-broken/app-{suffix}"), Some("v1"), 64 << 10)
+        .expect("push the broken image");
+    write_exec(&bin.join("good-provider"), GOOD_PLUGIN);
+    write_exec(&bin.join("broken-provider"), BROKEN_PLUGIN);
+    let bin_flag = bin.display().to_string();
     let refs = vec![
         format!("{}:v1", good.name),
         format!("{}:v2", good.name),
         format!("{}:v1", broken.name),
     ];
-    let sock = socket.clone();
-    let forget = refs.clone();
-    cleanup.defer("remove the pulled images", move || {
-        for r in &forget {
-            let _ = cri::remove_image(&sock, r);
-        }
-    });
-    let name = unique("e2e-credprov");
-    ni::create_fake(&c, &name, &BTreeMap::new(), json!({}));
-    let (c2, n2) = (c.clone(), name.clone());
-    cleanup.defer(format!("delete nodeimage {name}"), move || {
-        ni::delete(&c2, &n2)
-    });
-    let config_flag = config.display().to_string();
-    let bin_flag = bin.display().to_string();
-    let _daemon = Daemon::start(
-        &c,
-        &name,
-        &socket,
-        dir.path(),
-        &[
-            "--max-concurrent-pulls",
-            "1",
-            "--image-credential-provider-config",
-            &config_flag,
-            "--image-credential-provider-bin-dir",
-            &bin_flag,
-        ],
-    );
-
     // No pull secret anywhere: the plugins are the only credentials.
     let spec = json!({"images": {
         &good.name: {"tags": [{"tag": "v1"}, {"tag": "v2"}]},
         &broken.name: {"tags": [{"tag": "v1", "pullPolicy": {"backoffLimit": 0}}]},
     }});
-    let r = ni::merge_patch(&c, &name, &json!({ "spec": spec }));
-    assert!(r.success, "patch: {}", r.stderr);
 
-    for tag in ["v1", "v2"] {
-        ni::wait_tag(
-            &c,
-            Tag {
-                ni: &name,
-                image: &good.name,
-                tag,
+    let mut cleanup = Cleanup::default();
+    // Per node: its fake NodeImage, its daemon and its plugin's log.
+    let mut started = Vec::new();
+    for n in c.runtime_nodes() {
+        let log = dir.path().join(format!("good-{}.log", n.name));
+        let config = dir.path().join(format!("config-{}.yaml", n.name));
+        std::fs::write(&config, provider_config(&c, &log)).expect("write the config");
+        let (sock, forget) = (n.socket.clone(), refs.clone());
+        cleanup.defer(
+            format!("remove the pulled images from {}", n.name),
+            move || {
+                for r in &forget {
+                    let _ = cri::remove_image(&sock, r);
+                }
             },
-            "Succeeded with the plugin's credentials",
-            LONG,
-            |t| t["phase"] == "Succeeded",
-            |t| t["phase"] == "Failed",
         );
+        let name = unique("e2e-credprov");
+        ni::create_fake(&c, &name, &BTreeMap::new(), json!({}));
+        let (c2, n2) = (c.clone(), name.clone());
+        cleanup.defer(format!("delete nodeimage {name}"), move || {
+            ni::delete(&c2, &n2)
+        });
+        let config_flag = config.display().to_string();
+        let daemon = Daemon::start(
+            &c,
+            &name,
+            &n.socket,
+            dir.path(),
+            &[
+                "--max-concurrent-pulls",
+                "1",
+                "--image-credential-provider-config",
+                &config_flag,
+                "--image-credential-provider-bin-dir",
+                &bin_flag,
+            ],
+        );
+        let r = ni::merge_patch(&c, &name, &json!({ "spec": spec }));
+        assert!(r.success, "patch: {}", r.stderr);
+        started.push((n, name, daemon, log));
     }
-    let requests = std::fs::read_to_string(&log).expect("the plugin's log");
-    let lines: Vec<&str> = requests.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "two tags of one registry: one plugin run (its answer is cached per registry); requests: {requests}"
-    );
-    let req: serde_json::Value = serde_json::from_str(lines[0]).expect("the request is JSON");
-    assert_eq!(req["kind"], "CredentialProviderRequest", "{req}");
-    assert_eq!(
-        req["apiVersion"], "credentialprovider.kubelet.k8s.io/v1",
-        "{req}"
-    );
-    assert!(
-        req["image"]
-            .as_str()
-            .is_some_and(|i| i.starts_with(&good.name)),
-        "the request names the image: {req}"
-    );
 
-    let (_, failed) = ni::wait_tag(
-        &c,
-        Tag {
-            ni: &name,
-            image: &broken.name,
-            tag: "v1",
-        },
-        "Failed (the broken plugin)",
-        LONG,
-        |t| t["phase"] == "Failed",
-        |t| t["phase"] == "Succeeded",
-    );
-    let msg = failed["message"].as_str().unwrap_or_default();
-    assert!(
-        msg.contains("unauthorized: ")
-            && msg.contains("credential provider broken-provider")
-            && msg.contains("no credentials for you"),
-        "the failure names the plugin and what it said: {msg}"
-    );
     let password = c.var("NODEIMAGE_AUTH_PASSWORD");
-    let daemon_log =
-        std::fs::read_to_string(dir.path().join(format!("daemon-{name}.log"))).unwrap_or_default();
-    assert!(
-        !daemon_log.contains(&password),
-        "the daemon's log must never hold the plugin's password"
-    );
+    for (n, name, daemon, log) in &started {
+        n.check(|| {
+            for tag in ["v1", "v2"] {
+                ni::wait_tag(
+                    &c,
+                    Tag {
+                        ni: name,
+                        image: &good.name,
+                        tag,
+                    },
+                    "Succeeded with the plugin's credentials",
+                    LONG,
+                    |t| t["phase"] == "Succeeded",
+                    |t| t["phase"] == "Failed",
+                );
+                let on_node = cri::image_status(&n.socket, &format!("{}:{tag}", good.name))
+                    .expect("CRI ImageStatus");
+                assert!(
+                    on_node.is_some(),
+                    "{}:{tag} is in the node's containerd",
+                    good.name
+                );
+            }
+            let requests = std::fs::read_to_string(log).expect("the plugin's log");
+            let lines: Vec<&str> = requests.lines().collect();
+            assert_eq!(
+                lines.len(),
+                1,
+                "two tags of one registry: one plugin run (its answer is cached per registry); requests: {requests}"
+            );
+            let req: serde_json::Value =
+                serde_json::from_str(lines[0]).expect("the request is JSON");
+            assert_eq!(req["kind"], "CredentialProviderRequest", "{req}");
+            assert_eq!(
+                req["apiVersion"], "credentialprovider.kubelet.k8s.io/v1",
+                "{req}"
+            );
+            assert!(
+                req["image"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with(&good.name)),
+                "the request names the image: {req}"
+            );
+
+            let (_, failed) = ni::wait_tag(
+                &c,
+                Tag {
+                    ni: name,
+                    image: &broken.name,
+                    tag: "v1",
+                },
+                "Failed (the broken plugin)",
+                LONG,
+                |t| t["phase"] == "Failed",
+                |t| t["phase"] == "Succeeded",
+            );
+            let msg = failed["message"].as_str().unwrap_or_default();
+            assert!(
+                msg.contains("unauthorized: ")
+                    && msg.contains("credential provider broken-provider")
+                    && msg.contains("no credentials for you"),
+                "the failure names the plugin and what it said: {msg}"
+            );
+            assert!(
+                !daemon.log_text().contains(&password),
+                "the daemon's log must never hold the plugin's password"
+            );
+        });
+    }
+    drop(started);
     drop(cleanup);
 }
 

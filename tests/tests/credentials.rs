@@ -7,7 +7,7 @@ use nodeimage_tests::kruise::{self, TestNs};
 use nodeimage_tests::nodeimage::{self as ni, Tag};
 use nodeimage_tests::process::TestRegistry;
 use nodeimage_tests::registry::Registry;
-use nodeimage_tests::{Cluster, unique};
+use nodeimage_tests::{Cleanup, Cluster, cri, unique};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -43,11 +43,18 @@ fn wait_done(c: &Cluster, ns: &str, name: &str) -> Value {
     kruise::wait_job(c, IPJ, ns, name, "completed", LONG, kruise::completed)
 }
 
+/// On every node, whatever its runtime (containerd 1.6, 1.7 with layer
+/// discard, 2.x through the Transfer Service): a tenant's job listing its
+/// pull secret pulls a private image (it is in the node's containerd),
+/// while another tenant's job for another tag of that image, without a
+/// secret, fails with the registry's `unauthorized:`: the owner's secret is
+/// not lent to it.
 #[test]
 #[ignore = "needs the local cluster and nodeimage (make test)"]
-fn a_tenant_pulls_only_with_its_own_credentials() {
+fn a_tenant_pulls_only_with_its_own_credentials_on_every_runtime() {
     let c = Cluster::load();
-    let node = c.nodes()[0].clone();
+    let nodes = c.runtime_nodes();
+    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     let owner = TestNs::create(&c, "e2e-creds-owner");
     let other = TestNs::create(&c, "e2e-creds-other");
     // A private image with two tags, in the registry that needs basic auth.
@@ -56,24 +63,70 @@ fn a_tenant_pulls_only_with_its_own_credentials() {
     reg.push_image(&v1.repository, Some("v2"), 64 << 10)
         .expect("push the second tag");
     registry_secret(&c, &owner.name, "regcred");
+    // At the end, before the namespaces go: the jobs (their finalizer takes
+    // their entries out of the NodeImages), then what they pulled.
+    let mut cleanup = Cleanup::default();
+    for n in &nodes {
+        let (socket, refs) = (
+            n.socket.clone(),
+            [format!("{}:v1", v1.name), format!("{}:v2", v1.name)],
+        );
+        cleanup.defer(format!("remove {refs:?} from {}", n.name), move || {
+            for r in &refs {
+                if let Ok(Some(_)) = cri::image_status(&socket, r) {
+                    let _ = cri::remove_image(&socket, r);
+                }
+            }
+        });
+    }
+    for (ns, job) in [(&owner.name, "mine"), (&other.name, "theirs")] {
+        let (c2, ns) = (c.clone(), ns.clone());
+        cleanup.defer(format!("delete imagepulljob {ns}/{job}"), move || {
+            let r = c2.kubectl(
+                &[
+                    "delete",
+                    IPJ,
+                    job,
+                    "-n",
+                    &ns,
+                    "--ignore-not-found",
+                    "--timeout=60s",
+                ],
+                None,
+            );
+            if !r.success {
+                eprintln!("cleanup: deleting imagepulljob {ns}/{job}: {}", r.stderr);
+            }
+        });
+    }
 
-    // The owner lists its secret: its tag is pulled with it.
+    // The owner lists its secret: its tag is pulled with it on every node.
     kruise::create(
         &c,
         &ipj(
             &owner.name,
             "mine",
             json!({"image": format!("{}:v1", v1.name), "pullSecrets": ["regcred"],
-                   "selector": {"names": [node]}, "completionPolicy": {"type": "Always"}}),
+                   "selector": {"names": names}, "parallelism": nodes.len(),
+                   "completionPolicy": {"type": "Always"}}),
         ),
     );
     let done = wait_done(&c, &owner.name, "mine");
     assert_eq!(
         kruise::count(&done, "succeeded"),
-        1,
+        nodes.len() as i64,
         "{}",
         kruise::describe(&done)
     );
+    for n in &nodes {
+        let held = cri::image_status(&n.socket, &format!("{}:v1", v1.name))
+            .unwrap_or_else(|e| panic!("{}: CRI ImageStatus: {e}", n.label()));
+        assert!(
+            held.is_some(),
+            "{}: the owner's tag is in the node's containerd",
+            n.label()
+        );
+    }
 
     // Another tenant asks for another tag of the same private image with no
     // secret, while the owner's copy hangs on that image: it must not be
@@ -83,35 +136,41 @@ fn a_tenant_pulls_only_with_its_own_credentials() {
         &ipj(
             &other.name,
             "theirs",
-            json!({"image": format!("{}:v2", v1.name), "selector": {"names": [node]},
-                   "pullPolicy": {"backoffLimit": 0}, "completionPolicy": {"type": "Always"}}),
+            json!({"image": format!("{}:v2", v1.name), "selector": {"names": names},
+                   "parallelism": nodes.len(), "pullPolicy": {"backoffLimit": 0},
+                   "completionPolicy": {"type": "Always"}}),
         ),
     );
     let done = wait_done(&c, &other.name, "theirs");
     assert_eq!(
         kruise::count(&done, "failed"),
-        1,
+        nodes.len() as i64,
         "{}",
         kruise::describe(&done)
     );
-    let obj = ni::get(&c, &node).expect("NodeImage");
-    let spec = ni::spec_tag(&obj, &v1.name, "v2").expect("entry for v2");
-    assert!(
-        !spec["ownerReferences"].to_string().contains(&owner.name),
-        "v2 is requested only by the other tenant: {spec}"
-    );
-    let pull_secrets = &obj["spec"]["images"][v1.name.as_str()]["pullSecrets"];
-    assert!(
-        pull_secrets.as_array().is_some_and(|a| !a.is_empty()),
-        "the owner's copy is listed on the image: {pull_secrets}"
-    );
-    let status = ni::tag_status(&obj, &v1.name, "v2").expect("status of v2");
-    let message = status["message"].as_str().unwrap_or_default();
-    assert_eq!(status["phase"], "Failed", "{status}");
-    assert!(
-        message.contains("unauthorized: "),
-        "the failure says the registry refused: {status}"
-    );
+    for n in &nodes {
+        let label = n.label();
+        let obj = ni::get(&c, &n.name).expect("NodeImage");
+        let spec = ni::spec_tag(&obj, &v1.name, "v2")
+            .unwrap_or_else(|| panic!("{label}: no entry for v2"));
+        assert!(
+            !spec["ownerReferences"].to_string().contains(&owner.name),
+            "{label}: v2 is requested only by the other tenant: {spec}"
+        );
+        let pull_secrets = &obj["spec"]["images"][v1.name.as_str()]["pullSecrets"];
+        assert!(
+            pull_secrets.as_array().is_some_and(|a| !a.is_empty()),
+            "{label}: the owner's copy is listed on the image: {pull_secrets}"
+        );
+        let status = ni::tag_status(&obj, &v1.name, "v2")
+            .unwrap_or_else(|| panic!("{label}: no status of v2"));
+        let message = status["message"].as_str().unwrap_or_default();
+        assert_eq!(status["phase"], "Failed", "{label}: {status}");
+        assert!(
+            message.contains("unauthorized: "),
+            "{label}: the failure says the registry refused: {status}"
+        );
+    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ use nodeimage_tests::prepull::{
     self, Job, NodeImagesWatch, TestNode, concurrency_over_time, node_entry, node_names,
     working_for,
 };
-use nodeimage_tests::{Cleanup, Cluster, cri, unique, wait_for};
+use nodeimage_tests::{Cleanup, Cluster, RuntimeNode, cri, unique, wait_for};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -452,6 +452,76 @@ fn a_failed_disk_check_against_the_failure_tolerance() {
         ),
         "{status}"
     );
+}
+
+/// The disk check reads the image filesystem of every runtime (CRI
+/// ImageFsInfo, then its usage): a test node on each node's containerd
+/// (containerd 1.6, 1.7 with layer discard, 2.x), each with a 1 % threshold,
+/// fails the check with `check disk failed: N% used > 1%`, and none pulls
+/// the image. A failure names the node's runtime.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_disk_check_over_its_threshold_fails_on_every_runtime() {
+    let c = cluster();
+    let key = "nodeimage.dev/ppj-disk";
+    let value = unique("d");
+    let runtimes = c.runtime_nodes();
+    let test_nodes: Vec<(RuntimeNode, TestNode)> = runtimes
+        .into_iter()
+        .map(|n| {
+            let mut t = TestNode::create(&c, "ppj-disk", &labels(&[(key, &value)]));
+            t.start_daemon(&n.socket, &["--disk-threshold-percent", "1"]);
+            (n, t)
+        })
+        .collect();
+    let image = prepull::unique_image(&c, "ppj-disk");
+    let socks = sockets(&c);
+    let mut cleanup = Cleanup::default();
+    let (s, i) = (socks.clone(), image.clone());
+    cleanup.defer("remove the image", move || {
+        prepull::remove_from_nodes(&s, &i)
+    });
+
+    let name = unique("ppj-disk");
+    let job = Job::apply(
+        &c,
+        &name,
+        &manifest(
+            &name,
+            &format!(
+                "images:\n{}labelSelector:\n  matchLabels:\n    {key}: {value}\ncheckItems:\n  - disk\nconcurrency: 3\nfailureTolerate: '0.5'\n",
+                yaml_list(std::slice::from_ref(&image))
+            ),
+        ),
+    );
+    let status = job.wait_finished(WAIT);
+    assert_eq!(str_of(&status["state"]), "Failed", "{status}");
+    for (n, t) in &test_nodes {
+        let label = n.label();
+        let (ns, images) = node_entry(&status, &t.name);
+        assert_eq!(
+            (
+                str_of(&ns["state"]),
+                str_of(&ns["event"]),
+                str_of(&ns["action"])
+            ),
+            ("Failed", "Check", "Failure"),
+            "{label} (test node {}): {ns}",
+            t.name
+        );
+        let reason = str_of(&ns["reason"]);
+        assert!(
+            reason.starts_with("check disk failed: ") && reason.ends_with("% used > 1%"),
+            "{label}: the check measured the image filesystem: {ns}"
+        );
+        assert_eq!(str_of(&images[0]["reason"]), reason, "{label}: {images:?}");
+        let held = cri::image_status(&n.socket, &image)
+            .unwrap_or_else(|e| panic!("{label}: CRI ImageStatus: {e}"));
+        assert!(
+            held.is_none(),
+            "{label}: a failed check pulls nothing, yet {image} is on the node"
+        );
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ use nodeimage_tests::nodeimage::{self as ni, Tag};
 use nodeimage_tests::process::{Containerd, Daemon, TestRegistry};
 use nodeimage_tests::proxy::Proxy;
 use nodeimage_tests::registry::{PushedImage, Registry};
-use nodeimage_tests::{Cleanup, Cluster, cri, http, random_suffix, unique, wait_for};
+use nodeimage_tests::{Cleanup, Cluster, RuntimeNode, cri, http, random_suffix, unique, wait_for};
 use serde_json::{Value, json};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -401,17 +401,20 @@ fn basic_auth_token(user: &str, password: &str) -> String {
 }
 
 /// With a pull secret (kubectl create secret docker-registry) for the auth
-/// registry, the tag succeeds with the right digest; the password appears
-/// neither in the NodeImage, nor in events, nor in the daemon's log.
+/// registry, the tag succeeds with the right digest on every node, whatever
+/// its runtime (containerd 1.6, 1.7 with layer discard, 2.x through the
+/// Transfer Service): the daemon hands the credentials to each; the password
+/// appears neither in the NodeImages, nor in events, nor in the daemons'
+/// logs.
 #[test]
 #[ignore = "needs the local cluster (make test)"]
-fn auth_registry_with_a_pull_secret_succeeds() {
+fn auth_registry_with_a_pull_secret_succeeds_on_every_runtime() {
     let c = cluster();
-    let nodes = c.nodes();
-    let last = nodes.len() - 1;
-    let node = nodes[last].as_str();
-    node_nodeimage(&c, node);
-    require_shared_daemon(&c, last);
+    let nodes = c.runtime_nodes();
+    for n in &nodes {
+        node_nodeimage(&c, &n.name);
+        require_shared_daemon(&c, n.index);
+    }
     let mut cleanup = Cleanup::default();
     let ns = namespace(&mut cleanup, &c, "e2e-auth-ok");
     let (user, password) = (
@@ -426,24 +429,30 @@ fn auth_registry_with_a_pull_secret_succeeds() {
         &user,
         &password,
     );
+    // One image for all: each node has a containerd (and content) of its own.
     let img = push(&auth_registry(&c), "auth-ok");
-    forget_entries(&mut cleanup, &c, node, std::slice::from_ref(&img.name));
-    forget_pulled(&mut cleanup, c.socket(last), &[img.reference()]);
-
-    ni::set_image(
-        &c,
-        node,
-        &img.name,
-        json!({"pullSecrets": [{"namespace": ns, "name": "regcred"}], "tags": [{"tag": "v1"}]}),
-    );
-    let entry = ni::wait_phase(&c, tag(node, &img.name, "v1"), 0, "Succeeded", TIMEOUT);
-    assert_succeeded_with_digest(&entry, &img);
-    assert_on_node(&c.socket(last), &img.reference(), &img.by_digest());
-    assert_not_leaked(
-        &c,
-        node,
-        &[password.clone(), basic_auth_token(&user, &password)],
-    );
+    for n in &nodes {
+        forget_entries(&mut cleanup, &c, &n.name, std::slice::from_ref(&img.name));
+        forget_pulled(&mut cleanup, n.socket.clone(), &[img.reference()]);
+        ni::set_image(
+            &c,
+            &n.name,
+            &img.name,
+            json!({"pullSecrets": [{"namespace": ns, "name": "regcred"}], "tags": [{"tag": "v1"}]}),
+        );
+    }
+    for n in &nodes {
+        n.check(|| {
+            let entry = ni::wait_phase(&c, tag(&n.name, &img.name, "v1"), 0, "Succeeded", TIMEOUT);
+            assert_succeeded_with_digest(&entry, &img);
+            assert_on_node(&n.socket, &img.reference(), &img.by_digest());
+            assert_not_leaked(
+                &c,
+                &n.name,
+                &[password.clone(), basic_auth_token(&user, &password)],
+            );
+        });
+    }
     ni::assert_observed_counts_matched();
 }
 
@@ -654,62 +663,95 @@ fn manifest_fetches(reg: &TestRegistry, repository: &str) -> usize {
             .len()
 }
 
-/// IfNotPresent on a present image succeeds without the registry (it is
-/// stopped), Always needs it (fails while it is stopped) and pulls again
-/// once it is back (new manifest requests in its access log).
+/// On every node, whatever its runtime: a first pull succeeds with the
+/// registry's digest in imageID and in the node's containerd; IfNotPresent
+/// on the present image succeeds without the registry (it is stopped),
+/// Always needs it (fails while it is stopped) and pulls again once it is
+/// back (new manifest requests in its access log, for that node's own
+/// repository).
 #[test]
 #[ignore = "needs the local cluster (make test)"]
-fn if_not_present_skips_the_registry_and_always_pulls_again() {
+fn if_not_present_skips_the_registry_and_always_pulls_again_on_every_runtime() {
     let c = cluster();
-    let nodes = c.nodes();
-    let last = nodes.len() - 1;
-    let node = nodes[last].as_str();
-    node_nodeimage(&c, node);
-    require_shared_daemon(&c, last);
+    let nodes = c.runtime_nodes();
+    for n in &nodes {
+        node_nodeimage(&c, &n.name);
+        require_shared_daemon(&c, n.index);
+    }
     let dir = temp_dir();
     let mut reg = TestRegistry::start(dir.path());
-    let img = push(&Registry::new(&reg.host()), "policy");
+    let pushed = Registry::new(&reg.host());
+    // A repository per node: the access log tells whose manifest requests
+    // they are.
+    let imgs: Vec<PushedImage> = nodes.iter().map(|_| push(&pushed, "policy")).collect();
     let mut cleanup = Cleanup::default();
-    forget_entries(&mut cleanup, &c, node, std::slice::from_ref(&img.name));
-    forget_pulled(&mut cleanup, c.socket(last), &[img.reference()]);
-    let t = tag(node, &img.name, "v1");
-    let entry = |version: i64, policy: Option<&str>| {
-        let mut e = json!({"tag": "v1", "version": version, "pullPolicy": {"backoffLimit": 0}});
-        if let Some(p) = policy {
-            e["imagePullPolicy"] = json!(p);
+    for (n, img) in nodes.iter().zip(&imgs) {
+        forget_entries(&mut cleanup, &c, &n.name, std::slice::from_ref(&img.name));
+        forget_pulled(&mut cleanup, n.socket.clone(), &[img.reference()]);
+    }
+    let set_all = |version: i64, policy: Option<&str>| {
+        for (n, img) in nodes.iter().zip(&imgs) {
+            let mut e = json!({"tag": "v1", "version": version, "pullPolicy": {"backoffLimit": 0}});
+            if let Some(p) = policy {
+                e["imagePullPolicy"] = json!(p);
+            }
+            ni::set_image(&c, &n.name, &img.name, json!({"tags": [e]}));
         }
-        json!({"tags": [e]})
+    };
+    let wait = |n: &RuntimeNode, img: &PushedImage, version: i64, phase: &str| {
+        n.check(|| ni::wait_phase(&c, tag(&n.name, &img.name, "v1"), version, phase, TIMEOUT))
     };
 
-    ni::set_image(&c, node, &img.name, entry(0, None));
-    let first = ni::wait_phase(&c, t, 0, "Succeeded", TIMEOUT);
-    assert_succeeded_with_digest(&first, &img);
-    assert!(
-        manifest_fetches(&reg, &img.repository) > 0,
-        "the first pull went to the registry"
-    );
+    set_all(0, None);
+    for (n, img) in nodes.iter().zip(&imgs) {
+        let first = wait(n, img, 0, "Succeeded");
+        n.check(|| {
+            assert_succeeded_with_digest(&first, img);
+            assert_on_node(&n.socket, &img.reference(), &img.by_digest());
+            assert!(
+                manifest_fetches(&reg, &img.repository) > 0,
+                "the first pull went to the registry"
+            );
+        });
+    }
 
     reg.stop();
-    ni::set_image(&c, node, &img.name, entry(1, None));
-    let present = ni::wait_phase(&c, t, 1, "Succeeded", TIMEOUT);
-    assert_eq!(present["imageID"], img.by_digest(), "{present}");
+    set_all(1, None);
+    for (n, img) in nodes.iter().zip(&imgs) {
+        let present = wait(n, img, 1, "Succeeded");
+        assert_eq!(
+            present["imageID"],
+            img.by_digest(),
+            "{}: IfNotPresent on the present image: {present}",
+            n.label()
+        );
+    }
 
-    ni::set_image(&c, node, &img.name, entry(2, Some("Always")));
-    let refused = ni::wait_phase(&c, t, 2, "Failed", TIMEOUT);
-    assert!(
-        refused["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "a failed Always pull says why: {refused}"
-    );
+    set_all(2, Some("Always"));
+    for (n, img) in nodes.iter().zip(&imgs) {
+        let refused = wait(n, img, 2, "Failed");
+        assert!(
+            refused["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}: a failed Always pull says why: {refused}",
+            n.label()
+        );
+    }
 
     reg.start_again();
-    let before = manifest_fetches(&reg, &img.repository);
-    ni::set_image(&c, node, &img.name, entry(3, Some("Always")));
-    let again = ni::wait_phase(&c, t, 3, "Succeeded", TIMEOUT);
-    assert_eq!(again["imageID"], img.by_digest(), "{again}");
-    assert!(
-        manifest_fetches(&reg, &img.repository) > before,
-        "Always must fetch the manifest again"
-    );
+    let before: Vec<usize> = imgs
+        .iter()
+        .map(|img| manifest_fetches(&reg, &img.repository))
+        .collect();
+    set_all(3, Some("Always"));
+    for ((n, img), before) in nodes.iter().zip(&imgs).zip(before) {
+        let again = wait(n, img, 3, "Succeeded");
+        assert_eq!(again["imageID"], img.by_digest(), "{}: {again}", n.label());
+        assert!(
+            manifest_fetches(&reg, &img.repository) > before,
+            "{}: Always must fetch the manifest again",
+            n.label()
+        );
+    }
     ni::assert_observed_counts_matched();
 }
 
@@ -787,70 +829,85 @@ fn pulling_progress(objs: &[Value], image: &str, t: &str) -> Vec<i64> {
         .collect()
 }
 
-/// While a ~48 MiB image of fresh content is pulled slowly (a proxy passes
-/// 4 MB/s), status shows at least one progress value strictly between 0 and
-/// 100, and the tag ends Succeeded; every status version seen has counts
-/// matching its tag statuses.
+/// On every node, whatever its runtime (containerd 1.6, 1.7 with layer
+/// discard, 2.x through the Transfer Service): while a ~48 MiB image of
+/// fresh content is pulled slowly (a proxy per node passes 4 MB/s), status
+/// shows at least one progress value strictly between 0 and 100, and the tag
+/// ends Succeeded; every status version seen has counts matching its tag
+/// statuses.
 #[test]
 #[ignore = "needs the local cluster (make test)"]
-fn progress_moves_through_intermediate_values() {
+fn progress_moves_through_intermediate_values_on_every_runtime() {
     let c = cluster();
-    let nodes = c.nodes();
-    let last = nodes.len() - 1;
-    let node = nodes[last].as_str();
-    node_nodeimage(&c, node);
-    require_shared_daemon(&c, last);
+    let nodes = c.runtime_nodes();
+    for n in &nodes {
+        node_nodeimage(&c, &n.name);
+        require_shared_daemon(&c, n.index);
+    }
     let dir = temp_dir();
     let reg = TestRegistry::start(dir.path());
     let big = Registry::new(&reg.host())
         .push_image(&unique("e2e-progress"), Some("v1"), 48 << 20)
         .expect("push the big image");
-    let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
-    let name = format!("{}/{}", proxy.host(), big.repository);
     let mut cleanup = Cleanup::default();
-    forget_entries(&mut cleanup, &c, node, std::slice::from_ref(&name));
-    forget_pulled(&mut cleanup, c.socket(last), &[format!("{name}:v1")]);
-    let watch = ni::Watch::start(&c, node);
+    // Per node: its proxy (so bytes are counted per node), the image key
+    // through it, and a watch of its NodeImage. The pulls run at once.
+    let pulls: Vec<(&RuntimeNode, Proxy, String, ni::Watch)> = nodes
+        .iter()
+        .map(|n| {
+            let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
+            let name = format!("{}/{}", proxy.host(), big.repository);
+            forget_entries(&mut cleanup, &c, &n.name, std::slice::from_ref(&name));
+            forget_pulled(&mut cleanup, n.socket.clone(), &[format!("{name}:v1")]);
+            let watch = ni::Watch::start(&c, &n.name);
+            ni::set_image(&c, &n.name, &name, json!({"tags": [{"tag": "v1"}]}));
+            (n, proxy, name, watch)
+        })
+        .collect();
 
-    ni::set_image(&c, node, &name, json!({"tags": [{"tag": "v1"}]}));
-    let polled = RefCell::new(Vec::new());
-    let (_, entry) = ni::wait_tag(
-        &c,
-        tag(node, &name, "v1"),
-        "Succeeded",
-        Duration::from_secs(240),
-        |e| {
-            if e["phase"] == "Pulling"
-                && let Some(p) = e["progress"].as_i64()
-            {
-                polled.borrow_mut().push(p);
-            }
-            e["phase"] == "Succeeded"
-        },
-        |e| e["phase"] == "Failed",
-    );
-    assert_eq!(
-        entry["imageID"],
-        format!("{name}@{}", big.digest),
-        "{entry}"
-    );
-    assert!(
-        proxy.bytes_down() >= big.size as u64,
-        "the pull went through the proxy ({} of {} bytes)",
-        proxy.bytes_down(),
-        big.size
-    );
-    let mut values = polled.into_inner();
-    values.extend(pulling_progress(&watch.seen(), &name, "v1"));
-    assert!(
-        values.iter().any(|p| *p > 0 && *p < 100),
-        "no progress strictly between 0 and 100 was reported while Pulling; seen: {values:?}"
-    );
-    assert!(
-        values.iter().all(|p| (0..=100).contains(p)),
-        "progress out of range: {values:?}"
-    );
-    watch.assert_counts_matched();
+    for (n, proxy, name, watch) in &pulls {
+        n.check(|| {
+            let polled = RefCell::new(Vec::new());
+            let (_, entry) = ni::wait_tag(
+                &c,
+                tag(&n.name, name, "v1"),
+                "Succeeded",
+                Duration::from_secs(240),
+                |e| {
+                    if e["phase"] == "Pulling"
+                        && let Some(p) = e["progress"].as_i64()
+                    {
+                        polled.borrow_mut().push(p);
+                    }
+                    e["phase"] == "Succeeded"
+                },
+                |e| e["phase"] == "Failed",
+            );
+            assert_eq!(
+                entry["imageID"],
+                format!("{name}@{}", big.digest),
+                "{entry}"
+            );
+            assert!(
+                proxy.bytes_down() >= big.size as u64,
+                "the pull went through the proxy ({} of {} bytes)",
+                proxy.bytes_down(),
+                big.size
+            );
+            let mut values = polled.into_inner();
+            values.extend(pulling_progress(&watch.seen(), name, "v1"));
+            eprintln!("{}: progress seen while Pulling: {values:?}", n.label());
+            assert!(
+                values.iter().any(|p| *p > 0 && *p < 100),
+                "no progress strictly between 0 and 100 was reported while Pulling; seen: {values:?}"
+            );
+            assert!(
+                values.iter().all(|p| (0..=100).contains(p)),
+                "progress out of range: {values:?}"
+            );
+            watch.assert_counts_matched();
+        });
+    }
     ni::assert_observed_counts_matched();
 }
 
@@ -894,7 +951,8 @@ fn resume_lease(socket: &Path, reference: &str) -> Option<String> {
 }
 
 /// A 32 MiB single-layer image pulled through a 4 MB/s proxy by a test
-/// daemon on a fake node, caught mid-layer with its resume lease held.
+/// daemon on a fake node served by a node's containerd, caught mid-layer
+/// with its resume lease held.
 /// Fields drop in order: the daemon first, the registry's directory last.
 struct SlowPull {
     daemon: Daemon,
@@ -914,7 +972,8 @@ struct SlowPull {
 }
 
 impl SlowPull {
-    fn start(c: &Cluster, prefix: &str) -> SlowPull {
+    /// Starts the pull on the containerd at `socket`.
+    fn start(c: &Cluster, prefix: &str, socket: &Path) -> SlowPull {
         let dir = temp_dir();
         let reg = TestRegistry::start(dir.path());
         let big = Registry::new(&reg.host())
@@ -923,7 +982,7 @@ impl SlowPull {
         let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
         let name = format!("{}/{}", proxy.host(), big.repository);
         let reference = format!("{name}:v1");
-        let socket = c.socket(0);
+        let socket = socket.to_path_buf();
         let mut cleanup = Cleanup::default();
         forget_pulled(
             &mut cleanup,
@@ -949,9 +1008,19 @@ impl SlowPull {
         );
         // Progress can come from other pulls' ingests before the manifest
         // is known (the node's only pull of this daemon, on a containerd
-        // other tests share); the lease shows this pull's layer is held.
+        // other tests share); the lease shows this pull's layer is held. A
+        // pull that ends first never had one: say so rather than time out.
         wait_for("a lease to hold the pull's partial layer", TIMEOUT, || {
-            resume_lease(&socket, &reference)
+            if let Some(lease) = resume_lease(&socket, &reference) {
+                return Some(lease);
+            }
+            let obj = ni::get(c, &fake)?;
+            let entry = ni::tag_status(&obj, &name, "v1")?;
+            assert!(
+                !matches!(entry["phase"].as_str(), Some("Succeeded" | "Failed")),
+                "the pull ended before any resume lease held its partial layer (nothing to resume after a kill): {entry}"
+            );
+            None
         });
         SlowPull {
             daemon,
@@ -969,14 +1038,42 @@ impl SlowPull {
     }
 }
 
-/// A daemon SIGKILLed in the middle of a slow pull, and started again,
-/// resumes the tag and finishes it, fetching only what it had not: the
-/// partial layer outlives the killed CRI call under the daemon's lease,
-/// which is gone once the pull has ended.
+/// A daemon SIGKILLed in the middle of a slow pull on node `index`'s
+/// containerd, and started again, resumes the tag and finishes it, fetching
+/// only what it had not: the partial layer outlives the killed CRI call
+/// under the daemon's lease, which is gone once the pull has ended. A
+/// failure names the node and its runtime.
+fn daemon_killed_mid_pull_resumes_and_finishes_on(index: usize) {
+    let c = cluster();
+    let node = c.runtime_nodes().swap_remove(index);
+    node.check(|| daemon_killed_mid_pull_resumes_and_finishes(&c, &node.socket));
+}
+
+/// Resume after a daemon kill on node-1, containerd 1.6 (Debian).
 #[test]
 #[ignore = "needs the local cluster (make test)"]
-fn daemon_killed_mid_pull_resumes_and_finishes() {
-    let c = cluster();
+fn daemon_killed_mid_pull_resumes_and_finishes_on_node_1() {
+    daemon_killed_mid_pull_resumes_and_finishes_on(0);
+}
+
+/// Resume after a daemon kill on node-2, containerd 1.7 with
+/// `discard_unpacked_layers`.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn daemon_killed_mid_pull_resumes_and_finishes_on_node_2() {
+    daemon_killed_mid_pull_resumes_and_finishes_on(1);
+}
+
+/// Resume after a daemon kill on node-3, containerd 2.x whose CRI pulls
+/// through the Transfer Service.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn daemon_killed_mid_pull_resumes_and_finishes_on_node_3() {
+    daemon_killed_mid_pull_resumes_and_finishes_on(2);
+}
+
+fn daemon_killed_mid_pull_resumes_and_finishes(c: &Cluster, socket: &Path) {
+    let c = c.clone();
     let SlowPull {
         mut daemon,
         cleanup: _cleanup,
@@ -991,7 +1088,7 @@ fn daemon_killed_mid_pull_resumes_and_finishes() {
         // at the end of this statement.
         _reg,
         _dir,
-    } = SlowPull::start(&c, "e2e-kill");
+    } = SlowPull::start(&c, "e2e-kill", socket);
     let t = tag(&fake, &name, "v1");
     daemon.kill();
     let passed = proxy.bytes_down();
@@ -1061,7 +1158,7 @@ impl SlowPull {
 #[ignore = "needs the local cluster (make test)"]
 fn removed_entry_mid_pull_keeps_no_partial_layer() {
     let c = cluster();
-    let pull = SlowPull::start(&c, "e2e-drop");
+    let pull = SlowPull::start(&c, "e2e-drop", &c.socket(0));
     ni::remove_images(&c, &pull.fake, std::slice::from_ref(&pull.name));
     pull.wait_until_the_lease_ends("the removed entry's resume lease to end");
     pull.assert_not_finished("the removal stopped the pull before it finished");
@@ -1075,7 +1172,7 @@ fn removed_entry_mid_pull_keeps_no_partial_layer() {
 #[ignore = "needs the local cluster (make test)"]
 fn a_tag_removed_while_the_daemon_was_down_keeps_no_partial_layer() {
     let c = cluster();
-    let mut pull = SlowPull::start(&c, "e2e-sweep");
+    let mut pull = SlowPull::start(&c, "e2e-sweep", &c.socket(0));
     pull.daemon.kill();
     ni::remove_images(&c, &pull.fake, std::slice::from_ref(&pull.name));
     assert!(
@@ -1097,7 +1194,7 @@ fn a_tag_removed_while_the_daemon_was_down_keeps_no_partial_layer() {
 #[ignore = "needs the local cluster (make test)"]
 fn deleted_nodeimage_mid_pull_keeps_no_partial_layer() {
     let c = cluster();
-    let pull = SlowPull::start(&c, "e2e-delni");
+    let pull = SlowPull::start(&c, "e2e-delni", &c.socket(0));
     ni::delete(&c, &pull.fake);
     pull.wait_until_the_lease_ends("the deleted NodeImage's resume lease to end");
     pull.assert_not_finished("the deletion stopped the pull before it finished");
