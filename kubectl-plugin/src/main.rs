@@ -4,6 +4,7 @@
 //! [`view`] and [`render`], the job `pull` creates in [`pull`].
 
 mod follow;
+mod proxy;
 mod pull;
 mod render;
 mod target;
@@ -183,8 +184,46 @@ async fn client(cli: &Cli) -> Result<(kube::Client, String), Error> {
         (None, Some(_)) => kube::Config::from_kubeconfig(&options).await?,
         (None, None) => kube::Config::infer().await?,
     };
+    let mut config = config;
+    if around_env_proxy(&config) {
+        config.proxy_url = None;
+    }
     let namespace = config.default_namespace.clone();
     Ok((kube::Client::try_from(config)?, namespace))
+}
+
+/// Whether the proxy in `config` is the environment's `HTTPS_PROXY` and
+/// `NO_PROXY` exempts the API server from it (a kubeconfig's own
+/// `proxy-url` is always used, as kubectl does).
+fn around_env_proxy(config: &kube::Config) -> bool {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    // The proxy's host:port, as written in the variable.
+    let from_env = env("HTTPS_PROXY").or_else(|| env("https_proxy")).map(|p| {
+        let rest = p.split_once("://").map_or(p.as_str(), |(_, r)| r);
+        let authority = rest.split('/').next().unwrap_or_default();
+        authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, a)| a)
+            .to_string()
+    });
+    let (Some(proxy), Some(no_proxy)) = (
+        &config.proxy_url,
+        env("NO_PROXY").or_else(|| env("no_proxy")),
+    ) else {
+        return false;
+    };
+    let server = &config.cluster_url;
+    let port = server
+        .port_u16()
+        .unwrap_or(if server.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    from_env.is_some_and(|a| proxy.authority().is_some_and(|p| p.as_str().ends_with(&a)))
+        && server
+            .host()
+            .is_some_and(|h| proxy::bypass(&no_proxy, h, port))
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, Error> {

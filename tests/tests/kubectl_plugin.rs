@@ -580,3 +580,104 @@ fn status_of_an_image_pre_pull_job() {
     drop(job);
     drop(cleanup);
 }
+
+/// An HTTP CONNECT proxy on a free loopback port (one thread per tunnel)
+/// that records the target of every CONNECT it serves.
+struct ConnectProxy {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ConnectProxy {
+    fn start() -> ConnectProxy {
+        use std::io::{BufRead, BufReader, Write};
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(client.try_clone().ok()?);
+                    let mut line = String::new();
+                    reader.read_line(&mut line).ok()?;
+                    let target = line
+                        .strip_prefix("CONNECT ")?
+                        .split(' ')
+                        .next()?
+                        .to_string();
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).ok()? <= 2 {
+                            break;
+                        }
+                    }
+                    log.lock().ok()?.push(target.clone());
+                    let upstream = TcpStream::connect(&target).ok()?;
+                    let mut client = client;
+                    client
+                        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        .ok()?;
+                    let (mut up_r, mut up_w) = (upstream.try_clone().ok()?, upstream);
+                    let mut down_w = client.try_clone().ok()?;
+                    std::thread::spawn(move || std::io::copy(&mut up_r, &mut down_w));
+                    // What the client sent after the headers is in the reader.
+                    let _ = std::io::copy(&mut reader, &mut up_w);
+                    Some(())
+                });
+            }
+        });
+        ConnectProxy { port, seen }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+/// Issue 30: behind a corporate proxy the plugin reaches the API server
+/// through `HTTPS_PROXY` (a CONNECT tunnel, as kubectl), and around it for
+/// the hosts `NO_PROXY` names.
+#[test]
+#[ignore = "needs the local cluster and nodeimage (make test)"]
+fn the_plugin_honours_https_proxy_and_no_proxy() {
+    let c = Cluster::load();
+    let ns = TestNs::create(&c, "e2e-plugin-proxy");
+    let proxy = ConnectProxy::start();
+    let server = c.var("NODEIMAGE_API_SERVER");
+    let authority = server.trim_start_matches("https://").to_string();
+    let run_with = |no_proxy: &str| {
+        Command::new(plugin(&c))
+            .args(["status", "ipj/absent", "-n", &ns.name, "-o", "json"])
+            .env("KUBECONFIG", c.var("KUBECONFIG"))
+            .env("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port))
+            .env("NO_PROXY", no_proxy)
+            .env_remove("https_proxy")
+            .env_remove("no_proxy")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kubectl-nodeimage")
+    };
+    // "not found" is the API server's answer: the request got there.
+    let through = run_with("");
+    assert!(
+        text(&through.stderr).contains("not found"),
+        "through the proxy: {}",
+        text(&through.stderr)
+    );
+    assert!(
+        proxy.seen().contains(&authority),
+        "the proxy tunnelled to {authority}: {:?}",
+        proxy.seen()
+    );
+    let before = proxy.seen().len();
+    let around = run_with("example.com,127.0.0.1");
+    assert!(
+        text(&around.stderr).contains("not found"),
+        "around the proxy: {}",
+        text(&around.stderr)
+    );
+    assert_eq!(proxy.seen().len(), before, "NO_PROXY kept it off the proxy");
+}
