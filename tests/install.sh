@@ -8,8 +8,12 @@
 #      must not reconcile the same objects) and nodeimage's CRDs are deleted,
 #      so Helm installs them as on a new cluster;
 #   2. the release namespace is created with the Pod Security label the
-#      daemon's hostPath needs, and `helm install --wait` runs the controller
-#      (2 replicas, one leader) and the daemon (on the real node);
+#      daemon's hostPath needs, and `helm install --wait` of the *previous*
+#      chart (tests/fixtures: what users run before they upgrade) runs the
+#      controller (2 replicas, one leader) and the daemon (on the real
+#      node); the local API server admits critical priority classes only
+#      under a quota, as GKE does, so the quota that chart needed is made by
+#      hand first, as its users had to;
 #   3. an ImagePullJob in a tenant namespace pulls an image of the auth
 #      registry with the tenant's pull secret, through the daemon pod and the
 #      node's containerd;
@@ -17,8 +21,11 @@
 #      (imagePullPolicy: IfNotPresent) reaches Running on the real node:
 #      kubelet uses what nodeimage pulled;
 #   5. the README's CRD upgrade command works on CRDs that Helm installed;
-#   6. `helm upgrade` to a new daemon image tag rolls the daemon while a slow
-#      pull is in flight, and the job still completes;
+#   6. the documented `helm upgrade --reset-then-reuse-values` to the
+#      checkout's chart and a new daemon image tag rolls the daemon while a
+#      slow pull is in flight, and the job still completes; the hand-made
+#      quota then goes and a new daemon pod is admitted under the chart's
+#      own (daemon.priorityQuota);
 #   7. uninstall in the documented order (jobs first, then `helm uninstall`):
 #      nothing is left stuck on a finalizer and the CRDs stay.
 #
@@ -31,6 +38,8 @@ set -Eeuo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
 
 CHART=$REPO_ROOT/charts/nodeimage
+# The chart users upgrade from (tests/fixtures/README.md).
+PREVIOUS_CHART=$REPO_ROOT/tests/fixtures/nodeimage-chart-28f48b6.tgz
 RELEASE=nodeimage
 NS=nodeimage-system
 SECRETS_NS=nodeimage-secrets
@@ -140,6 +149,19 @@ probe=$(kc run gke-quota-probe -n "$NS" --image="$NODEIMAGE_PAUSE_IMAGE" --resta
 [[ $probe == *"insufficient quota to match these scopes"* ]] ||
   fail "the local API server admits a system-node-critical Pod without a quota, unlike GKE: $probe"
 pass "a system-node-critical Pod without a quota is refused, as on GKE"
+# What users of the previous chart, which brought no quota, made on GKE.
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: by-hand-critical-pods
+  namespace: $NS
+spec:
+  hard: {pods: "100"}
+  scopeSelector:
+    matchExpressions:
+      - {scopeName: PriorityClass, operator: In, values: [system-node-critical]}
+EOF
 # The local cluster's specifics: its real node's containerd lives under the
 # state directory, and pods go to the real node only (the simulated nodes
 # have no kubelet).
@@ -154,9 +176,9 @@ VALUES=(--set "controller.image.repository=$IMAGE_PREFIX/controller"
   --set "secretsNamespace=$SECRETS_NS"
   --set logFormat=text)
 t0=$SECONDS
-"$HELM" install "$RELEASE" "$CHART" -n "$NS" "${VALUES[@]}" --wait --timeout 5m >"$WORK/install.out" 2>&1 ||
-  fail "helm install failed: $(cat "$WORK/install.out")"
-pass "helm install --wait returned in $((SECONDS - t0))s"
+"$HELM" install "$RELEASE" "$PREVIOUS_CHART" -n "$NS" "${VALUES[@]}" --wait --timeout 5m >"$WORK/install.out" 2>&1 ||
+  fail "helm install of the previous chart failed: $(cat "$WORK/install.out")"
+pass "helm install --wait of the previous chart ($(basename "$PREVIOUS_CHART")) returned in $((SECONDS - t0))s"
 grep -q "rollout status" "$WORK/install.out" || fail "helm install printed no NOTES: $(cat "$WORK/install.out")"
 for crd in nodeimages.apps.kruise.io imagepulljobs.apps.kruise.io imagelistpulljobs.apps.kruise.io \
   imageprepulljobs.operations.kubeedge.io nodeupgradejobs.operations.kubeedge.io; do
@@ -262,7 +284,7 @@ applied=$(grep -c "serverside-applied" "$WORK/crds.out" || true)
 pass "helm show crds | kubectl apply --server-side --force-conflicts: the 5 CRDs applied over Helm's"
 
 # ---------------------------------------------------------------------------
-step "helm upgrade to a new daemon image tag while a pull is in flight"
+step "helm upgrade --reset-then-reuse-values to this chart and a new daemon image tag while a pull is in flight"
 NEW_TAG=$IMAGE_TAG-upgrade
 skopeo copy --quiet --src-tls-verify=false --dest-tls-verify=false \
   "docker://$IMAGE_PREFIX/daemon:$IMAGE_TAG" "docker://$IMAGE_PREFIX/daemon:$NEW_TAG" >"$WORK/push.out" 2>&1 ||
@@ -291,9 +313,15 @@ EOF
 pulling() { [[ "$(kc get nodeimage "$NODE" -o jsonpath='{.status.pulling}')" -ge 1 ]]; }
 wait_for "the daemon starts pulling $BIG" 60 pulling
 old_pod=$dpod
-"$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" "${VALUES[@]}" --set "daemon.image.tag=$NEW_TAG" \
+# As README.md and docs/install.md say: the values given at install are kept,
+# the new chart's defaults (new values included) apply to the rest.
+"$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --reset-then-reuse-values --set "daemon.image.tag=$NEW_TAG" \
   --wait --timeout 5m >"$WORK/upgrade.out" 2>&1 || fail "helm upgrade failed: $(cat "$WORK/upgrade.out")"
 kc rollout status -n "$NS" "ds/$DAEMON" --timeout=180s >/dev/null || fail "the daemon did not roll"
+kc rollout status -n "$NS" "deploy/$CONTROLLER" --timeout=180s >/dev/null || fail "the controller did not roll"
+args=$(kc get deploy -n "$NS" "$CONTROLLER" -o jsonpath='{.spec.template.spec.containers[0].args}')
+[[ $args == *--skip-nodes-labelled=* && $args == *--secrets-namespace=$SECRETS_NS* ]] ||
+  fail "after the upgrade the controller lacks the new chart's default or the value given at install: $args"
 dpod=$(kc get pods -n "$NS" -l app.kubernetes.io/component=daemon --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
 [[ $dpod != "$old_pod" ]] || fail "the daemon pod was not replaced by helm upgrade"
 img=$(kc get pod -n "$NS" "$dpod" -o jsonpath='{.spec.containers[0].image}')
@@ -304,6 +332,17 @@ kc wait -n "$TENANT" ipj/big --for=condition=Complete --timeout=600s >/dev/null 
 succeeded=$(kc get ipj -n "$TENANT" big -o jsonpath='{.status.succeeded}')
 [[ $succeeded == 1 ]] || fail "in-flight job: succeeded=$succeeded, want 1: $(kc get ipj -n "$TENANT" big -o jsonpath='{.status}')"
 pass "the pull in flight during the rollout completed (ImagePullJob big Succeeded on $NODE)"
+kc get resourcequota -n "$NS" "$DAEMON-priority" >/dev/null 2>&1 || fail "the upgraded chart made no priority quota"
+kc delete resourcequota -n "$NS" by-hand-critical-pods >/dev/null
+kc delete pod -n "$NS" "$dpod" --wait=true --timeout=60s >/dev/null
+replaced_and_running() {
+  local p
+  p=$(kc get pods -n "$NS" -l app.kubernetes.io/component=daemon --field-selector "spec.nodeName=$NODE" \
+    -o jsonpath='{.items[?(@.status.phase=="Running")].metadata.name}')
+  [[ -n $p && $p != "$dpod" ]]
+}
+wait_for "a new daemon pod admitted under the chart's quota alone" 120 replaced_and_running
+pass "the hand-made quota gone, a new system-node-critical daemon pod runs under the chart's quota"
 
 # ---------------------------------------------------------------------------
 step "uninstall in the documented order: jobs, then helm uninstall"
