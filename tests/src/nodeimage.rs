@@ -304,6 +304,31 @@ pub fn remove_images(c: &Cluster, name: &str, images: &[String]) {
     }
 }
 
+/// Waits, at most `timeout`, until NodeImage `name` has no status entry for
+/// any of `images` (its daemon has seen them leave the spec), or is gone.
+/// No panics: for cleanup, before the pulled images are removed, so that the
+/// daemon never sees an image it still wants leave (it would pull it again).
+pub fn wait_status_without(c: &Cluster, name: &str, images: &[String], timeout: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        let r = c.kubectl(&["get", "nodeimage", name, "-o", "json"], None);
+        if !r.success {
+            return;
+        }
+        let Ok(obj) = serde_json::from_str::<Value>(&r.stdout) else {
+            return;
+        };
+        if images
+            .iter()
+            .all(|i| obj["status"]["imageStatuses"].get(i).is_none())
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!("cleanup: {name} still reports {images:?} after {timeout:?}");
+}
+
 /// Creates a NodeImage labelled fake (no Node behind it) with `spec`.
 pub fn create_fake(c: &Cluster, name: &str, labels: &BTreeMap<&str, &str>, spec: Value) {
     let mut all: serde_json::Map<String, Value> = labels

@@ -64,14 +64,17 @@ fn a_tenant_pulls_only_with_its_own_credentials_on_every_runtime() {
         .expect("push the second tag");
     registry_secret(&c, &owner.name, "regcred");
     // At the end, before the namespaces go: the jobs (their finalizer takes
-    // their entries out of the NodeImages), then what they pulled.
+    // their entries out of the NodeImages), then, once each node's daemon has
+    // seen the entries go, what they pulled.
     let mut cleanup = Cleanup::default();
     for n in &nodes {
+        let (c2, node, image) = (c.clone(), n.name.clone(), vec![v1.name.clone()]);
         let (socket, refs) = (
             n.socket.clone(),
             [format!("{}:v1", v1.name), format!("{}:v2", v1.name)],
         );
         cleanup.defer(format!("remove {refs:?} from {}", n.name), move || {
+            ni::wait_status_without(&c2, &node, &image, Duration::from_secs(30));
             for r in &refs {
                 if let Ok(Some(_)) = cri::image_status(&socket, r) {
                     let _ = cri::remove_image(&socket, r);

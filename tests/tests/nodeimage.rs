@@ -99,6 +99,36 @@ fn forget_pulled(cleanup: &mut Cleanup, socket: PathBuf, references: &[String]) 
     });
 }
 
+/// At the end: removes `images` from NodeImage `node`'s spec, waits until
+/// its daemon has dropped them from status, then removes `references` from
+/// the node's containerd (removed first, a still wanted image is pulled
+/// again by the daemon and stays behind).
+fn forget_entries_then_pulled(
+    cleanup: &mut Cleanup,
+    c: &Cluster,
+    node: &str,
+    socket: PathBuf,
+    images: &[String],
+    references: &[String],
+) {
+    let (c, node, images) = (c.clone(), node.to_string(), images.to_vec());
+    let refs = references.to_vec();
+    cleanup.defer(
+        format!("remove {images:?} from {node}, then {refs:?} from its containerd"),
+        move || {
+            ni::remove_images(&c, &node, &images);
+            ni::wait_status_without(&c, &node, &images, Duration::from_secs(30));
+            for r in &refs {
+                if let Ok(Some(_)) = cri::image_status(&socket, r)
+                    && let Err(e) = cri::remove_image(&socket, r)
+                {
+                    eprintln!("cleanup: CRI RemoveImage {r}: {e}");
+                }
+            }
+        },
+    );
+}
+
 /// At the end: deletes a (fake) NodeImage.
 fn forget_nodeimage(cleanup: &mut Cleanup, c: &Cluster, name: &str) {
     let (c, name) = (c.clone(), name.to_string());
@@ -432,8 +462,14 @@ fn auth_registry_with_a_pull_secret_succeeds_on_every_runtime() {
     // One image for all: each node has a containerd (and content) of its own.
     let img = push(&auth_registry(&c), "auth-ok");
     for n in &nodes {
-        forget_entries(&mut cleanup, &c, &n.name, std::slice::from_ref(&img.name));
-        forget_pulled(&mut cleanup, n.socket.clone(), &[img.reference()]);
+        forget_entries_then_pulled(
+            &mut cleanup,
+            &c,
+            &n.name,
+            n.socket.clone(),
+            std::slice::from_ref(&img.name),
+            &[img.reference()],
+        );
         ni::set_image(
             &c,
             &n.name,
@@ -686,8 +722,14 @@ fn if_not_present_skips_the_registry_and_always_pulls_again_on_every_runtime() {
     let imgs: Vec<PushedImage> = nodes.iter().map(|_| push(&pushed, "policy")).collect();
     let mut cleanup = Cleanup::default();
     for (n, img) in nodes.iter().zip(&imgs) {
-        forget_entries(&mut cleanup, &c, &n.name, std::slice::from_ref(&img.name));
-        forget_pulled(&mut cleanup, n.socket.clone(), &[img.reference()]);
+        forget_entries_then_pulled(
+            &mut cleanup,
+            &c,
+            &n.name,
+            n.socket.clone(),
+            std::slice::from_ref(&img.name),
+            &[img.reference()],
+        );
     }
     let set_all = |version: i64, policy: Option<&str>| {
         for (n, img) in nodes.iter().zip(&imgs) {
@@ -857,8 +899,14 @@ fn progress_moves_through_intermediate_values_on_every_runtime() {
         .map(|n| {
             let proxy = Proxy::start(&reg.host(), 4_000_000).expect("start the proxy");
             let name = format!("{}/{}", proxy.host(), big.repository);
-            forget_entries(&mut cleanup, &c, &n.name, std::slice::from_ref(&name));
-            forget_pulled(&mut cleanup, n.socket.clone(), &[format!("{name}:v1")]);
+            forget_entries_then_pulled(
+                &mut cleanup,
+                &c,
+                &n.name,
+                n.socket.clone(),
+                std::slice::from_ref(&name),
+                &[format!("{name}:v1")],
+            );
             let watch = ni::Watch::start(&c, &n.name);
             ni::set_image(&c, &n.name, &name, json!({"tags": [{"tag": "v1"}]}));
             (n, proxy, name, watch)
