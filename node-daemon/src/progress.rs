@@ -19,6 +19,10 @@ const SOURCE_LABEL_PREFIX: &str = "containerd.io/distribution.source.";
 /// containerd's labels naming the blobs a manifest refers to.
 const GC_REF_PREFIX: &str = "containerd.io/gc.ref.content.";
 const MAX_MANIFEST_BYTES: i64 = 4 << 20;
+/// Most manifests of the pull's repository read per sample to find the one
+/// being pulled when containerd's labels do not say (bounds the reads when a
+/// repository has many tags on the node).
+const MAX_UNSURE_MANIFESTS: usize = 32;
 
 /// One blob of an image: digest and size.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,6 +235,7 @@ impl Probe {
             .ok()?
             .into_inner();
         let mut candidates: Vec<Info> = Vec::new();
+        let mut unsure: Vec<Info> = Vec::new();
         while let Ok(Some(msg)) = stream.message().await {
             for info in msg.info {
                 let ours = keys
@@ -249,8 +254,12 @@ impl Probe {
                     .labels
                     .iter()
                     .any(|(k, v)| k.starts_with(GC_REF_PREFIX) && active.contains_key(v));
-                if ours && (recent || writing) && info.size < MAX_MANIFEST_BYTES {
-                    candidates.push(info);
+                if ours && info.size < MAX_MANIFEST_BYTES {
+                    if recent || writing {
+                        candidates.push(info);
+                    } else if unsure.len() < MAX_UNSURE_MANIFESTS {
+                        unsure.push(info);
+                    }
                 }
             }
         }
@@ -258,6 +267,18 @@ impl Probe {
         for info in candidates {
             if let Some(raw) = self.read(&info.digest).await
                 && let Some(blobs) = manifest_blobs(&raw)
+            {
+                return Some(blobs);
+            }
+        }
+        // containerd 1.7 reports no update time either, and with
+        // `discard_unpacked_layers` it labels a manifest with no layer
+        // references: a manifest of this repository is the pull's when
+        // one of its own blobs is being written now.
+        for info in unsure {
+            if let Some(raw) = self.read(&info.digest).await
+                && let Some(blobs) = manifest_blobs(&raw)
+                && blobs.iter().any(|b| active.contains_key(&b.digest))
             {
                 return Some(blobs);
             }
