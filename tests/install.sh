@@ -196,7 +196,7 @@ ready=$(kc get deploy -n "$NS" "$CONTROLLER" -o jsonpath='{.status.readyReplicas
 kc rollout status -n "$NS" "ds/$DAEMON" --timeout=180s >/dev/null || fail "the daemon DaemonSet did not become ready"
 dpod=$(kc get pods -n "$NS" -l app.kubernetes.io/component=daemon --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
 [[ -n $dpod ]] || fail "no daemon pod on $NODE"
-pass "controller 2/2 ready, daemon pod $dpod ready on $NODE (system-node-critical, admitted by the chart's quota)"
+pass "controller 2/2 ready, daemon pod $dpod ready on $NODE (system-node-critical, under the hand-made quota)"
 
 holder_ok() {
   local h
