@@ -18,11 +18,23 @@
 #      (big:v1 and big2:v1, a second image with other random content that
 #      this script builds and pushes once), MEM_ROUNDS times.
 #
-#   NODEIMAGE_STATE=/work/bench-state tests/bench/pull.sh
+# 2.-4. are measured on each containerd runtime of BENCH_RUNTIMES: a round's
+# fresh containerds run that runtime's version with its config, so each
+# runtime's NodeImage / bare CRI ratio is taken against its own baseline,
+# round by round. Within a round the runtimes take turns, so a burst of load
+# from elsewhere falls on all of them rather than on one.
 #
-# Needs: the local cluster of NODEIMAGE_STATE, release binaries
+#   NODEIMAGE_STATE=/work/bench-state tests/bench/pull.sh
+#   NODEIMAGE_STATE=/work/bench-state BENCH_RUNTIMES=containerd/2.x/v3 tests/bench/pull.sh
+#
+# Needs: the local cluster of NODEIMAGE_STATE (its up.sh built the containerd
+# lines; a line not built yet is built here), release binaries
 # (cargo build --release -p nodeimage-controller -p nodeimage-daemon -p nodeimage-tests).
 # Settings: ROUNDS (5), MEM_ROUNDS (3), IDLE_SECONDS (30),
+# BENCH_RUNTIMES (the runtimes to measure, space-separated, in the format of
+# tests/cluster/lib.sh: containerd/VERSION[/v2|/v3][/discard]; default
+# "containerd/debian/v2 containerd/1.7/v2/discard containerd/2.2/v3 containerd/2.x/v3",
+# the cluster's nodes and the real node),
 # BENCH_PORT_BASE (28000: controller health on +80, daemons on +100+i).
 # Results: $NODEIMAGE_STATE/bench/results/pull-<time>.txt (also on stdout).
 set -Eeuo pipefail
@@ -38,6 +50,7 @@ REG=$NODEIMAGE_REGISTRY
 BIG_REPO=$REG/big
 BIG2_REPO=$REG/big2
 FRESH=$STATE/bench/nodes
+BENCH_RUNTIMES=${BENCH_RUNTIMES:-containerd/debian/v2 containerd/1.7/v2/discard containerd/2.2/v3 containerd/2.x/v3}
 RESULTS_FILE=$RESULTS/pull-$(date -u +%Y%m%dT%H%M%SZ).txt
 WORK=$RESULTS/pull-work
 mkdir -p "$FRESH" "$WORK"
@@ -53,9 +66,30 @@ for b in nodeimage-controller nodeimage-daemon ni-cri; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: cargo build --release -p nodeimage-controller -p nodeimage-daemon -p nodeimage-tests"
 done
 
+# The runtimes to measure, resolved by the cluster's resolve_runtime and
+# built (a no-op when up.sh built them) by its build_containerd. Both find
+# the containerd builds under $BIN, which for the cluster scripts is
+# $STATE/bin but here names the release binaries: they get $STATE/bin for
+# the call.
+RT_SPECS=() RT_LINES=() RT_DIRS=() RT_VERSIONS=() RT_CONFIGS=() RT_DISCARDS=()
+read -r -a _runtimes <<<"$BENCH_RUNTIMES"
+((${#_runtimes[@]})) || die "BENCH_RUNTIMES is empty"
+for _spec in "${_runtimes[@]}"; do
+  BIN=$STATE/bin resolve_runtime "$_spec"
+  if [[ $RT_LINE != debian ]]; then BIN=$STATE/bin build_containerd "$RT_LINE"; fi
+  RT_SPECS+=("$RT_SPEC") RT_LINES+=("$RT_LINE") RT_DIRS+=("$RT_DIR")
+  RT_VERSIONS+=("$RT_VERSION") RT_CONFIGS+=("$RT_CONFIG") RT_DISCARDS+=("$RT_DISCARD")
+done
+# use_runtime K: the RT_* of the K-th runtime, for runtime_config.
+use_runtime() {
+  RT_SPEC=${RT_SPECS[$1]} RT_LINE=${RT_LINES[$1]} RT_DIR=${RT_DIRS[$1]}
+  RT_VERSION=${RT_VERSIONS[$1]} RT_CONFIG=${RT_CONFIGS[$1]} RT_DISCARD=${RT_DISCARDS[$1]}
+}
+
 {
   echo "# tests/bench/pull.sh $(date -u +%FT%TZ) on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   echo "# binaries: $BIN ($(code_version)), cluster $STATE"
+  echo "# runtimes: ${RT_SPECS[*]} (ROUNDS=$ROUNDS MEM_ROUNDS=$MEM_ROUNDS)"
 } | tee "$RESULTS_FILE"
 
 install_crds
@@ -63,17 +97,25 @@ install_crds
 # ---------------------------------------------------------------------------
 # Fresh nodes: a containerd with its own root (the nodes' config, other dirs)
 # ---------------------------------------------------------------------------
+# fresh_containerd NAME K: the K-th runtime of BENCH_RUNTIMES, configured as
+# the cluster configures a node of that runtime (lib.sh's runtime_config).
 FRESH_NAMES=()
 fresh_containerd() {
-  local name=$1 d=$FRESH/$1 src=$STATE/nodes/node-1
+  local name=$1 k=$2 d=$FRESH/$1 reg version
   rm -rf "$d"
   mkdir -p "$d/root" "$d/state" "$d/opt" "$d/cni/bin" "$d/cni/net.d"
-  cp -r "$src/certs.d" "$d/certs.d"
+  for reg in "$NODEIMAGE_REGISTRY" "$NODEIMAGE_AUTH_REGISTRY"; do
+    mkdir -p "$d/certs.d/$reg"
+    registry_hosts "$reg" >"$d/certs.d/$reg/hosts.toml"
+  done
   rm -f "$LOGS/ctrd-$name.log" # start_daemon appends: keep only this run's lines
-  containerd_config "$d" "$NODEIMAGE_SNAPSHOTTER" "$NODEIMAGE_REGISTRY/pause:3.6" >"$d/config.toml"
-  bench_start "ctrd-$name" "$(command -v containerd)" --config "$d/config.toml"
+  use_runtime "$k"
+  runtime_config "$d" "$NODEIMAGE_SNAPSHOTTER" "$NODEIMAGE_REGISTRY/pause:3.6" >"$d/config.toml"
+  bench_start "ctrd-$name" "${RT_DIRS[k]}/containerd" --config "$d/config.toml"
   FRESH_NAMES+=("$name")
   wait_until 30 "containerd of $name" "ctrd-$name" "$NI_CRI_BIN" --socket "$d/containerd.sock" --timeout 5 version
+  read -r _ version _ <<<"$("$NI_CRI_BIN" --socket "$d/containerd.sock" --timeout 10 version)"
+  [[ $version == "${RT_VERSIONS[k]}" ]] || die "$name: CRI reports containerd $version, expected ${RT_VERSIONS[k]} (${RT_SPECS[k]})"
 }
 # Stops a fresh node's daemon and containerd, deletes its Node and files.
 drop_fresh() {
@@ -133,25 +175,28 @@ i=0
 for node in $NODEIMAGE_NODES; do
   i=$((i + 1))
   pid=$(bench_pid "daemon-$node")
-  record "daemon.idle.rss_mib[$node]" "$(mib "$(metric "http://127.0.0.1:$((PORT_BASE + 100 + i))/metrics" process_resident_memory_bytes)") (VmHWM $(vmhwm_mib "$pid"))"
+  rt=$(tr ' ' '\n' <<<"${NODEIMAGE_NODE_RUNTIMES:-}" | sed -n "s#^$node=##p")
+  record "daemon.idle.rss_mib[$node ${rt:-?}]" "$(mib "$(metric "http://127.0.0.1:$((PORT_BASE + 100 + i))/metrics" process_resident_memory_bytes)") (VmHWM $(vmhwm_mib "$pid"))"
 done
 pid=$(bench_pid bench-controller)
 record "controller.rss_mib[${NODEIMAGE_NODE_COUNT}nodes]" "$(mib "$(metric "http://$CTRL_HEALTH/metrics" process_resident_memory_bytes)") (VmHWM $(vmhwm_mib "$pid"))"
 for node in $NODEIMAGE_NODES; do stop_daemon "daemon-$node"; done
 
 # ---------------------------------------------------------------------------
-# 2./3. big:v1 via CRI vs via NodeImage, fresh containerd each
+# 2./3. big:v1 via CRI vs via NodeImage, fresh containerd each, per runtime
 # ---------------------------------------------------------------------------
+# Rounds write to $WORK/<what>-<k>, k the runtime's index in BENCH_RUNTIMES,
+# and name the runtime in the results file.
 cri_round() {
-  local r=$1 name=bcri-$1 t0 t1 start_line end_line
-  fresh_containerd "$name"
+  local r=$1 k=$2 name=bcri-$2-$1 t0 t1 start_line end_line
+  fresh_containerd "$name" "$k"
   t0=$(now)
   "$NI_CRI_BIN" --socket "$FRESH/$name/containerd.sock" --timeout 300 pull "$BIG_REPO:v1" >/dev/null
   t1=$(now)
   start_line=$(grep -m1 "PullImage \\\\\"$BIG_REPO:v1\\\\\"\"" "$LOGS/ctrd-$name.log" || true)
   end_line=$(grep -m1 "PullImage \\\\\"$BIG_REPO:v1\\\\\" returns" "$LOGS/ctrd-$name.log")
-  echo "$(elapsed "$t0" "$t1") $(elapsed "$(ctrd_time "$start_line")" "$(ctrd_time "$end_line")")" >>"$WORK/cri"
-  record "round$r.cri.seconds" "$(elapsed "$t0" "$t1") (containerd PullImage: $(elapsed "$(ctrd_time "$start_line")" "$(ctrd_time "$end_line")"))"
+  echo "$(elapsed "$t0" "$t1") $(elapsed "$(ctrd_time "$start_line")" "$(ctrd_time "$end_line")")" >>"$WORK/cri-$k"
+  record "round$r.cri.seconds[${RT_SPECS[k]}]" "$(elapsed "$t0" "$t1") (containerd PullImage: $(elapsed "$(ctrd_time "$start_line")" "$(ctrd_time "$end_line")"))"
   drop_fresh "$name"
 }
 
@@ -161,8 +206,8 @@ tag_phase() {
 }
 
 ni_round() {
-  local r=$1 name=bni-$1 port=$((PORT_BASE + 200 + $1)) t0 t1 tw td watch_pid
-  fresh_containerd "$name"
+  local r=$1 k=$2 name=bni-$2-$1 port=$((PORT_BASE + 200 + $2)) t0 t1 tw td watch_pid
+  fresh_containerd "$name" "$k"
   fresh_node_object "$name"
   start_node_daemon "$name" "$port" "$FRESH/$name/containerd.sock"
   sleep 2
@@ -226,24 +271,24 @@ ni_round() {
   ce=$(ctrd_time "$end_line")
   local total
   total=$(elapsed "$t0" "$t1")
-  echo "$total $(elapsed "$cs" "$ce") $(elapsed "$t0" "$cs") $(elapsed "$ce" "$tw") $(elapsed "$ce" "$td") $(elapsed "$td" "$tw")" >>"$WORK/ni"
-  record "round$r.nodeimage.seconds" "$total (patch->containerd PullImage start $(elapsed "$t0" "$cs"), containerd PullImage $(elapsed "$cs" "$ce"), CRI end->watch Succeeded $(elapsed "$ce" "$tw"), CRI end->daemon log $(elapsed "$ce" "$td"), daemon log->watch $(elapsed "$td" "$tw"); status startTime $st completionTime $ct)"
+  echo "$total $(elapsed "$cs" "$ce") $(elapsed "$t0" "$cs") $(elapsed "$ce" "$tw") $(elapsed "$ce" "$td") $(elapsed "$td" "$tw")" >>"$WORK/ni-$k"
+  record "round$r.nodeimage.seconds[${RT_SPECS[k]}]" "$total (patch->containerd PullImage start $(elapsed "$t0" "$cs"), containerd PullImage $(elapsed "$cs" "$ce"), CRI end->watch Succeeded $(elapsed "$ce" "$tw"), CRI end->daemon log $(elapsed "$ce" "$td"), daemon log->watch $(elapsed "$td" "$tw"); status startTime $st completionTime $ct)"
   drop_fresh "$name"
 }
 
-: >"$WORK/cri"
-: >"$WORK/ni"
-: >"$WORK/ratio"
+for k in "${!RT_SPECS[@]}"; do : >"$WORK/cri-$k" && : >"$WORK/ni-$k" && : >"$WORK/ratio-$k"; done
 for ((r = 1; r <= ROUNDS; r++)); do
-  if ((r % 2)); then
-    cri_round "$r"
-    ni_round "$r"
-  else
-    ni_round "$r"
-    cri_round "$r"
-  fi
-  paste -d' ' <(sed -n "${r}p" "$WORK/ni" | cut -d' ' -f1) <(sed -n "${r}p" "$WORK/cri" | cut -d' ' -f1) |
-    awk '{ printf "%.2f\n", $1 / $2 }' >>"$WORK/ratio"
+  for k in "${!RT_SPECS[@]}"; do
+    if ((r % 2)); then
+      cri_round "$r" "$k"
+      ni_round "$r" "$k"
+    else
+      ni_round "$r" "$k"
+      cri_round "$r" "$k"
+    fi
+    paste -d' ' <(sed -n "${r}p" "$WORK/ni-$k" | cut -d' ' -f1) <(sed -n "${r}p" "$WORK/cri-$k" | cut -d' ' -f1) |
+      awk '{ printf "%.2f\n", $1 / $2 }' >>"$WORK/ratio-$k"
+  done
 done
 
 # ---------------------------------------------------------------------------
@@ -267,8 +312,8 @@ ensure_big2() {
 ensure_big2
 
 mem_round() {
-  local r=$1 name=bmem-$1 port=$((PORT_BASE + 300 + $1)) pid idle max=0 rss patch json a b
-  fresh_containerd "$name"
+  local r=$1 k=$2 name=bmem-$2-$1 port=$((PORT_BASE + 300 + $2)) pid idle max=0 rss patch json a b
+  fresh_containerd "$name" "$k"
   fresh_node_object "$name"
   start_node_daemon "$name" "$port" "$FRESH/$name/containerd.sock"
   pid=$(bench_pid "daemon-$name")
@@ -288,31 +333,42 @@ mem_round() {
     if (($(elapsed "$t0" "$(now)" | cut -d. -f1) > 300)); then die "two-image pull on $name did not finish in 300 s"; fi
     sleep 0.1
   done
-  echo "$idle $max $(vmhwm_mib "$pid")" >>"$WORK/mem"
-  record "round$r.daemon.rss_mib" "idle $idle, max sampled while pulling 2 images $max, VmHWM $(vmhwm_mib "$pid") (pulls took $(elapsed "$t0" "$(now)") s)"
+  echo "$idle $max $(vmhwm_mib "$pid")" >>"$WORK/mem-$k"
+  record "round$r.daemon.rss_mib[${RT_SPECS[k]}]" "idle $idle, max sampled while pulling 2 images $max, VmHWM $(vmhwm_mib "$pid") (pulls took $(elapsed "$t0" "$(now)") s)"
   drop_fresh "$name"
 }
-: >"$WORK/mem"
-for ((r = 1; r <= MEM_ROUNDS; r++)); do mem_round "$r"; done
+for k in "${!RT_SPECS[@]}"; do : >"$WORK/mem-$k"; done
+for ((r = 1; r <= MEM_ROUNDS; r++)); do
+  for k in "${!RT_SPECS[@]}"; do mem_round "$r" "$k"; done
+done
 pid=$(bench_pid bench-controller)
 record "controller.rss_mib.end" "$(vmrss_mib "$pid") (VmHWM $(vmhwm_mib "$pid"))"
 
 # ---------------------------------------------------------------------------
-# Summary: median (min–max, n)
+# Summary: median (min–max, n), per runtime, then one line per runtime
 # ---------------------------------------------------------------------------
+# median FILE COLUMN: the median of a column, 3 decimals.
+median() { cut -d' ' -f"$2" "$1" | summary | cut -d' ' -f1; }
 {
-  echo "## summary (median (min–max, n))"
-  echo "cri.seconds (ni-cri wall)              $(cut -d' ' -f1 "$WORK/cri" | summary)"
-  echo "cri.containerd_pullimage.seconds       $(cut -d' ' -f2 "$WORK/cri" | summary)"
-  echo "nodeimage.seconds (patch->watch Succeeded) $(cut -d' ' -f1 "$WORK/ni" | summary)"
-  echo "nodeimage.containerd_pullimage.seconds $(cut -d' ' -f2 "$WORK/ni" | summary)"
-  echo "nodeimage.patch_to_pull_start.seconds  $(cut -d' ' -f3 "$WORK/ni" | summary)"
-  echo "cri_end_to_watch_succeeded.seconds     $(cut -d' ' -f4 "$WORK/ni" | summary)"
-  echo "cri_end_to_daemon_log.seconds          $(cut -d' ' -f5 "$WORK/ni" | summary)"
-  echo "daemon_log_to_watch_succeeded.seconds  $(cut -d' ' -f6 "$WORK/ni" | summary)"
-  echo "ratio nodeimage/cri (per round)        $(summary <"$WORK/ratio")"
-  echo "daemon.idle.rss_mib                    $(cut -d' ' -f1 "$WORK/mem" | summary)"
-  echo "daemon.two_pulls.max_rss_mib           $(cut -d' ' -f2 "$WORK/mem" | summary)"
-  echo "daemon.two_pulls.vmhwm_mib             $(cut -d' ' -f3 "$WORK/mem" | summary)"
+  for k in "${!RT_SPECS[@]}"; do
+    echo "## summary for ${RT_SPECS[k]} (median (min–max, n))"
+    echo "cri.seconds (ni-cri wall)              $(cut -d' ' -f1 "$WORK/cri-$k" | summary)"
+    echo "cri.containerd_pullimage.seconds       $(cut -d' ' -f2 "$WORK/cri-$k" | summary)"
+    echo "nodeimage.seconds (patch->watch Succeeded) $(cut -d' ' -f1 "$WORK/ni-$k" | summary)"
+    echo "nodeimage.containerd_pullimage.seconds $(cut -d' ' -f2 "$WORK/ni-$k" | summary)"
+    echo "nodeimage.patch_to_pull_start.seconds  $(cut -d' ' -f3 "$WORK/ni-$k" | summary)"
+    echo "cri_end_to_watch_succeeded.seconds     $(cut -d' ' -f4 "$WORK/ni-$k" | summary)"
+    echo "cri_end_to_daemon_log.seconds          $(cut -d' ' -f5 "$WORK/ni-$k" | summary)"
+    echo "daemon_log_to_watch_succeeded.seconds  $(cut -d' ' -f6 "$WORK/ni-$k" | summary)"
+    echo "ratio nodeimage/cri (per round)        $(summary <"$WORK/ratio-$k")"
+    echo "daemon.idle.rss_mib                    $(cut -d' ' -f1 "$WORK/mem-$k" | summary)"
+    echo "daemon.two_pulls.max_rss_mib           $(cut -d' ' -f2 "$WORK/mem-$k" | summary)"
+    echo "daemon.two_pulls.vmhwm_mib             $(cut -d' ' -f3 "$WORK/mem-$k" | summary)"
+  done
+  echo "## per runtime (medians): runtime, bare CRI s, NodeImage s, ratio (median of rounds), daemon idle RSS MiB, daemon VmHWM pulling two images MiB"
+  for k in "${!RT_SPECS[@]}"; do
+    printf '%-32s %s %s %s %s %s\n' "${RT_SPECS[k]}" "$(median "$WORK/cri-$k" 1)" "$(median "$WORK/ni-$k" 1)" \
+      "$(median "$WORK/ratio-$k" 1)" "$(median "$WORK/mem-$k" 1)" "$(median "$WORK/mem-$k" 3)"
+  done
   echo "# load at end: $(load_avg)"
 } | tee -a "$RESULTS_FILE"
