@@ -72,21 +72,9 @@ proc_cpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / t }
 # Processes started by this script, stopped by bench_cleanup.
 BENCH_STARTED=()
 # bench_start NAME CMD [ARGS...]: start_daemon, remembered for cleanup.
-# start_daemon returns before nohup has exec'd the command: until it has,
-# the pid's command line is nohup's (or the forking shell's), so daemon_alive
-# (and wait_until's check that the daemon still runs) would call the daemon
-# dead. That happened on this loaded 2-core machine; so wait (up to 2 s)
-# until the pid runs the command, or is gone.
 bench_start() {
-  local i pid
   start_daemon "$@"
   BENCH_STARTED+=("$1")
-  pid=$(recorded_pid "$1")
-  for ((i = 0; i < 100; i++)); do
-    daemon_alive "$1" && return 0
-    [[ -n $pid && -e /proc/$pid && -n $(proc_cmdline "$pid") ]] || return 0
-    sleep 0.02
-  done
 }
 bench_pid() { recorded_pid "$1"; }
 bench_stop() { stop_daemon "$1"; }

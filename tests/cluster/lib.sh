@@ -161,6 +161,16 @@ start_daemon() {
   pid=$!
   echo "$pid" >"$PIDS/$name.pid"
   printf '%s' "$want" >"$PIDS/$name.cmd"
+  # Until nohup has exec'd the command, the pid's command line is nohup's
+  # (or the forking shell's), and daemon_alive, which wait_until asks, would
+  # call the daemon dead (seen on a loaded 2-core machine): wait up to 2 s
+  # until the pid runs the command, or is gone.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    daemon_alive "$name" && break
+    [[ -e /proc/$pid && -n $(proc_cmdline "$pid") ]] || break
+    sleep 0.02
+  done
   log "started $name (pid $pid, log $LOGS/$name.log)"
 }
 
