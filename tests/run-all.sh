@@ -37,7 +37,17 @@ cleanup() {
 trap cleanup EXIT
 
 step "starting the local cluster (installs Debian packages and builds the control plane on first run)"
-tests/cluster/up.sh
+# The Rust builds of the lint and unit steps need no cluster: they run
+# beside the cluster's Go builds, which wait on the module proxy at times
+# (on a new machine that saves minutes; warm, both are quick). Their output
+# is not read: the steps below run the same commands and report.
+(cargo build --quiet -p nodeimage-tests --bin ni-cri) || { echo "building ni-cri failed"; exit 1; }
+mkdir -p "$STATE/logs"
+(cargo clippy --workspace --all-targets --quiet -- -D warnings && cargo test --workspace --no-run --quiet) \
+  >"$STATE/logs/prebuild.log" 2>&1 &
+PREBUILD_PID=$!
+NODEIMAGE_NI_CRI_BUILT=1 tests/cluster/up.sh
+wait "$PREBUILD_PID" || true
 
 if ! command -v promtool >/dev/null; then
   step "installing promtool (Debian package prometheus; its server is not started)"
@@ -79,15 +89,25 @@ tests/chart.sh
 step "alerts: promtool check rules and the alerts' unit tests"
 tests/alerts/test.sh
 
-step "container images without Docker (release build, umoci, skopeo) pushed to the local registry"
-images/build.sh
-images/check.sh
+step "container images without Docker (release build, umoci, skopeo), in the background: $STATE/logs/images.log"
+# The release build is CPU work and the real node's tests below mostly wait
+# for kubelet (its GC passes, restarts): they run side by side.
+(images/build.sh && images/check.sh) >"$STATE/logs/images.log" 2>&1 &
+IMAGES_PID=$!
 
 step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, bridge CNI)"
 tests/cluster/real-node.sh >/dev/null
 
 step "kubelet's image GC and credential checks on the real node (they restart its kubelet: one at a time)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test real_kubelet -- --ignored --test-threads=1
+
+step "waiting for the container images"
+if ! wait "$IMAGES_PID"; then
+  echo "FAILED: building or checking the images; the end of $STATE/logs/images.log:"
+  tail -n 60 "$STATE/logs/images.log"
+  exit 1
+fi
+tail -n 12 "$STATE/logs/images.log"
 
 step "the chart installed with helm onto the real node, as docs/install.md says"
 tests/install.sh

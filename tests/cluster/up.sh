@@ -133,8 +133,12 @@ touch "$STATE_MARKER"
 # ---------------------------------------------------------------------------
 # 2. Builds: ni-cri (Rust), kubelocal and maybe kubectl (Go)
 # ---------------------------------------------------------------------------
-log "building ni-cri (cargo, incremental)"
-(cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-tests --bin ni-cri)
+# NODEIMAGE_NI_CRI_BUILT=1: the caller has just built it (tests/run-all.sh,
+# whose Rust builds then hold cargo's lock while this script builds Go).
+if [[ -z ${NODEIMAGE_NI_CRI_BUILT:-} ]]; then
+  log "building ni-cri (cargo, incremental)"
+  (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-tests --bin ni-cri)
+fi
 [[ -x $NI_CRI ]] || die "ni-cri was not built at $NI_CRI"
 
 # go_build_stamped (lib.sh) skips the build when nothing it depends on changed.
