@@ -37,17 +37,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "starting the local cluster (installs Debian packages and builds the control plane on first run)"
-# The Rust builds of the lint and unit steps need no cluster: they run
-# beside the cluster's Go builds, which wait on the module proxy at times
-# (on a new machine that saves minutes; warm, both are quick). Their output
-# is not read: the steps below run the same commands and report.
-(cargo build --quiet -p nodeimage-tests --bin ni-cri) || { echo "building ni-cri failed"; exit 1; }
-mkdir -p "$STATE/logs"
-(cargo clippy --workspace --all-targets --quiet -- -D warnings && cargo test --workspace --no-run --quiet) \
-  >"$STATE/logs/prebuild.log" 2>&1 &
-PREBUILD_PID=$!
-NODEIMAGE_NI_CRI_BUILT=1 tests/cluster/up.sh
-wait "$PREBUILD_PID" || true
+tests/cluster/up.sh
 
 if ! command -v promtool >/dev/null; then
   step "installing promtool (Debian package prometheus; its server is not started)"
