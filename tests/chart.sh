@@ -5,6 +5,8 @@
 # they need nodeimage's CRDs, which tests/nodeimage.sh start installs).
 #
 #   tests/chart.sh
+#   tests/chart.sh --install-helm   # only install helm (tests/run-all.sh
+#                                   # does it in the background, early)
 #
 # Environment: HELM (a helm binary to use instead), HELM_VERSION (default
 # v3.21.4).
@@ -17,6 +19,13 @@ fail() {
   printf '\nFAIL: %s\n' "$*" >&2
   exit 1
 }
+INSTALL_ONLY=0
+for arg in "$@"; do
+  case $arg in
+    --install-helm) INSTALL_ONLY=1 ;;
+    *) fail "unknown argument $arg (usage: tests/chart.sh [--install-helm])" ;;
+  esac
+done
 [[ -f $STATE/env.sh ]] || fail "no $STATE/env.sh: start the local cluster first (tests/cluster/up.sh)"
 
 # The link-time settings of helm's own release build (its Makefile): its
@@ -53,6 +62,7 @@ if [[ -z ${HELM:-} ]]; then
   fi
 fi
 [[ -x $HELM ]] || fail "helm binary $HELM is not executable"
+((INSTALL_ONLY == 0)) || exit 0
 
 (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-daemon) || fail "cargo build -p nodeimage-daemon failed"
 cd "$REPO_ROOT"

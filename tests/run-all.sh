@@ -13,8 +13,29 @@ export NODEIMAGE_STATE=$STATE
 
 step() { printf '\n==== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 
+# Builds in the background (helm, the release images): each at the lowest
+# CPU priority in its own process group, so the tests in the foreground keep
+# the CPU they need and a failed run stops the whole build.
+BG_PIDS=()
+background() {
+  local name=$1
+  shift
+  setsid nice -n 19 "$@" >"$STATE/logs/$name.log" 2>&1 &
+  BG_PIDS+=($!)
+}
+# wait_background PID NAME: its exit status, with the end of its log on failure.
+wait_background() {
+  if ! wait "$1"; then
+    echo "FAILED: $2 (background); the end of $STATE/logs/$2.log:"
+    tail -n 60 "$STATE/logs/$2.log"
+    exit 1
+  fi
+}
+
 cleanup() {
   local rc=$?
+  local p
+  for p in "${BG_PIDS[@]}"; do kill -- "-$p" 2>/dev/null || true; done
   # Logs first: stopping the cluster removes its state directory.
   if ((rc != 0)); then
     echo "---- last lines of the nodeimage logs ($STATE/logs) ----"
@@ -57,6 +78,14 @@ cargo test --workspace --quiet
 step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
+step "in the background while the end-to-end tests mostly wait: helm (go install) and the release images (cargo, umoci, skopeo), logs $STATE/logs/{helm,images}.log"
+# CPU work that would otherwise run alone later: a cold run saves most of
+# the ~10 minutes these take.
+background helm tests/chart.sh --install-helm
+HELM_PID=$!
+background images bash -c 'images/build.sh && images/check.sh'
+IMAGES_PID=$!
+
 step "end-to-end tests"
 cargo build --quiet -p nodeimage-kubectl  # the kubectl plugin tests/tests/kubectl_plugin.rs runs
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_
@@ -73,17 +102,15 @@ if [[ -n $panicked ]]; then
 fi
 echo "no Rust panic ('panicked at') in $(find "$STATE" -name '*.log' | wc -l) log files"
 
-step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens (installs helm on first run)"
+step "waiting for helm"
+wait_background "$HELM_PID" helm
+tail -n 2 "$STATE/logs/helm.log"
+
+step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens"
 tests/chart.sh
 
 step "alerts: promtool check rules and the alerts' unit tests"
 tests/alerts/test.sh
-
-step "container images without Docker (release build, umoci, skopeo), in the background: $STATE/logs/images.log"
-# The release build is CPU work and the real node's tests below mostly wait
-# for kubelet (its GC passes, restarts): they run side by side.
-(images/build.sh && images/check.sh) >"$STATE/logs/images.log" 2>&1 &
-IMAGES_PID=$!
 
 step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, bridge CNI)"
 tests/cluster/real-node.sh >/dev/null
@@ -92,11 +119,7 @@ step "kubelet's image GC and credential checks on the real node (they restart it
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test real_kubelet -- --ignored --test-threads=1
 
 step "waiting for the container images"
-if ! wait "$IMAGES_PID"; then
-  echo "FAILED: building or checking the images; the end of $STATE/logs/images.log:"
-  tail -n 60 "$STATE/logs/images.log"
-  exit 1
-fi
+wait_background "$IMAGES_PID" images
 tail -n 12 "$STATE/logs/images.log"
 
 step "the chart installed with helm onto the real node, as docs/install.md says"
