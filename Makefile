@@ -2,7 +2,7 @@
 #   make demo   start the local cluster and nodeimage, pull an image onto every node
 #   make test   run every test (lint, unit, end-to-end on the local cluster)
 
-.PHONY: demo test build lint unit crds images cluster-up cluster-down real-node nodeimage-up nodeimage-down chart-test install-test
+.PHONY: demo test build lint unit crds docs images release cluster-up cluster-down real-node nodeimage-up nodeimage-down chart-test install-test
 
 demo:
 	tests/demo.sh
@@ -26,11 +26,24 @@ crds:
 	UPDATE_CRDS=1 cargo test -p nodeimage-api --test crd_yaml
 	rm -f charts/nodeimage/crds/*.yaml && cp crds/yaml/*.yaml charts/nodeimage/crds/
 
+# Regenerate the field reference per kind (docs/reference, from crds/yaml: run
+# after `make crds`) and the chart's README (from values.schema.json and
+# values.yaml); tests fail when either is stale.
+docs:
+	UPDATE_DOCS=1 cargo test -p nodeimage-api --test field_reference
+	UPDATE_DOCS=1 cargo test -p nodeimage-tests --test chart_readme
+
 # Container images without Docker (umoci + skopeo), pushed to IMAGE_REGISTRY
 # (default: the local cluster's registry); see images/build.sh.
 images:
 	images/build.sh
 	images/check.sh
+
+# A release into dist/ (release/release.sh says what): linux/amd64 and
+# linux/arm64 images as OCI indexes, signed, SBOMs, the chart pushed as an
+# OCI artifact, checksums. `make test` runs it against the local registry.
+release:
+	release/release.sh
 
 cluster-up:
 	tests/cluster/up.sh

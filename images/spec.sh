@@ -51,3 +51,19 @@ image_description() {
   esac
 }
 IMAGE_SOURCE=https://github.com/nodeimage/nodeimage
+
+# FOREIGN_DEB_PACKAGES: the Debian packages an image of another
+# architecture than the build machine's takes its files from (images/
+# sysroot.sh fetches that architecture's builds of them): the C library and
+# libgcc for the Rust binaries, util-linux and its libraries for nsenter.
+# rootfs.sh fails, naming the library, when one is missing.
+FOREIGN_DEB_PACKAGES=(libc6 libgcc-s1 util-linux libselinux1 libpcre2-8-0)
+
+# rust_target ARCH: the Rust target triple of an image architecture.
+rust_target() {
+  case $1 in
+    amd64) echo x86_64-unknown-linux-gnu ;;
+    arm64) echo aarch64-unknown-linux-gnu ;;
+    *) return 1 ;;
+  esac
+}

@@ -26,7 +26,6 @@ for arg in "$@"; do
     *) fail "unknown argument $arg (usage: tests/chart.sh [--install-helm])" ;;
   esac
 done
-[[ -f $STATE/env.sh ]] || fail "no $STATE/env.sh: start the local cluster first (tests/cluster/up.sh)"
 
 # The link-time settings of helm's own release build (its Makefile): its
 # version, and the Kubernetes version `helm template` and `helm lint` assume
@@ -49,6 +48,11 @@ helm_ldflags() {
 if [[ -z ${HELM:-} ]]; then
   HELM=$STATE/bin/helm
   stamp="$HELM_VERSION release-ldflags"
+  mkdir -p "$STATE/bin"
+  # One installer at a time (run-all.sh's background install and
+  # release/release.sh may meet here); the second finds helm there.
+  exec 9>"$STATE/bin/helm.lock"
+  flock 9
   if [[ ! -x $HELM || "$(cat "$STATE/bin/helm.stamp" 2>/dev/null)" != "$stamp" ]]; then
     command -v go >/dev/null 2>&1 || fail "helm is missing and go is not installed to build it"
     log "installing helm $HELM_VERSION with go install (about 3.5 minutes with cold Go caches)"
@@ -60,9 +64,11 @@ if [[ -z ${HELM:-} ]]; then
     echo "$stamp" >"$STATE/bin/helm.stamp"
     log "helm $HELM_VERSION installed in $((SECONDS - t0))s"
   fi
+  exec 9>&-
 fi
 [[ -x $HELM ]] || fail "helm binary $HELM is not executable"
 ((INSTALL_ONLY == 0)) || exit 0
+[[ -f $STATE/env.sh ]] || fail "no $STATE/env.sh: start the local cluster first (tests/cluster/up.sh)"
 
 (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-daemon) || fail "cargo build -p nodeimage-daemon failed"
 cd "$REPO_ROOT"

@@ -21,18 +21,21 @@
 #      (imagePullPolicy: IfNotPresent) reaches Running on the real node:
 #      kubelet uses what nodeimage pulled;
 #   5. the README's CRD upgrade command works on CRDs that Helm installed;
-#   6. the documented `helm upgrade --reset-then-reuse-values` to the
-#      checkout's chart and a new daemon image tag rolls the daemon while a
-#      slow pull is in flight, and the job still completes; the hand-made
-#      quota then goes and a new daemon pod is admitted under the chart's
-#      own (daemon.priorityQuota);
+#   6. the release (release/release.sh, `make release`, run before this):
+#      the daemon image's signature is verified as docs/install.md says,
+#      then the documented `helm upgrade --reset-then-reuse-values` to the
+#      released chart, from its OCI reference, with both images by digest,
+#      rolls the daemon while a slow pull is in flight, and the job still
+#      completes; the hand-made quota then goes and a new daemon pod is
+#      admitted under the chart's own (daemon.priorityQuota);
 #   7. uninstall in the documented order (jobs first, then `helm uninstall`):
 #      nothing is left stuck on a finalizer and the CRDs stay.
 #
 # It runs last in tests/run-all.sh: it replaces the e2e tests' nodeimage and
 # deletes every nodeimage object. Needs the cluster with its real node
-# (tests/cluster/real-node.sh), the images (images/build.sh), and helm
-# (tests/chart.sh installs it).
+# (tests/cluster/real-node.sh), the release (release/release.sh: images,
+# signatures, the chart in the registry; RELEASE_DIR, default dist/), and
+# helm (tests/chart.sh installs it).
 set -Eeuo pipefail
 # shellcheck source=tests/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
@@ -58,8 +61,9 @@ ENV_FILE=$STATE/env.sh
 [[ -f $ENV_FILE ]] || { echo "no $ENV_FILE: start the local cluster first (tests/cluster/up.sh)" >&2; exit 1; }
 # shellcheck disable=SC1090
 . "$ENV_FILE"
-for f in "$STATE/real-node.env" "$STATE/nodeimage-images.env"; do
-  [[ -f $f ]] || { echo "no $f: run tests/cluster/real-node.sh and images/build.sh first" >&2; exit 1; }
+RELEASE_DIR=${RELEASE_DIR:-$REPO_ROOT/dist}
+for f in "$STATE/real-node.env" "$STATE/nodeimage-images.env" "$RELEASE_DIR/release.env"; do
+  [[ -f $f ]] || { echo "no $f: run tests/cluster/real-node.sh and release/release.sh first" >&2; exit 1; }
   # shellcheck disable=SC1090
   . "$f"
 done
@@ -284,11 +288,22 @@ applied=$(grep -c "serverside-applied" "$WORK/crds.out" || true)
 pass "helm show crds | kubectl apply --server-side --force-conflicts: the 5 CRDs applied over Helm's"
 
 # ---------------------------------------------------------------------------
-step "helm upgrade --reset-then-reuse-values to this chart and a new daemon image tag while a pull is in flight"
-NEW_TAG=$IMAGE_TAG-upgrade
-skopeo copy --quiet --src-tls-verify=false --dest-tls-verify=false \
-  "docker://$IMAGE_PREFIX/daemon:$IMAGE_TAG" "docker://$IMAGE_PREFIX/daemon:$NEW_TAG" >"$WORK/push.out" 2>&1 ||
-  fail "tagging the daemon image $NEW_TAG failed: $(cat "$WORK/push.out")"
+step "the release's daemon image signature, verified as docs/install.md says"
+DAEMON_REPO=${NODEIMAGE_DAEMON_IMAGE%@*} DAEMON_DIGEST=${NODEIMAGE_DAEMON_IMAGE#*@}
+skopeo copy --quiet --src-tls-verify=false "docker://$DAEMON_REPO:${DAEMON_DIGEST/:/-}.sig" "oci:$WORK/sig:sig" \
+  >"$WORK/sig.out" 2>&1 || fail "fetching the signature of $NODEIMAGE_DAEMON_IMAGE: $(cat "$WORK/sig.out")"
+"$STATE/bin/imagesign" verify -pub "$RELEASE_DIR/cosign.pub" -repository "$DAEMON_REPO" -digest "$DAEMON_DIGEST" \
+  "$WORK/sig" >"$WORK/verify.out" 2>&1 || fail "the daemon image's signature does not verify: $(cat "$WORK/verify.out")"
+other=${NODEIMAGE_CONTROLLER_IMAGE#*@}
+! "$STATE/bin/imagesign" verify -pub "$RELEASE_DIR/cosign.pub" -repository "$DAEMON_REPO" -digest "$other" \
+  "$WORK/sig" >/dev/null 2>&1 || fail "the daemon's signature verified for another digest ($other)"
+pass "$(cat "$WORK/verify.out"); not for another digest"
+
+step "helm upgrade --reset-then-reuse-values to the released chart (OCI) with the images by digest while a pull is in flight"
+"$HELM" pull "$NODEIMAGE_CHART" --version "$NODEIMAGE_VERSION" --plain-http -d "$WORK" >"$WORK/pull.out" 2>&1 ||
+  fail "helm pull $NODEIMAGE_CHART failed: $(cat "$WORK/pull.out")"
+grep -q "Digest: $NODEIMAGE_CHART_DIGEST" "$WORK/pull.out" ||
+  fail "the chart in the registry is not the one released ($NODEIMAGE_CHART_DIGEST): $(cat "$WORK/pull.out")"
 # A ~50 MB image through a proxy at 2 MB/s: about 25 s in flight.
 coproc SLOW { "$REPO_ROOT/target/debug/ni-slow-proxy" "$NODEIMAGE_REGISTRY" 2000000; }
 SLOW_PROXY_PID=$SLOW_PID
@@ -315,7 +330,9 @@ wait_for "the daemon starts pulling $BIG" 60 pulling
 old_pod=$dpod
 # As README.md and docs/install.md say: the values given at install are kept,
 # the new chart's defaults (new values included) apply to the rest.
-"$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --reset-then-reuse-values --set "daemon.image.tag=$NEW_TAG" \
+"$HELM" upgrade "$RELEASE" "$NODEIMAGE_CHART" --version "$NODEIMAGE_VERSION" --plain-http -n "$NS" \
+  --reset-then-reuse-values \
+  --set "controller.image.digest=${NODEIMAGE_CONTROLLER_IMAGE#*@}" --set "daemon.image.digest=$DAEMON_DIGEST" \
   --wait --timeout 5m >"$WORK/upgrade.out" 2>&1 || fail "helm upgrade failed: $(cat "$WORK/upgrade.out")"
 kc rollout status -n "$NS" "ds/$DAEMON" --timeout=180s >/dev/null || fail "the daemon did not roll"
 kc rollout status -n "$NS" "deploy/$CONTROLLER" --timeout=180s >/dev/null || fail "the controller did not roll"
@@ -325,7 +342,9 @@ args=$(kc get deploy -n "$NS" "$CONTROLLER" -o jsonpath='{.spec.template.spec.co
 dpod=$(kc get pods -n "$NS" -l app.kubernetes.io/component=daemon --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
 [[ $dpod != "$old_pod" ]] || fail "the daemon pod was not replaced by helm upgrade"
 img=$(kc get pod -n "$NS" "$dpod" -o jsonpath='{.spec.containers[0].image}')
-[[ $img == *":$NEW_TAG" ]] || fail "the new daemon pod runs $img, not tag $NEW_TAG"
+[[ $img == "$NODEIMAGE_DAEMON_IMAGE" ]] || fail "the new daemon pod runs $img, not $NODEIMAGE_DAEMON_IMAGE"
+cimg=$(kc get deploy -n "$NS" "$CONTROLLER" -o jsonpath='{.spec.template.spec.containers[0].image}')
+[[ $cimg == "$NODEIMAGE_CONTROLLER_IMAGE" ]] || fail "the controller runs $cimg, not $NODEIMAGE_CONTROLLER_IMAGE"
 pass "helm upgrade rolled the daemon ($old_pod -> $dpod, $img)"
 kc wait -n "$TENANT" ipj/big --for=condition=Complete --timeout=600s >/dev/null ||
   fail "the in-flight job did not complete after the rollout: $(kc get ipj -n "$TENANT" big -o jsonpath='{.status}')"

@@ -78,13 +78,13 @@ cargo test --workspace --quiet
 step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
-step "in the background while the end-to-end tests mostly wait: helm (go install) and the release images (cargo, umoci, skopeo), logs $STATE/logs/{helm,images}.log"
+step "in the background while the end-to-end tests mostly wait: helm (go install) and the release (make release: amd64 and arm64 images, signatures, SBOMs, the chart), logs $STATE/logs/{helm,release}.log"
 # CPU work that would otherwise run alone later: a cold run saves most of
-# the ~10 minutes these take.
+# the time these take.
 background helm tests/chart.sh --install-helm
 HELM_PID=$!
-background images bash -c 'images/build.sh && images/check.sh'
-IMAGES_PID=$!
+background release release/release.sh
+RELEASE_PID=$!
 
 step "end-to-end tests"
 cargo build --quiet -p nodeimage-kubectl  # the kubectl plugin tests/tests/kubectl_plugin.rs runs
@@ -118,9 +118,9 @@ tests/cluster/real-node.sh >/dev/null
 step "kubelet's image GC and credential checks on the real node (they restart its kubelet: one at a time)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test real_kubelet -- --ignored --test-threads=1
 
-step "waiting for the container images"
-wait_background "$IMAGES_PID" images
-tail -n 12 "$STATE/logs/images.log"
+step "waiting for the release (make release)"
+wait_background "$RELEASE_PID" release
+grep -E '^  ok:|release: ' "$STATE/logs/release.log" | tail -n 40
 
 step "the chart installed with helm onto the real node, as docs/install.md says"
 tests/install.sh

@@ -92,3 +92,35 @@ fn readme_names_the_served_api_versions() {
         }
     }
 }
+
+/// The version has one source, Cargo.toml's workspace version; the chart's
+/// version and appVersion are copies of it (release/set-version.sh writes
+/// all three), and CHANGELOG.md has a section that will carry it.
+#[test]
+fn chart_and_changelog_carry_the_workspace_version() {
+    let cargo = read("Cargo.toml");
+    let version = cargo
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("version = ")))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .expect("Cargo.toml has [workspace.package] version");
+    let chart = read("charts/nodeimage/Chart.yaml");
+    let field = |key: &str| {
+        chart
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().trim_matches('"').to_string())
+            .unwrap_or_else(|| panic!("Chart.yaml has no {key}"))
+    };
+    assert_eq!(
+        (field("version:"), field("appVersion:")),
+        (version.clone(), version.clone()),
+        "Chart.yaml (version, appVersion) vs Cargo.toml's {version}: run release/set-version.sh {version}"
+    );
+    let changelog = read("CHANGELOG.md");
+    assert!(
+        changelog.contains("\n## Unreleased") || changelog.contains(&format!("\n## [{version}]")),
+        "CHANGELOG.md needs '## Unreleased' or '## [{version}]'"
+    );
+}
