@@ -52,7 +52,11 @@ pub fn reported_version(ni: &NodeImage, image: &str, tag: &str) -> Option<i64> {
 ///   keeps its owners, gains this one, and its version is bumped so the node
 ///   pulls again for this job.
 /// - A tag this job already owns follows the job's current pull policy
-///   (OpenKruise does not: its issue #2221), without a re-pull.
+///   (OpenKruise does not: its issue #2221), without a re-pull; but when a
+///   secret of the job is not on the image yet (its copy was just made, or
+///   the entry was written by OpenKruise with kruise-daemon-config's copy)
+///   the version is bumped, so a node that failed or is pulling without it
+///   pulls again with it.
 /// - A tag that carries an `upgrade` (a NodeUpgradeJob's) gains the owner
 ///   without a version bump: a bump would run the upgrade again; the node's
 ///   result of the upgrade answers this job too.
@@ -65,6 +69,14 @@ pub fn upsert(
     let before = images.get(req.image.as_str()).cloned();
     let image = images.entry(SharedStr::new(&req.image)).or_default();
     let uid = req.owner.uid.as_deref();
+    let has = |s: &ReferenceObject| {
+        image
+            .pull_secrets
+            .iter()
+            .flatten()
+            .any(|x| x.namespace == s.namespace && x.name == s.name)
+    };
+    let secret_missing = req.secrets.iter().any(|s| !has(s));
     match image.tags.iter_mut().find(|t| t.tag == req.tag) {
         None => image.tags.push(ImageTagSpec {
             tag: SharedStr::new(&req.tag),
@@ -82,17 +94,18 @@ pub fn upsert(
         }),
         Some(tag) => {
             let owners = tag.owner_references.get_or_insert_with(Owners::default);
-            if !owners.iter().any(|o| o.uid.as_deref() == uid) {
+            let new_owner = !owners.iter().any(|o| o.uid.as_deref() == uid);
+            if new_owner {
                 owners.push(req.owner.clone());
-                if tag.upgrade.is_none() {
-                    tag.version = Some(
-                        tag.version
-                            .unwrap_or(0)
-                            .saturating_add(1)
-                            .min(nodeimage_api::limits::VERSION_MAX),
-                    );
-                    tag.created_at = Some(api_time(now));
-                }
+            }
+            if (new_owner || secret_missing) && tag.upgrade.is_none() {
+                tag.version = Some(
+                    tag.version
+                        .unwrap_or(0)
+                        .saturating_add(1)
+                        .min(nodeimage_api::limits::VERSION_MAX),
+                );
+                tag.created_at = Some(api_time(now));
             }
             tag.pull_policy = Some(req.pull_policy.clone().into());
             tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);

@@ -195,3 +195,151 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
     });
     drop(ns);
 }
+
+/// A job OpenKruise was running with `pullSecrets` (docs/migration.md,
+/// "What happens to existing objects"): its NodeImage entry names
+/// OpenKruise's copy of the secret in kruise-daemon-config, which
+/// nodeimage's daemon does not read. When nodeimage's controller adds its
+/// own copy to the entry it gives the tag a new version (docs/api.md,
+/// "Credentials"), so a node that pulled (or is pulling) without it pulls
+/// again with it, and the job succeeds. Without the bump a node that had
+/// started before the copy was added fails with 401, as a real
+/// kruise-manager migration showed (here the controller is usually first,
+/// so the unit test in controller/src/entries/tests.rs is the one that
+/// fails without the rule).
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn an_openkruise_job_with_pull_secrets_is_pulled_again_with_nodeimages_copy() {
+    let c = Cluster::load();
+    let node = c.nodes()[0].clone();
+    let ns = TestNs::create(&c, "e2e-migrate-secret");
+    let reg = kruise::auth_registry(&c);
+    let pushed = kruise::push_unique(&reg, "migrate-secret", 64 << 10);
+    let image = format!("{}:v1", pushed.name);
+    let payload = kruise::docker_config_json(
+        &[c.var("NODEIMAGE_AUTH_REGISTRY").as_str()],
+        &c.var("NODEIMAGE_AUTH_USER"),
+        &c.var("NODEIMAGE_AUTH_PASSWORD"),
+    );
+    kruise::put_secret(
+        &c,
+        &ns.name,
+        "regcred",
+        "kubernetes.io/dockerconfigjson",
+        ".dockerconfigjson",
+        &payload,
+        false,
+    );
+    let mut cleanup = Cleanup::default();
+    let (s, i) = (vec![c.socket(0)], pushed.name.clone());
+    cleanup.defer("remove the image", move || {
+        prepull::remove_from_nodes(&s, &i)
+    });
+
+    // The job, paused so that nodeimage writes nothing before OpenKruise's
+    // entry is in place.
+    let name = "kruise-with-secret";
+    kruise::create(
+        &c,
+        &json!({
+            "apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "ImagePullJob",
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {
+                "image": image,
+                "pullSecrets": ["regcred"],
+                "selector": {"names": [node]},
+                "parallelism": 0,
+                "completionPolicy": {"type": "Always"},
+            },
+        }),
+    );
+    let (c2, ns2) = (c.clone(), ns.name.clone());
+    cleanup.defer("delete the job", move || {
+        let _ = c2.kubectl(
+            &[
+                "delete",
+                IPJ,
+                name,
+                "-n",
+                &ns2,
+                "--ignore-not-found",
+                "--timeout=60s",
+            ],
+            None,
+        );
+    });
+    let job = kruise::get(&c, IPJ, Some(&ns.name), name).expect("the job exists");
+    let uid = str_of(&job["metadata"]["uid"]).to_string();
+
+    // OpenKruise's entry: the job as owner, OpenKruise's secret copy.
+    let (repo, tag) = (pushed.name.clone(), "v1");
+    nodeimage_tests::nodeimage::set_image(
+        &c,
+        &node,
+        &repo,
+        json!({
+            "pullSecrets": [{"namespace": "kruise-daemon-config", "name": format!("regcred-{uid}")}],
+            "tags": [{
+                "tag": tag,
+                "version": 1,
+                "ownerReferences": [{
+                    "apiVersion": "apps.kruise.io/v1alpha1",
+                    "kind": "ImagePullJob",
+                    "namespace": ns.name,
+                    "name": name,
+                    "uid": uid,
+                }],
+            }],
+        }),
+    );
+    let (rc, cc, n) = (repo.clone(), c.clone(), node.clone());
+    cleanup.defer("drop the entry", move || {
+        nodeimage_tests::nodeimage::remove_images(&cc, &n, &[rc])
+    });
+    // nodeimage takes the job on: its copy joins the entry, with a new
+    // version (the paused job's node already has an entry: it is adopted).
+    c.kubectl_ok(
+        &[
+            "patch",
+            IPJ,
+            name,
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"parallelism":1}}"#,
+        ],
+        None,
+    );
+    wait_for(
+        "nodeimage's copy on the entry, with version 2",
+        WAIT,
+        || {
+            let ni = nodeimage_tests::nodeimage::get(&c, &node)?;
+            let spec = nodeimage_tests::nodeimage::spec_tag(&ni, &repo, tag)?;
+            let secrets = ni["spec"]["images"][&repo]["pullSecrets"].as_array()?.len();
+            (spec["version"] == 2 && secrets == 2).then_some(())
+        },
+    );
+    let done = kruise::wait_job(
+        &c,
+        IPJ,
+        &ns.name,
+        name,
+        "completed",
+        WAIT,
+        kruise::completed,
+    );
+    assert_eq!(
+        (
+            kruise::count(&done, "succeeded"),
+            kruise::count(&done, "failed")
+        ),
+        (1, 0),
+        "{}",
+        kruise::describe(&done)
+    );
+    drop(cleanup);
+    drop(ns);
+}

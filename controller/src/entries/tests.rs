@@ -77,6 +77,36 @@ fn owned_tag_follows_policy_edits_without_repull() {
     assert_eq!(tag.version, Some(0));
 }
 
+/// OpenKruise's entry for the same job names its own copy of the secret
+/// (kruise-daemon-config), which nodeimage's daemons do not read: adopting
+/// it adds nodeimage's copy and pulls again, once.
+#[test]
+fn adopted_entry_gains_the_jobs_secret_and_is_pulled_again_once() {
+    let mut images = BTreeMap::from([(
+        "nginx".into(),
+        ImageSpec {
+            pull_secrets: Some(vec![ReferenceObject {
+                namespace: Some("kruise-daemon-config".into()),
+                name: Some("regcred-x".into()),
+                mode: None,
+            }]),
+            tags: vec![ImageTagSpec {
+                tag: "1.25".into(),
+                version: Some(3),
+                owner_references: Some(vec![owner("a")].into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    )]);
+    assert!(upsert(&mut images, &req("a", 600), None, now(5)));
+    assert_eq!(images["nginx"].tags[0].version, Some(4));
+    assert_eq!(images["nginx"].tags[0].created_at, Some(api_time(now(5))));
+    assert_eq!(images["nginx"].pull_secrets.as_ref().map(Vec::len), Some(2));
+    assert!(!upsert(&mut images, &req("a", 600), None, now(6)));
+    assert_eq!(images["nginx"].tags[0].version, Some(4));
+}
+
 #[test]
 fn hand_written_tag_gains_owner_and_is_pulled_again() {
     let mut images = BTreeMap::from([(
