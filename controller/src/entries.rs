@@ -44,6 +44,17 @@ pub fn reported_version(ni: &NodeImage, image: &str, tag: &str) -> Option<i64> {
         .and_then(|t| t.version)
 }
 
+/// The version after `v`, within the schema's bound.
+fn next_version(v: i64) -> i64 {
+    v.saturating_add(1).min(nodeimage_api::limits::VERSION_MAX)
+}
+
+/// Makes the node pull `tag` again: a new version, counted from now.
+fn pull_again(tag: &mut ImageTagSpec, now: DateTime<Utc>) {
+    tag.version = Some(next_version(tag.version.unwrap_or(0)));
+    tag.created_at = Some(api_time(now));
+}
+
 /// Writes `req` into `images`; returns whether anything changed.
 ///
 /// - A new tag gets the job as owner, `createdAt` now, and version one above
@@ -83,11 +94,7 @@ pub fn upsert(
             created_at: Some(api_time(now)),
             pull_policy: Some(req.pull_policy.clone().into()),
             owner_references: Some(vec![req.owner.clone()].into()),
-            version: Some(
-                reported_version
-                    .map(|v| v.saturating_add(1).min(nodeimage_api::limits::VERSION_MAX))
-                    .unwrap_or(0),
-            ),
+            version: Some(reported_version.map(next_version).unwrap_or(0)),
             image_pull_policy: req.image_pull_policy.as_deref().map(SharedStr::new),
             check_items: req.check_items.clone().map(Box::new),
             ..Default::default()
@@ -99,13 +106,7 @@ pub fn upsert(
                 owners.push(req.owner.clone());
             }
             if (new_owner || secret_missing) && tag.upgrade.is_none() {
-                tag.version = Some(
-                    tag.version
-                        .unwrap_or(0)
-                        .saturating_add(1)
-                        .min(nodeimage_api::limits::VERSION_MAX),
-                );
-                tag.created_at = Some(api_time(now));
+                pull_again(tag, now);
             }
             tag.pull_policy = Some(req.pull_policy.clone().into());
             tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);
@@ -159,13 +160,7 @@ pub fn upsert_upgrade(
     let same_run = tag.upgrade.as_ref().is_some_and(|u| u.same_run(upgrade));
     if !same_run {
         if prior.is_some_and(|v| v == tag.version) {
-            tag.version = Some(
-                tag.version
-                    .unwrap_or(0)
-                    .saturating_add(1)
-                    .min(nodeimage_api::limits::VERSION_MAX),
-            );
-            tag.created_at = Some(api_time(now));
+            pull_again(tag, now);
         }
         tag.upgrade = Some(Box::new(upgrade.clone()));
         changed = true;
