@@ -10,6 +10,9 @@
 #   IMAGE_ARCHES="amd64 arm64" images/build.sh   # both architectures (make release)
 #   IMAGE_REGISTRY=registry.example.com/nodeimage IMAGE_TAG=0.2.0 images/build.sh
 #   images/build.sh --no-push             # only the OCI layout
+#   images/build.sh --packages-only       # only the Debian packages the build needs
+#   images/build.sh --binaries-only       # only the cargo build (tests/run-all.sh
+#                                         # starts it early, in the background)
 #
 # Environment: IMAGE_ARCHES (default: the machine's; amd64 and arm64 are
 # known, either built on either machine: the other one with Debian's cross
@@ -40,11 +43,13 @@ die() {
   exit 1
 }
 
-PUSH=1
+PUSH=1 MODE=all
 for arg in "$@"; do
   case $arg in
     --no-push) PUSH=0 ;;
-    *) die "unknown argument $arg (usage: images/build.sh [--no-push])" ;;
+    --packages-only) MODE=packages PUSH=0 ;;
+    --binaries-only) MODE=binaries PUSH=0 ;;
+    *) die "unknown argument $arg (usage: images/build.sh [--no-push | --packages-only | --binaries-only])" ;;
   esac
 done
 
@@ -71,11 +76,16 @@ LAYOUT=$STATE/nodeimage-oci
 declare -A pkg_of=([umoci]=umoci [skopeo]=skopeo [ldd]=libc-bin [protoc]=protobuf-compiler)
 missing=()
 for tool in "${!pkg_of[@]}"; do command -v "$tool" >/dev/null || missing+=("${pkg_of[$tool]}"); done
+for arch in "${ARCHES[@]}"; do
+  # shellcheck disable=SC2207 # package names have no spaces
+  missing+=($(cross_packages "$arch"))
+done
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } ||
     die "apt-get install ${missing[*]} failed (as root on Debian or Ubuntu; elsewhere install them yourself)"
 fi
+[[ $MODE != packages ]] || exit 0
 
 mkdir -p "$STATE"
 targets=()
@@ -92,6 +102,7 @@ for n in "${IMAGES[@]}"; do crates+=(-p "$(image_crate "$n")"); done
 for c in ${IMAGE_BUILD_ALSO:-}; do crates+=(-p "$c"); done
 cargo build --release --locked --quiet "${targets[@]}" "${crates[@]}"
 log "release binaries built in $((SECONDS - t0)) s"
+[[ $MODE != binaries ]] || exit 0
 
 rm -rf "$LAYOUT"
 umoci init --layout "$LAYOUT"

@@ -15,6 +15,19 @@ host_arch() {
 # gnu_triplet ARCH: Debian's multiarch name, which its cross gcc carries.
 gnu_triplet() { rust_target "$1" | sed 's/-unknown-/-/'; }
 
+# cross_packages ARCH: the Debian packages building for ARCH still needs on
+# this machine (its cross gcc, and qemu-user-static that runs its binaries in
+# the checks), space-separated; empty for the machine's own architecture.
+cross_packages() {
+  local arch=$1 triplet q pkgs=()
+  [[ $arch == "$(host_arch)" ]] && return 0
+  triplet=$(gnu_triplet "$arch")
+  command -v "$triplet-gcc" >/dev/null || pkgs+=("gcc-${triplet//_/-}")
+  case $arch in amd64) q=x86_64 ;; arm64) q=aarch64 ;; esac
+  command -v "qemu-$q-static" >/dev/null || pkgs+=(qemu-user-static)
+  echo "${pkgs[*]}"
+}
+
 # cross_setup ARCH STATE: Rust's standard library for ARCH, Debian's cross
 # gcc (the linker, and the C compiler of the ring crate's build script),
 # exported to cargo through its environment variables, and ARCH's Debian
@@ -28,10 +41,11 @@ cross_setup() {
     log "rustup target add $target"
     rustup target add "$target" >/dev/null 2>&1 || die "rustup target add $target failed"
   fi
-  if ! command -v "$triplet-gcc" >/dev/null; then
-    pkg=gcc-${triplet//_/-}
-    log "installing Debian package $pkg (the cross linker)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg"; } >/dev/null ||
+  pkg=$(cross_packages "$arch")
+  if [[ -n $pkg ]]; then
+    log "installing Debian packages $pkg (the cross linker, qemu for the checks)"
+    # shellcheck disable=SC2086 # a list of package names
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkg; } >/dev/null ||
       die "apt-get install $pkg failed"
   fi
   var=${target//-/_}

@@ -17,6 +17,9 @@
 #   6. release.env (what was published, by digest), SHA256SUMS.
 #
 #   release/release.sh                          # to the local cluster's registry
+#   release/release.sh --packages-only          # only the Debian packages it needs
+#   release/release.sh --binaries-only          # only its cargo build (tests/run-all.sh
+#                                               # starts it first, in the background)
 #   IMAGE_REGISTRY=registry.example.com/nodeimage \
 #     RELEASE_SIGNING_KEY=cosign.key RELEASE_SIGNING_PASSPHRASE_FILE=pass release/release.sh
 #
@@ -56,6 +59,15 @@ app_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/no
   die "Chart.yaml says version $chart_version, appVersion $app_version; Cargo.toml $VERSION (release/set-version.sh $VERSION)"
 grep -qE "^## (\[?$VERSION\]?|Unreleased)" CHANGELOG.md || die "CHANGELOG.md has no section for $VERSION"
 export IMAGE_TAG=$VERSION
+export IMAGE_ARCHES=${IMAGE_ARCHES:-amd64 arm64}
+# The plugin's binaries come from the same cargo run as the images' (one
+# compile of the shared crates; the SBOMs read that run's feature set).
+export IMAGE_BUILD_ALSO=nodeimage-kubectl
+case ${1:-} in
+  "") ;;
+  --packages-only | --binaries-only) exec images/build.sh "$1" ;;
+  *) die "unknown argument $1 (usage: release/release.sh [--packages-only | --binaries-only])" ;;
+esac
 
 if [[ -z ${IMAGE_REGISTRY:-} && -f $STATE/env.sh ]]; then
   # shellcheck disable=SC1091
@@ -73,10 +85,6 @@ work=$(mktemp -d "$STATE/release.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # 2. Images for both architectures.
-export IMAGE_ARCHES=${IMAGE_ARCHES:-amd64 arm64}
-# The plugin's binaries come from the same cargo run as the images' (one
-# compile of the shared crates; the SBOMs read that run's feature set).
-export IMAGE_BUILD_ALSO=nodeimage-kubectl
 log "images for ${IMAGE_ARCHES// /, } (images/build.sh, images/check.sh)"
 images/build.sh
 images/check.sh

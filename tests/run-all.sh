@@ -57,6 +57,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The release's cargo build (amd64 and arm64) is the largest CPU job of the
+# run: it starts first and takes whatever CPU the foreground leaves idle
+# (downloads, links, tests that wait). Its Debian packages come first, in
+# the foreground, so that no two apt-get runs meet.
+mkdir -p "$STATE/logs"
+step "the release's Debian packages, then its cargo build in the background (log $STATE/logs/release-build.log)"
+release/release.sh --packages-only
+# The lock tells the release job (started later) to wait for this build.
+background release-build flock "$STATE/release-build.lock" release/release.sh --binaries-only
+
 step "starting the local cluster (installs Debian packages and builds the control plane on first run)"
 tests/cluster/up.sh
 
@@ -80,10 +90,10 @@ tests/nodeimage.sh start
 
 step "in the background while the end-to-end tests mostly wait: helm (go install) and the release (make release: amd64 and arm64 images, signatures, SBOMs, the chart), logs $STATE/logs/{helm,release}.log"
 # CPU work that would otherwise run alone later: a cold run saves most of
-# the time these take.
+# the time these take. The release waits for its cargo build, started first.
 background helm tests/chart.sh --install-helm
 HELM_PID=$!
-background release release/release.sh
+background release flock "$STATE/release-build.lock" release/release.sh
 RELEASE_PID=$!
 
 step "end-to-end tests"

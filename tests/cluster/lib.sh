@@ -344,18 +344,22 @@ containerd_lines() {
   echo "${lines[*]}"
 }
 
-# build_containerd LINE: containerd, ctr and containerd-shim-runc-v2 of
-# tests/containerd/vLINE into $BIN/containerd-vLINE/ (stamped: rebuilt only
-# when go.mod/go.sum, the go version or the flags change), version-stamped
-# like containerd's Makefile does (without the leading "v", as distribution
-# packages report it).
+# build_containerd LINE [--daemon-only]: containerd, ctr and
+# containerd-shim-runc-v2 of tests/containerd/vLINE into
+# $BIN/containerd-vLINE/ (stamped: rebuilt only when go.mod/go.sum, the go
+# version or the flags change), version-stamped like containerd's Makefile
+# does (without the leading "v", as distribution packages report it).
+# --daemon-only: containerd alone, for the simulated nodes, which run no
+# container (no shim) and are read with Debian's ctr (any ctr speaks to any
+# containerd's API); a cold run saves two links per line.
 build_containerd() {
-  local line=$1 dir=$CONTAINERD_MODULES/v$1 mod ver
+  local line=$1 dir=$CONTAINERD_MODULES/v$1 mod ver cmds
   read -r mod ver <<<"$(containerd_module "$line")" || true
   [[ -n ${ver:-} ]] || die "no containerd module in $dir/go.mod"
+  cmds=("$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2")
+  [[ ${2:-} != --daemon-only ]] || cmds=("$mod/cmd/containerd")
   CGO_ENABLED=0 go_build_stamped "$BIN/containerd-v$line/" "$dir" "$dir/go.mod" "$dir/go.sum" -- \
-    -tags "$CONTAINERD_BUILD_TAGS" -ldflags "-s -w -X $mod/version.Version=${ver#v}" \
-    "$mod/cmd/containerd" "$mod/cmd/ctr" "$mod/cmd/containerd-shim-runc-v2"
+    -tags "$CONTAINERD_BUILD_TAGS" -ldflags "-s -w -X $mod/version.Version=${ver#v}" "${cmds[@]}"
 }
 
 # Version of Debian's containerd as it reports itself (e.g. 1.6.20~ds1;
@@ -366,7 +370,7 @@ debian_containerd_version() {
 
 # resolve_runtime SPEC: parses a runtime (format above) into
 #   RT_LINE     debian, or a line of tests/containerd/ (1.7, 2.2, 2.x)
-#   RT_DIR      directory of its containerd, ctr and containerd-shim-runc-v2
+#   RT_DIR      directory of its containerd (built whole: with ctr and containerd-shim-runc-v2)
 #   RT_VERSION  containerd's version as CRI Version reports it (1.6.20~ds1, 1.7.35)
 #   RT_CONFIG   2 or 3
 #   RT_DISCARD  0 or 1

@@ -192,11 +192,15 @@ for i in "${!NODE_NAMES[@]}"; do
   NODE_RT_VERSIONS+=("$RT_VERSION") NODE_RT_CONFIGS+=("$RT_CONFIG") NODE_RT_DISCARDS+=("$RT_DISCARD")
   lines_needed[$RT_LINE]=1
 done
-# real-node.sh's containerd too: every Go build of a run happens here, once.
+# real-node.sh's containerd too, whole (it runs containers: the shim): every
+# Go build of a run happens here, once.
 resolve_runtime "$REAL_NODE_RUNTIME"
-lines_needed[$RT_LINE]=1
+lines_needed[$RT_LINE]=whole
 for line in $(containerd_lines); do
-  if [[ -n ${lines_needed[$line]:-} ]]; then build_containerd "$line"; fi
+  case ${lines_needed[$line]:-} in
+    whole) build_containerd "$line" ;;
+    1) build_containerd "$line" --daemon-only ;;
+  esac
 done
 
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" --request-timeout=10s "$@"; }
