@@ -14,13 +14,18 @@ export NODEIMAGE_STATE=$STATE
 step() { printf '\n==== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 
 # Builds in the background (helm, the release images): each at the lowest
-# CPU priority in its own process group, so the tests in the foreground keep
-# the CPU they need and a failed run stops the whole build.
+# CPU priority in its own session, so the tests in the foreground keep the
+# CPU they need and a failed run stops the whole build. With the kernel's
+# autogroup scheduling (most distributions turn it on) a new session is a
+# CPU group of its own that `nice` alone does not lower against the others:
+# the group's own nice value is set too.
 BG_PIDS=()
 background() {
   local name=$1
   shift
-  setsid nice -n 19 "$@" >"$STATE/logs/$name.log" 2>&1 &
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true; exec nice -n 19 "$@"' background "$@" \
+    >"$STATE/logs/$name.log" 2>&1 &
   BG_PIDS+=($!)
 }
 # wait_background PID NAME: its exit status, with the end of its log on failure.
