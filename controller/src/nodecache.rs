@@ -2,7 +2,7 @@
 //! KubeEdge job kinds read Nodes through one watch and one store, trimmed to
 //! what any of them reads (`nodes::trim_node`), and each gets its own stream
 //! of the watch's events, deletions included. (Four caches held four copies
-//! of every Node: about 13 MB per copy at 5,000 Nodes.)
+//! of every Node; docs/benchmarks.md, "Controller memory".)
 
 use crate::lifecycle;
 use crate::watch::{self, SyncSignals, Synced};

@@ -96,11 +96,11 @@ impl NodeImages {
 /// write `test`s each image it changes as read) and the whole status but
 /// `firstSyncStatus` (housekeeping's status writes are built from it; every
 /// tag status field feeds a job's status or a wakeup). Dropped: managed
-/// fields (decoded, four times the spec), annotations (the node mirror's
-/// record of its labels cost ~0.7 KB per cached NodeImage), creation time,
-/// owner references, finalizers, and lists' spare capacity: decoding
-/// grows each list to at least four items, and most images have one tag,
-/// so at 100 images a node's cached copy was 226 KB, 97 KB of it in use.
+/// fields (decoded, larger than the spec), annotations (the node mirror's
+/// record of its labels), creation time, owner references, finalizers, and
+/// lists' spare capacity: decoding grows each list to at least four items,
+/// and most images have one tag (what each costs: docs/benchmarks.md,
+/// "Controller memory").
 pub fn compact(ni: &mut NodeImage) {
     let meta = &mut ni.metadata;
     meta.managed_fields = None;

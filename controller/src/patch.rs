@@ -76,11 +76,11 @@ pub fn guarded<T: Serialize>(
 /// Every write the controller makes to a NodeImage's spec carries it. Once
 /// cleared, the API server records no managed fields for Update writes (the
 /// daemons' and the controller's JSON and merge patches), so a NodeImage
-/// stays without them. They were a third of a stored NodeImage with 100
-/// tags (34 of 103 KB, mostly the controller's per-tag keys), and keeping
-/// them made the API server spend about as much CPU again on every write
-/// (docs/benchmarks.md). Nothing reads them: the node mirror records the
-/// labels it owns in an annotation instead.
+/// stays without them. They were a large share of a stored NodeImage
+/// (mostly the controller's per-tag keys) and of the API server's CPU on
+/// every write (docs/benchmarks.md, "API server cost per NodeImage write").
+/// Nothing reads them: the node mirror records the labels it owns in an
+/// annotation instead.
 pub fn no_managed_fields() -> Value {
     json!([{}])
 }

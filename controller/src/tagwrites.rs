@@ -127,8 +127,9 @@ pub async fn release(
     uids: &[String],
 ) -> Result<(), WriteError> {
     // Borrowed, not cloned: a cleanup looks at every NodeImage, and most
-    // hold nothing of the job (a copy of each spec took the controller to
-    // ~820 MiB while a hundred jobs were deleted).
+    // hold nothing of the job (a copy of each spec multiplied the
+    // controller's memory while many jobs were deleted: docs/benchmarks.md,
+    // "Controller memory").
     let uids: Vec<String> = match ni.spec.images.as_ref() {
         Some(images) => uids
             .iter()
@@ -201,7 +202,7 @@ pub struct NodeWriter {
 }
 
 /// NodeImage writes in flight at once, over all nodes. Each write sends and
-/// re-stores a whole NodeImage (160 KB with 100 tags); a thousand at once
+/// re-stores a whole NodeImage (its whole spec); a thousand at once
 /// (a deleted job leaving every node) swamp the API server, while edits that
 /// wait for a slot are batched into fewer writes.
 const WRITES_IN_FLIGHT: usize = 16;
@@ -304,8 +305,8 @@ impl NodeWriter {
                     if let Some(mut written) = written {
                         // Only its spec and version are read; the status is the
                         // cache's. Trimmed as the cache's copies are (decoded
-                        // managed fields are ~4 KB per tag, four times the spec):
-                        // every node written waits here until the watch catches up.
+                        // managed fields outweigh the spec): every node written
+                        // waits here until the watch catches up.
                         written.status = None;
                         crate::nodeimages::compact(&mut written);
                         if let Some(slot) = self.lock().get_mut(&node) {
@@ -333,7 +334,8 @@ impl NodeWriter {
     /// Forgets each node's last write as soon as the shared cache holds it,
     /// until `changes` ends: a node's spec is then kept twice only while the
     /// watch lags behind our write (kept until the node's next edit, these
-    /// copies were a quarter of the controller's peak memory).
+    /// copies were a large share of the controller's peak memory:
+    /// docs/benchmarks.md, "Controller memory").
     pub async fn follow(self, changes: futures::stream::BoxStream<'static, Arc<NodeImage>>) {
         changes
             .for_each(|ni| {

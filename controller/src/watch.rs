@@ -81,9 +81,9 @@ where
 }
 
 /// Objects per list page, for every watch here. A page is decoded whole
-/// before its objects are trimmed for a store: 500 (kube's default)
-/// NodeImages with 100 tags each were ~110 MB at once, and glibc keeps what
-/// a peak took.
+/// before its objects are trimmed for a store: kube's default of 500 large
+/// NodeImages made a peak that glibc then keeps (docs/benchmarks.md,
+/// "Controller memory").
 const LIST_PAGE: u32 = 100;
 
 /// A watch of every object of kind `K` that never fails because one object
@@ -202,8 +202,8 @@ fn signalled<K>(
 /// and every deletion. Watches whose objects change often in ways a
 /// controller does not read (status writes) wake it only for what it reads.
 ///
-/// Only a 64-bit fingerprint of each object's key is kept, not the key: at
-/// 5,000 Nodes a copy of every label map per watch cost megabytes. Two keys
+/// Only a 64-bit fingerprint of each object's key is kept, not the key: a
+/// copy of every label map per watch grows with the cluster. Two keys
 /// with the same fingerprint (odds of 2^-64 per change) would hide that
 /// change until the object's next one.
 pub fn changes_only<K, Key>(

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 3 benchmarks (docs/benchmarks.md, "NodeImage: memory and pull time"):
+# The pull benchmarks (docs/benchmarks.md, "The 50 MB pull on each containerd
+# runtime" and "Status latency"):
 #
 #   1. resident memory of the node daemons (idle) and of the controller with
 #      the cluster's N nodes;

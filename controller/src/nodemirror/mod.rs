@@ -102,8 +102,8 @@ pub async fn run(
 /// What each NodeImage records of the mirror's labels (its annotation, and
 /// keys an earlier version applied), taken out of the metadata as each
 /// NodeImage arrives: the cached metadata keeps no annotations or managed
-/// fields (an annotation map cost ~0.7 KB per NodeImage, managed fields
-/// ~2.5 KB). Only NodeImages that record something have an entry.
+/// fields (both cost more than the rest of the metadata: docs/benchmarks.md,
+/// "Controller memory"). Only NodeImages that record something have an entry.
 #[derive(Clone, Default)]
 pub struct Owned(Arc<Mutex<HashMap<String, Ownership>>>);
 
