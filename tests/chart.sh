@@ -70,7 +70,7 @@ fi
 ((INSTALL_ONLY == 0)) || exit 0
 [[ -f $STATE/env.sh ]] || fail "no $STATE/env.sh: start the local cluster first (tests/cluster/up.sh)"
 
-(cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-daemon) || fail "cargo build -p nodeimage-daemon failed"
+cargo_build_all || fail "cargo build ${CARGO_SELECTION[*]} failed"
 cd "$REPO_ROOT"
 NODEIMAGE_HELM=$HELM NODEIMAGE_ENV=$STATE/env.sh \
-  cargo test -p nodeimage-tests --quiet --test chart -- --ignored --test-threads=1
+  cargo test --workspace --quiet --test chart -- --ignored --test-threads=1

@@ -19,8 +19,8 @@ start() {
   [[ -f $ENV_FILE ]] || die "no $ENV_FILE: start the cluster first (tests/cluster/up.sh)"
   # shellcheck disable=SC1090
   . "$ENV_FILE"
-  log "building nodeimage-controller and nodeimage-daemon"
-  (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-controller -p nodeimage-daemon)
+  log "building nodeimage-controller and nodeimage-daemon (cargo_build_all)"
+  cargo_build_all
   local bin=$REPO_ROOT/target/debug
   "$KUBECTL" apply --server-side --force-conflicts -f "$REPO_ROOT/crds/yaml" >/dev/null
   "$KUBECTL" wait --for=condition=Established --timeout=60s -f "$REPO_ROOT/crds/yaml" >/dev/null

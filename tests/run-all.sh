@@ -72,8 +72,12 @@ release/release.sh --packages-only
 # The lock tells the release job (started later) to wait for this build.
 background release-build flock "$STATE/release-build.lock" release/release.sh --binaries-only
 
+step "building the workspace (one cargo selection for the whole run: tests/cluster/lib.sh, cargo_build_all)"
+# shellcheck source=tests/cluster/lib.sh
+(. tests/cluster/lib.sh && cargo_build_all)
+
 step "starting the local cluster (installs Debian packages and builds the control plane on first run)"
-tests/cluster/up.sh
+NODEIMAGE_NI_CRI_BUILT=1 tests/cluster/up.sh
 
 if ! command -v promtool >/dev/null; then
   step "installing promtool (Debian package prometheus; its server is not started)"
@@ -102,11 +106,13 @@ background release flock "$STATE/release-build.lock" release/release.sh
 RELEASE_PID=$!
 
 step "end-to-end tests"
-cargo build --quiet -p nodeimage-kubectl  # the kubectl plugin tests/tests/kubectl_plugin.rs runs
-NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_
+# --tests: the doc tests are not end-to-end tests (and `--ignored` would run
+# the doc examples marked `ignore`). The kubectl plugin the tests run came
+# with cargo_build_all.
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_
 
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
-NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test kubeedge_crds -- --ignored upstream_crds
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test kubeedge_crds -- --ignored upstream_crds
 
 step "no panic in any log of nodeimage, the test daemons or the cluster"
 panicked=$(grep -rls --include='*.log' "panicked at" "$STATE" 2>/dev/null || true)
@@ -131,7 +137,7 @@ step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, 
 tests/cluster/real-node.sh >/dev/null
 
 step "kubelet's image GC and credential checks on the real node (they restart its kubelet: one at a time)"
-NODEIMAGE_ENV=$STATE/env.sh cargo test -p nodeimage-tests --quiet --test real_kubelet -- --ignored --test-threads=1
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=1
 
 step "waiting for the release (make release)"
 wait_background "$RELEASE_PID" release

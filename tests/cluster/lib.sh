@@ -249,6 +249,21 @@ unmount_under() {
 hash_of() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
 
 # ---------------------------------------------------------------------------
+# Rust builds
+# ---------------------------------------------------------------------------
+
+# The one cargo selection of the test scripts: every package, every target.
+# Cargo resolves crate features per selection, so `-p a` after `-p b` would
+# recompile kube, hyper, tonic and the rest with another feature set (a cold
+# run compiled kube five times); with one selection they compile once.
+CARGO_SELECTION=(--workspace --all-targets)
+
+# cargo_build_all: builds what any test script runs (a no-op when fresh).
+cargo_build_all() {
+  (cd "$REPO_ROOT" && cargo build --quiet "${CARGO_SELECTION[@]}")
+}
+
+# ---------------------------------------------------------------------------
 # Go builds
 # ---------------------------------------------------------------------------
 

@@ -73,7 +73,7 @@ NI_CRI=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ni-cri
 
 # Version stamping for binaries built from k8s.io/kubernetes (the same values
 # `make` would inject), so both kubelocal and kubectl report v1.33.13.
-GO_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33 -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+GO_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33 -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
 
 # Node count: an integer, or a list of names node-1..node-N.
 NODE_SPEC=${NODEIMAGE_NODES:-${NODEIMAGE_NODE_COUNT:-3}}
@@ -136,8 +136,8 @@ touch "$STATE_MARKER"
 # NODEIMAGE_NI_CRI_BUILT=1: the caller has just built it (tests/run-all.sh,
 # whose Rust builds then hold cargo's lock while this script builds Go).
 if [[ -z ${NODEIMAGE_NI_CRI_BUILT:-} ]]; then
-  log "building ni-cri (cargo, incremental)"
-  (cd "$REPO_ROOT" && cargo build --quiet -p nodeimage-tests --bin ni-cri)
+  log "building the workspace for ni-cri (cargo, incremental: cargo_build_all)"
+  cargo_build_all
 fi
 [[ -x $NI_CRI ]] || die "ni-cri was not built at $NI_CRI"
 
