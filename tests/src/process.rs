@@ -280,63 +280,43 @@ pub struct Containerd {
 }
 
 impl Containerd {
-    /// The config of a containerd living under `dir` and listening on `socket`.
-    pub fn config(dir: &Path, socket: &Path, sandbox_image: &str) -> String {
-        let d = dir.display();
-        format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "{socket}"
-
-[ttrpc]
-  address = "{socket}.ttrpc"
-
-[debug]
-  address = "{d}/debug.sock"
-  level = "info"
-
-[metrics]
-  address = ""
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{d}/opt"
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "{sandbox_image}"
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    disable_apparmor = true
-    enable_selinux = false
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "native"
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "{d}/cni/bin"
-      conf_dir = "{d}/cni/net.d"
-    [plugins."io.containerd.grpc.v1.cri".registry]
-      config_path = "{d}/certs.d"
-"#,
-            socket = socket.display(),
-        )
+    /// The config of a containerd living under `dir` (socket
+    /// `dir/containerd.sock`): the one writer of the test stack's containerd
+    /// configs, `containerd_config` in tests/cluster/lib.sh, with the native
+    /// snapshotter.
+    pub fn config(dir: &Path, sandbox_image: &str) -> String {
+        let lib = crate::repo_root().join("tests/cluster/lib.sh");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(r#". "$1" && containerd_config "$2" native "$3""#)
+            .arg("containerd-config")
+            .arg(&lib)
+            .arg(dir)
+            .arg(sandbox_image)
+            .output()
+            .expect("run containerd_config of tests/cluster/lib.sh");
+        assert!(
+            out.status.success(),
+            "containerd_config failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("containerd_config writes UTF-8")
     }
 
-    /// Starts containerd under `dir` on `socket`, waiting until CRI answers.
-    pub fn start(dir: &Path, socket: &Path, sandbox_image: &str) -> Containerd {
+    /// The socket of the containerd [`Containerd::start`] starts under `dir`.
+    pub fn socket_in(dir: &Path) -> PathBuf {
+        dir.join("containerd.sock")
+    }
+
+    /// Starts containerd under `dir` (on [`Containerd::socket_in`]), waiting
+    /// until CRI answers.
+    pub fn start(dir: &Path, sandbox_image: &str) -> Containerd {
+        let socket = &Self::socket_in(dir);
         for sub in ["root", "state", "opt", "cni/bin", "cni/net.d", "certs.d"] {
             std::fs::create_dir_all(dir.join(sub)).expect("create containerd dirs");
         }
         let config = dir.join("config.toml");
-        std::fs::write(&config, Self::config(dir, socket, sandbox_image))
+        std::fs::write(&config, Self::config(dir, sandbox_image))
             .expect("write containerd config");
         let log = dir.join("containerd.log");
         let (out, err) = log_file(&log, "start").expect("open containerd log");

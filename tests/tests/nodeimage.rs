@@ -1565,7 +1565,7 @@ fn bad_input_fails_only_that_tag() {
 fn containerd_down_keeps_tags_waiting_until_it_is_back() {
     let c = cluster();
     let dir = temp_dir();
-    let socket = dir.path().join("containerd.sock");
+    let socket = Containerd::socket_in(&dir.path().join("ctrd"));
     let img = push(&shared_registry(&c), "noruntime");
     let mut cleanup = Cleanup::default();
     let (fake, mut daemon) = fake_node_with_daemon(
@@ -1615,7 +1615,6 @@ fn containerd_down_keeps_tags_waiting_until_it_is_back() {
 
     let _containerd = Containerd::start(
         &dir.path().join("ctrd"),
-        &socket,
         &format!("{}/pause:3.6", c.var("NODEIMAGE_REGISTRY")),
     );
     let entry = ni::wait_phase(&c, t, 0, "Succeeded", TIMEOUT);
