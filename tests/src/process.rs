@@ -316,8 +316,7 @@ impl Containerd {
             std::fs::create_dir_all(dir.join(sub)).expect("create containerd dirs");
         }
         let config = dir.join("config.toml");
-        std::fs::write(&config, Self::config(dir, sandbox_image))
-            .expect("write containerd config");
+        std::fs::write(&config, Self::config(dir, sandbox_image)).expect("write containerd config");
         let log = dir.join("containerd.log");
         let (out, err) = log_file(&log, "start").expect("open containerd log");
         let child = Command::new("containerd")
