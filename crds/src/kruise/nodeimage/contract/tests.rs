@@ -79,9 +79,12 @@ fn spec_entry(tag: &str, version: Option<i64>) -> ImageTagSpec {
     }
 }
 
+/// The status entry a node writes for [`spec_entry`]`(tag, version)`.
 fn status_entry(tag: &str, version: Option<i64>) -> ImageTagStatus {
+    let spec = spec_entry(tag, version);
+    let (tag, version) = (spec.tag, spec.version);
     ImageTagStatus {
-        tag: tag.into(),
+        tag,
         version,
         ..Default::default()
     }
@@ -140,43 +143,25 @@ fn entry_for_finds_the_answering_entry_of_the_image() {
         ("a", "v2", None, Succeeded),
         ("b", "v1", Some(1), Succeeded),
     ]);
-    // (case, image, spec entry, phase of the entry found)
-    let cases: Vec<(&str, &str, ImageTagSpec, Option<ImagePullPhase>)> = vec![
-        (
-            "the current version",
-            "a",
-            spec_entry("v1", Some(2)),
-            Some(Pulling),
-        ),
-        (
-            "an older version",
-            "a",
-            spec_entry("v1", Some(1)),
-            Some(Failed),
-        ),
-        (
-            "no entry of that version",
-            "a",
-            spec_entry("v1", Some(3)),
-            None,
-        ),
-        (
-            "absent version matches 0",
-            "a",
-            spec_entry("v2", Some(0)),
-            Some(Succeeded),
-        ),
-        (
-            "the image decides",
-            "b",
-            spec_entry("v1", Some(1)),
-            Some(Succeeded),
-        ),
-        ("another image's entry", "b", spec_entry("v2", None), None),
-        ("an image without status", "c", spec_entry("v1", None), None),
+    // (case, image, spec entry (tag, version), phase of the entry found)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        (&'a str, Option<i64>),
+        Option<ImagePullPhase>,
+    );
+    let cases: Vec<Case> = vec![
+        ("the current version", "a", ("v1", Some(2)), Some(Pulling)),
+        ("an older version", "a", ("v1", Some(1)), Some(Failed)),
+        ("no entry of that version", "a", ("v1", Some(3)), None),
+        ("absent matches 0", "a", ("v2", Some(0)), Some(Succeeded)),
+        ("the image decides", "b", ("v1", Some(1)), Some(Succeeded)),
+        ("another image's entry", "b", ("v2", None), None),
+        ("an image without status", "c", ("v1", None), None),
     ];
-    for (case, image, spec, want) in cases {
-        assert_eq!(st.entry_for(image, &spec).map(|e| e.phase), want, "{case}");
+    for (case, image, (tag, version), want) in cases {
+        let found = st.entry_for(image, &spec_entry(tag, version));
+        assert_eq!(found.map(|e| e.phase), want, "{case}");
     }
     let empty = NodeImageStatus::default();
     assert_eq!(empty.entry_for("a", &spec_entry("v1", None)), None);
