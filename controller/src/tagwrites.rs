@@ -9,7 +9,7 @@ use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use nodeimage_api::kruise::nodeimage::is_stale_write;
+use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
 use nodeimage_api::shared::SharedStr;
 use serde::de::DeserializeOwned;

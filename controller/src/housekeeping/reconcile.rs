@@ -71,7 +71,9 @@ pub enum Error {
 impl Error {
     fn api(action: &'static str, name: &str, source: kube::Error) -> Self {
         match &source {
-            kube::Error::Api(s) if nodeimage_api::kruise::nodeimage::is_stale_write(s) => {
+            kube::Error::Api(s)
+                if nodeimage_api::kruise::nodeimage::contract::is_stale_write(s) =>
+            {
                 Error::Conflict(name.to_string())
             }
             _ => Error::Api {

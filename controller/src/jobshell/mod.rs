@@ -22,7 +22,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;
-use nodeimage_api::kruise::nodeimage::is_stale_write;
+use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
