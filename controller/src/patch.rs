@@ -75,7 +75,7 @@ pub fn guarded<T: Serialize>(
 pub use nodeimage_api::kruise::nodeimage::patch::clearing_managed_fields;
 
 /// The entry write that turns `old.images` into `new`, one image at a time,
-/// each tested as read ([`nodeimage_api::kruise::nodeimage::images_patch`]),
+/// each tested as read ([`nodeimage_api::kruise::nodeimage::patch::images_patch`]),
 /// clearing the managed fields
 /// ([`nodeimage_api::kruise::nodeimage::patch::no_managed_fields`]).
 pub fn images_tested(
@@ -86,9 +86,11 @@ pub fn images_tested(
     >,
 ) -> Result<json_patch::Patch, PatchError> {
     let mut ops =
-        nodeimage_api::kruise::nodeimage::images_patch(old, new).map_err(|source| PatchError {
-            what: "spec.images",
-            source,
+        nodeimage_api::kruise::nodeimage::patch::images_patch(old, new).map_err(|source| {
+            PatchError {
+                what: "spec.images",
+                source,
+            }
         })?;
     if let Value::Array(ops) = &mut ops {
         ops.push(nodeimage_api::kruise::nodeimage::patch::clear_managed_fields_op());
