@@ -70,35 +70,14 @@ pub fn guarded<T: Serialize>(
     Ok(Some(body))
 }
 
-/// The value of `metadata.managedFields` that clears them: a list of one
-/// empty entry (an empty list would leave them as they are).
-///
-/// Every write the controller makes to a NodeImage's spec carries it. Once
-/// cleared, the API server records no managed fields for Update writes (the
-/// daemons' and the controller's JSON and merge patches), so a NodeImage
-/// stays without them. They were a large share of a stored NodeImage
-/// (mostly the controller's per-tag keys) and of the API server's CPU on
-/// every write (docs/benchmarks.md, "API server cost per NodeImage write").
-/// Nothing reads them: the node mirror records the labels it owns in an
-/// annotation instead.
-pub fn no_managed_fields() -> Value {
-    json!([{}])
-}
-
-/// Adds the clearing of managed fields to a merge patch of the main resource.
-pub fn clearing_managed_fields(mut body: Value) -> Value {
-    if let Value::Object(map) = &mut body {
-        let meta = map.entry("metadata").or_insert_with(|| json!({}));
-        if let Value::Object(meta) = meta {
-            meta.insert("managedFields".into(), no_managed_fields());
-        }
-    }
-    body
-}
+/// The clearing of managed fields every spec write carries (the NodeImage
+/// contract's patch module says why).
+pub use nodeimage_api::kruise::nodeimage::patch::clearing_managed_fields;
 
 /// The entry write that turns `old.images` into `new`, one image at a time,
-/// each tested as read ([`nodeimage_api::kruise::nodeimage::images_patch`]),
-/// clearing the managed fields ([`no_managed_fields`]).
+/// each tested as read ([`nodeimage_api::kruise::nodeimage::patch::images_patch`]),
+/// clearing the managed fields
+/// ([`nodeimage_api::kruise::nodeimage::patch::no_managed_fields`]).
 pub fn images_tested(
     old: &nodeimage_api::kruise::NodeImageSpec,
     new: &std::collections::BTreeMap<
@@ -107,14 +86,14 @@ pub fn images_tested(
     >,
 ) -> Result<json_patch::Patch, PatchError> {
     let mut ops =
-        nodeimage_api::kruise::nodeimage::images_patch(old, new).map_err(|source| PatchError {
-            what: "spec.images",
-            source,
+        nodeimage_api::kruise::nodeimage::patch::images_patch(old, new).map_err(|source| {
+            PatchError {
+                what: "spec.images",
+                source,
+            }
         })?;
     if let Value::Array(ops) = &mut ops {
-        let clear =
-            json!({"op": "add", "path": "/metadata/managedFields", "value": no_managed_fields()});
-        ops.push(clear);
+        ops.push(nodeimage_api::kruise::nodeimage::patch::clear_managed_fields_op());
     }
     serde_json::from_value(ops).map_err(|source| PatchError {
         what: "JSON patch",

@@ -7,8 +7,8 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 use nodeimage_api::kruise::{
-    CompletionPolicy, CompletionPolicyType, ImagePullJobTemplate, ImagePullPhase, ImageTagStatus,
-    NodeImage,
+    CompletionPolicy, CompletionPolicyType, ImagePullJobTemplate, ImagePullPhase, ImageTagSpec,
+    ImageTagStatus, NodeImage,
 };
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -148,31 +148,10 @@ pub fn entry_states(ni: &NodeImage, entries: &[Entry], uid: &str) -> Vec<EntrySt
     entries
         .iter()
         .map(|e| {
-            let Some(tag) = ni
-                .spec
-                .images
-                .as_ref()
-                .and_then(|m| m.get(e.image.as_str()))
-                .and_then(|i| i.tags.iter().find(|t| t.tag == e.tag))
-            else {
+            let Some(tag) = owned_tag(ni, e, uid) else {
                 return EntryState::Missing;
             };
-            let owned = tag
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.uid.as_deref() == Some(uid));
-            if !owned {
-                return EntryState::Missing;
-            }
-            let version = tag.version.unwrap_or(0);
-            let status = ni
-                .status
-                .as_ref()
-                .and_then(|s| s.image_statuses.as_ref())
-                .and_then(|m| m.get(e.image.as_str()))
-                .and_then(|s| s.tags.iter().find(|t| t.tag == e.tag))
-                .filter(|t| t.version.unwrap_or(0) == version);
+            let status = ni.status.as_ref().and_then(|s| s.entry_for(&e.image, tag));
             match status.map(|s| (s.phase, s.message.as_deref().map(str::to_string))) {
                 Some((ImagePullPhase::Succeeded, _)) => EntryState::Succeeded,
                 Some((ImagePullPhase::Failed, msg)) => {
@@ -187,31 +166,25 @@ pub fn entry_states(ni: &NodeImage, entries: &[Entry], uid: &str) -> Vec<EntrySt
 /// The node's status of `entry` when the tag is owned by `uid` and the
 /// status answers the tag's current version (what [`entry_states`] reads).
 pub fn entry_status<'a>(ni: &'a NodeImage, entry: &Entry, uid: &str) -> Option<&'a ImageTagStatus> {
-    let tag = ni
-        .spec
+    let tag = owned_tag(ni, entry, uid)?;
+    ni.status.as_ref()?.entry_for(&entry.image, tag)
+}
+
+/// The spec entry of `entry` in `ni`, if the owner with `uid` holds it.
+fn owned_tag<'a>(ni: &'a NodeImage, entry: &Entry, uid: &str) -> Option<&'a ImageTagSpec> {
+    ni.spec
         .images
         .as_ref()?
         .get(entry.image.as_str())?
         .tags
         .iter()
-        .find(|t| t.tag == entry.tag)?;
-    if !tag
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.uid.as_deref() == Some(uid))
-    {
-        return None;
-    }
-    let version = tag.version.unwrap_or(0);
-    ni.status
-        .as_ref()?
-        .image_statuses
-        .as_ref()?
-        .get(entry.image.as_str())?
-        .tags
-        .iter()
-        .find(|t| t.tag == entry.tag && t.version.unwrap_or(0) == version)
+        .find(|t| t.tag == entry.tag)
+        .filter(|t| {
+            t.owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid.as_deref() == Some(uid))
+        })
 }
 
 /// Combines a node's entry states: any missing → not started; any unfinished

@@ -9,6 +9,7 @@ use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
+use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
 use nodeimage_api::shared::SharedStr;
 use serde::de::DeserializeOwned;
@@ -95,7 +96,7 @@ async fn edit_images(
         match result {
             Ok(written) => return Ok(Some(written)),
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-            Err(kube::Error::Api(e)) if e.code == 409 || is_failed_test(&e) => {
+            Err(kube::Error::Api(e)) if is_stale_write(&e) => {
                 tracing::debug!(nodeimage = %node, attempt, "spec moved under an entry write; reading it again");
             }
             Err(source) => return Err(api_err(source)),
@@ -107,16 +108,6 @@ async fn edit_images(
         }
     }
     Err(WriteError::Conflict(format!("NodeImage {node}")))
-}
-
-/// Whether the API server refused a JSON Patch because an operation (our
-/// `test`) failed. It answers 422 with no details; a schema or CEL
-/// rejection of the result is also 422 but names the object and its causes.
-pub fn is_failed_test(e: &kube::core::Status) -> bool {
-    e.code == 422
-        && e.details
-            .as_ref()
-            .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
 }
 
 /// Takes the entries owned by any of `uids` out of `ni` (see
@@ -424,7 +415,7 @@ where
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 && add.is_none() => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(name)),
+        Err(kube::Error::Api(e)) if is_stale_write(&e) => Err(WriteError::Conflict(name)),
         Err(source) => Err(WriteError::Api {
             action: match add {
                 Some(f) => format!("adding finalizer {f} to {name}"),

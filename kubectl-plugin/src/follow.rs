@@ -8,7 +8,7 @@ use crate::Output;
 use crate::render::{self, Style};
 use crate::target::{Kind, Target};
 use crate::view::{self, Inputs, Job, View};
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::{BoxStream, SelectAll, StreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -289,51 +289,19 @@ pub async fn follow(
     namespace: &str,
     mode: Mode,
 ) -> Result<Outcome, Error> {
-    let tty = std::io::stdout().is_terminal();
-    let mut screen = match (tty, mode.watch) {
+    let mut screen = match (std::io::stdout().is_terminal(), mode.watch) {
         (true, true) => Screen::Live { drawn: 0 },
         (true, false) => Screen::Once,
         (false, _) => Screen::Plain,
     };
-    let ns = target.kind.namespaced().then(|| namespace.to_string());
-    let mut streams: Vec<BoxStream<'static, Change>> = vec![
-        job_events(&client, target, namespace)
-            .map(Change::Job)
-            .boxed(),
-        events(
-            Api::<Lenient<NodeImage>>::all(client.clone()),
-            watcher::Config::default(),
-            Box::new,
-        )
-        .map(Change::NodeImage)
-        .boxed(),
-    ];
-    let mut children = Cache::<Box<ImagePullJob>>::default();
-    if target.kind == Kind::ImageListPullJob {
-        streams.push(
-            events(
-                Api::<Lenient<ImagePullJob>>::namespaced(client.clone(), namespace),
-                watcher::Config::default(),
-                Box::new,
-            )
-            .map(Change::Child)
-            .boxed(),
-        );
-    } else {
-        children.synced = true;
-    }
-    let mut changes = futures::stream::select_all(streams);
-    let mut jobs = Cache::<Job>::default();
-    let mut nodeimages = Cache::<Box<NodeImage>>::default();
+    let mut changes = watches(&client, target, namespace);
+    let mut caches = Caches::new(target.kind == Kind::ImageListPullJob);
     let mut seen_job = false;
     let mut last = String::new();
-    let _cursor = match screen {
-        Screen::Live { .. } if mode.output == Output::Table => Some(HiddenCursor::new()?),
-        _ => None,
-    };
+    let live_table = matches!(screen, Screen::Live { .. }) && mode.output == Output::Table;
+    let _cursor = live_table.then(HiddenCursor::new).transpose()?;
     // A live table's elapsed time moves on without any change.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let ticking = matches!(screen, Screen::Live { .. }) && mode.output == Output::Table;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
@@ -343,11 +311,11 @@ pub async fn follow(
                 let mut pending = Some(change);
                 // Apply everything already waiting before showing anything.
                 while let Some(change) = pending.take() {
-                    apply(change, &mut jobs, &mut nodeimages, &mut children)?;
+                    caches.apply(change)?;
                     pending = futures::FutureExt::now_or_never(changes.next()).flatten();
                 }
             }
-            _ = tick.tick(), if ticking => {}
+            _ = tick.tick(), if live_table => {}
             _ = &mut ctrl_c => {
                 if matches!(screen, Screen::Live { .. }) {
                     let _ = write_all("\n");
@@ -355,40 +323,11 @@ pub async fn follow(
                 return Ok(Outcome::Interrupted);
             }
         }
-        if !(jobs.synced && nodeimages.synced && children.synced) {
+        if !caches.synced() {
             continue;
         }
-        let job = match jobs.items.get(&target.name) {
-            None if seen_job => {
-                return Err(Error::Deleted {
-                    kind: target.kind,
-                    name: target.name.clone(),
-                });
-            }
-            None => {
-                return Err(Error::NotFound {
-                    kind: target.kind,
-                    namespace: ns.clone(),
-                    name: target.name.clone(),
-                });
-            }
-            Some(Err(reason)) => {
-                return Err(Error::Invalid {
-                    kind: target.kind,
-                    name: target.name.clone(),
-                    reason: reason.clone(),
-                });
-            }
-            Some(Ok(job)) => job,
-        };
+        let v = caches.view(target, namespace, seen_job)?;
         seen_job = true;
-        let nis: Vec<NodeImage> = nodeimages.decoded().map(|n| (**n).clone()).collect();
-        let kids: Vec<ImagePullJob> = children.decoded().map(|j| (**j).clone()).collect();
-        let v = view::view(&Inputs {
-            job,
-            children: &kids,
-            nodeimages: &nis,
-        });
         screen.show(&v, mode.output, mode.watch, &mut last)?;
         if !mode.watch || v.job.finished {
             return Ok(Outcome::Shown {
@@ -403,33 +342,121 @@ pub async fn follow(
     })
 }
 
-/// Applies one change. A watch error before the first list ends following
-/// (a missing CRD, no permission, no such namespace); later ones are retried
-/// by the watcher's backoff.
-fn apply(
-    change: Change,
-    jobs: &mut Cache<Job>,
-    nodeimages: &mut Cache<Box<NodeImage>>,
-    children: &mut Cache<Box<ImagePullJob>>,
-) -> Result<(), Error> {
-    fn step<T>(
-        cache: &mut Cache<T>,
-        what: &'static str,
-        r: Result<watcher::Event<(String, Item<T>)>, watcher::Error>,
-    ) -> Result<(), Error> {
-        match r {
-            Ok(event) => {
-                cache.apply(event);
-                Ok(())
+/// The watches a view of `target` reads, merged: the job, every NodeImage
+/// and, for an ImageListPullJob, the namespace's ImagePullJobs.
+fn watches(
+    client: &Client,
+    target: &Target,
+    namespace: &str,
+) -> SelectAll<BoxStream<'static, Change>> {
+    let mut streams: Vec<BoxStream<'static, Change>> = vec![
+        job_events(client, target, namespace)
+            .map(Change::Job)
+            .boxed(),
+        events(
+            Api::<Lenient<NodeImage>>::all(client.clone()),
+            watcher::Config::default(),
+            Box::new,
+        )
+        .map(Change::NodeImage)
+        .boxed(),
+    ];
+    if target.kind == Kind::ImageListPullJob {
+        streams.push(
+            events(
+                Api::<Lenient<ImagePullJob>>::namespaced(client.clone(), namespace),
+                watcher::Config::default(),
+                Box::new,
+            )
+            .map(Change::Child)
+            .boxed(),
+        );
+    }
+    futures::stream::select_all(streams)
+}
+
+/// What the watches of one view have seen.
+struct Caches {
+    jobs: Cache<Job>,
+    nodeimages: Cache<Box<NodeImage>>,
+    children: Cache<Box<ImagePullJob>>,
+}
+
+impl Caches {
+    /// Empty caches; without `children` watched, that cache counts as synced.
+    fn new(children: bool) -> Self {
+        let mut caches = Caches {
+            jobs: Cache::default(),
+            nodeimages: Cache::default(),
+            children: Cache::default(),
+        };
+        caches.children.synced = !children;
+        caches
+    }
+
+    /// Whether every watch has listed once.
+    fn synced(&self) -> bool {
+        self.jobs.synced && self.nodeimages.synced && self.children.synced
+    }
+
+    /// Applies one change. A watch error before the first list ends
+    /// following (a missing CRD, no permission, no such namespace); later
+    /// ones are retried by the watcher's backoff.
+    fn apply(&mut self, change: Change) -> Result<(), Error> {
+        fn step<T>(
+            cache: &mut Cache<T>,
+            what: &'static str,
+            r: Result<watcher::Event<(String, Item<T>)>, watcher::Error>,
+        ) -> Result<(), Error> {
+            match r {
+                Ok(event) => {
+                    cache.apply(event);
+                    Ok(())
+                }
+                Err(source) if !cache.synced => Err(Error::Watch { what, source }),
+                Err(_) => Ok(()),
             }
-            Err(source) if !cache.synced => Err(Error::Watch { what, source }),
-            Err(_) => Ok(()),
+        }
+        match change {
+            Change::Job(r) => step(&mut self.jobs, "the job", r),
+            Change::NodeImage(r) => step(&mut self.nodeimages, "NodeImages", r),
+            Change::Child(r) => step(&mut self.children, "ImagePullJobs", r),
         }
     }
-    match change {
-        Change::Job(r) => step(jobs, "the job", r),
-        Change::NodeImage(r) => step(nodeimages, "NodeImages", r),
-        Change::Child(r) => step(children, "ImagePullJobs", r),
+
+    /// The view of `target` now, or why there is none: the job is gone
+    /// (`seen_job`: it was there before), was never there, or does not decode.
+    fn view(&self, target: &Target, namespace: &str, seen_job: bool) -> Result<View, Error> {
+        let job = match self.jobs.items.get(&target.name) {
+            None if seen_job => {
+                return Err(Error::Deleted {
+                    kind: target.kind,
+                    name: target.name.clone(),
+                });
+            }
+            None => {
+                return Err(Error::NotFound {
+                    kind: target.kind,
+                    namespace: target.kind.namespaced().then(|| namespace.to_string()),
+                    name: target.name.clone(),
+                });
+            }
+            Some(Err(reason)) => {
+                return Err(Error::Invalid {
+                    kind: target.kind,
+                    name: target.name.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            Some(Ok(job)) => job,
+        };
+        let nis: Vec<NodeImage> = self.nodeimages.decoded().map(|n| (**n).clone()).collect();
+        let kids: Vec<ImagePullJob> = self.children.decoded().map(|j| (**j).clone()).collect();
+        Ok(view::view(&Inputs {
+            job,
+            children: &kids,
+            nodeimages: &nis,
+        }))
     }
 }
 

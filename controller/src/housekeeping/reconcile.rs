@@ -71,7 +71,9 @@ pub enum Error {
 impl Error {
     fn api(action: &'static str, name: &str, source: kube::Error) -> Self {
         match &source {
-            kube::Error::Api(s) if s.is_conflict() || crate::tagwrites::is_failed_test(s) => {
+            kube::Error::Api(s)
+                if nodeimage_api::kruise::nodeimage::contract::is_stale_write(s) =>
+            {
                 Error::Conflict(name.to_string())
             }
             _ => Error::Api {
@@ -250,13 +252,14 @@ async fn publish_failures(ctx: &Context, ni: &NodeImage, plan: &Plan) {
 /// Logs the failure and retries: soon after a conflict, after a short
 /// backoff otherwise.
 pub fn error_policy(ni: Arc<NodeImage>, error: &Error, state: Arc<State>) -> Action {
-    state.ctx.metrics.error("NodeImage");
     match error {
+        // A stale write is a retry, not an error: as in the job shell.
         Error::Conflict(_) => {
             tracing::debug!(nodeimage = %ni.name_any(), %error, "write conflict; re-planning");
             Action::requeue(CONFLICT_RETRY)
         }
         _ => {
+            state.ctx.metrics.error("NodeImage");
             tracing::warn!(nodeimage = %ni.name_any(), %error, retry_s = RETRY.as_secs(), "housekeeping failed");
             Action::requeue(RETRY)
         }

@@ -22,6 +22,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;
+use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
@@ -48,11 +49,11 @@ impl Error {
     }
 }
 
-/// Maps an API error of `action` to [`Error`] (a 409 to a conflict).
+/// Maps an API error of `action` to [`Error`] (a stale write to a conflict).
 pub fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let action = action.into();
     move |source| match source {
-        kube::Error::Api(s) if s.is_conflict() => Error::Write(WriteError::Conflict(action)),
+        kube::Error::Api(s) if is_stale_write(&s) => Error::Write(WriteError::Conflict(action)),
         source => Error::Write(WriteError::Api { action, source }),
     }
 }

@@ -76,15 +76,8 @@ pub const NODEIMAGE_WAIT: Duration = Duration::from_secs(2);
 /// How often a running job looks again even if nothing woke it.
 pub const RUNNING_RESYNC: Duration = Duration::from_secs(60);
 
-/// States both kinds spell alike (KubeEdge's spelling, capitalised).
-pub mod state {
-    /// Not started yet.
-    pub const INIT: &str = "Init";
-    /// Done (job: within the failure tolerance).
-    pub const SUCCESSFUL: &str = "Successful";
-    /// Done with a failure (job: above the failure tolerance).
-    pub const FAILED: &str = "Failed";
-}
+/// States both kinds spell alike (the API's constants).
+pub use nodeimage_api::kubeedge::state;
 
 /// Events both kinds spell alike.
 pub mod event {
@@ -253,10 +246,8 @@ pub fn entry_ttl(timeout: i64) -> i32 {
         .unwrap_or(i32::MAX)
 }
 
-/// Whether a job or node state is final.
-pub fn is_final(state: Option<&str>) -> bool {
-    matches!(state, Some(state::SUCCESSFUL | state::FAILED))
-}
+/// Whether a job or node state is final (the NodeImage contract decides).
+pub use nodeimage_api::kruise::nodeimage::contract::task_is_final as is_final;
 
 /// Serialised size of the node rows.
 pub fn rows_size<R: Serialize>(rows: &[R]) -> usize {

@@ -83,6 +83,18 @@ pub struct ActionFlow {
     pub time: Option<String>,
 }
 
+/// v1alpha1 states both kinds spell alike, of a job and of one node's task
+/// (each kind adds the states of its own steps). Which are final is decided
+/// by [`crate::kruise::nodeimage::contract::task_end`].
+pub mod state {
+    /// Not started yet.
+    pub const INIT: &str = "Init";
+    /// Done (job: within the failure tolerance).
+    pub const SUCCESSFUL: &str = "Successful";
+    /// Done with a failure (job: above the failure tolerance).
+    pub const FAILED: &str = "Failed";
+}
+
 /// v1alpha2 job phases.
 pub mod phase {
     /// Nodes selected, none started.

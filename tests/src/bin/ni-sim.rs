@@ -14,7 +14,7 @@
 //! status has no finished entry for the tag's `version`, marks it Pulling,
 //! waits `--pull-ms`, then marks it Succeeded. It writes exactly what the
 //! real daemon writes, with the same function
-//! (`nodeimage_api::kruise::nodeimage::guarded_status_patch`): a JSON Patch
+//! (`nodeimage_api::kruise::nodeimage::patch::guarded_status_patch`): a JSON Patch
 //! of the status subresource that replaces the whole status, guarded by the
 //! observed uid, `status.desired` and the spec tags of each image whose
 //! entries it changes, with the counts from `NodeImageStatus::recount`. All tags of a node that are due move in one
@@ -40,6 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use nodeimage_api::kruise::nodeimage::{contract, patch};
 use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus};
 use tokio::sync::mpsc;
 
@@ -210,11 +211,8 @@ async fn create_nodes(
                         created.fetch_add(1, Ordering::Relaxed);
                         n
                     }
-                    // The spec moved on under the write: read it again.
-                    Err(kube::Error::Api(ae))
-                        if ae.code == 409
-                            || nodeimage_api::kruise::nodeimage::is_failed_test(&ae) =>
-                    {
+                    // The node exists already (an earlier run): read it.
+                    Err(kube::Error::Api(ae)) if ae.code == 409 => {
                         requests.fetch_add(1, Ordering::Relaxed);
                         api.get(&name).await?
                     }
@@ -376,15 +374,14 @@ impl Sim {
                 return;
             };
             // The daemon's own write (the NodeImage write contract).
-            let ops: json_patch::Patch = match serde_json::from_value(
-                nodeimage_api::kruise::nodeimage::guarded_status_patch(&ni, &status),
-            ) {
-                Ok(ops) => ops,
-                Err(e) => {
-                    eprintln!("ni-sim: building the status patch of {name}: {e}");
-                    return;
-                }
-            };
+            let ops: json_patch::Patch =
+                match serde_json::from_value(patch::guarded_status_patch(&ni, &status)) {
+                    Ok(ops) => ops,
+                    Err(e) => {
+                        eprintln!("ni-sim: building the status patch of {name}: {e}");
+                        return;
+                    }
+                };
             match self
                 .api
                 .patch_status(name, &PatchParams::default(), &Patch::Json::<()>(ops))
@@ -401,9 +398,7 @@ impl Sim {
                 }
                 // What the entries were built from moved on (a `test`
                 // failed): read it again and rebuild, as the daemon does.
-                Err(kube::Error::Api(ae))
-                    if ae.code == 409 || nodeimage_api::kruise::nodeimage::is_failed_test(&ae) =>
-                {
+                Err(kube::Error::Api(ae)) if contract::is_stale_write(&ae) => {
                     self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     self.refresh(name).await;
                 }
@@ -452,7 +447,7 @@ fn now() -> Time {
 fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
     let observed = ni.status.as_ref();
     let (mut pulling, mut succeeded) = (0, 0);
-    let out = nodeimage_api::kruise::nodeimage::status_for_spec(ni, |image, t, old| match old {
+    let out = contract::status_for_spec(ni, |image, t, old| match old {
         Some(o) if o.phase.is_finished() => o.clone(),
         Some(o) if o.phase == ImagePullPhase::Pulling => {
             succeeded += 1;

@@ -1,0 +1,161 @@
+//! The rules of the NodeImage contract, each stated once: which status entry
+//! answers which spec entry, when a tag's pull (and a KubeEdge node task)
+//! is final, how a status and its counts follow from the spec, and which
+//! refused writes mean "the object moved on: read it again and redo".
+//!
+//! Values are compared exactly as the API spells them: a phase is one of
+//! [`ImagePullPhase`]'s variants, a KubeEdge state one of
+//! [`crate::kubeedge::state`]'s constants.
+
+use super::spec::{ImageTagSpec, NodeImage, NodeImageSpec};
+use super::status::{ImagePullPhase, ImageStatus, ImageTagStatus, NodeImageStatus};
+use crate::kubeedge::state;
+use crate::shared::SharedStr;
+use std::collections::BTreeMap;
+
+impl ImageTagStatus {
+    /// Whether this entry reports on `spec`: the same tag at the same
+    /// version, an absent version counting as 0 on both sides. An entry for
+    /// another version says nothing about the pull the spec asks for now.
+    pub fn answers(&self, spec: &ImageTagSpec) -> bool {
+        self.answers_at(&spec.tag, spec.version.unwrap_or(0))
+    }
+
+    /// [`Self::answers`] for a caller that holds a tag and a version (an
+    /// absent one as 0) rather than a spec entry, such as a running pull.
+    pub fn answers_at(&self, tag: &str, version: i64) -> bool {
+        self.tag == tag && self.version.unwrap_or(0) == version
+    }
+}
+
+impl ImageStatus {
+    /// The entry of this image that answers `spec`, if the node wrote one.
+    pub fn entry_for(&self, spec: &ImageTagSpec) -> Option<&ImageTagStatus> {
+        self.tags.iter().find(|s| s.answers(spec))
+    }
+}
+
+impl ImagePullPhase {
+    /// Whether the pull has finished, successfully or not: a finished entry
+    /// is the node's last word on its version.
+    pub fn is_finished(self) -> bool {
+        matches!(self, ImagePullPhase::Succeeded | ImagePullPhase::Failed)
+    }
+}
+
+/// How a KubeEdge job, or one node's task, ended (its v1alpha1 `state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskEnd {
+    /// `Successful`: done (a job: within its failure tolerance).
+    Successful,
+    /// `Failed`: done with a failure (a job: beyond its failure tolerance).
+    Failed,
+}
+
+/// How a KubeEdge job or node task in `state` ended; `None` while it runs
+/// (or has not started).
+pub fn task_end(state: Option<&str>) -> Option<TaskEnd> {
+    match state? {
+        state::SUCCESSFUL => Some(TaskEnd::Successful),
+        state::FAILED => Some(TaskEnd::Failed),
+        _ => None,
+    }
+}
+
+/// Whether a KubeEdge job or node task in `state` has ended: a final state
+/// is never left.
+pub fn task_is_final(state: Option<&str>) -> bool {
+    task_end(state).is_some()
+}
+
+impl NodeImageStatus {
+    /// The entry of `image` that answers `spec`, if the node wrote one.
+    pub fn entry_for(&self, image: &str, spec: &ImageTagSpec) -> Option<&ImageTagStatus> {
+        self.image_statuses.as_ref()?.get(image)?.entry_for(spec)
+    }
+
+    /// Recomputes `desired`, `waiting`, `pulling`, `succeeded` and `failed`
+    /// from the tag statuses, so every writer of status (controller and node
+    /// daemon) derives the counts the same way.
+    ///
+    /// `desired` is the number of tags in `spec`. Each spec tag counts once,
+    /// by the phase of the status entry that answers it ([`Self::entry_for`]);
+    /// a tag with no such entry counts as waiting. All four phase counts are
+    /// written, zeros included, so that the result does not depend on who
+    /// wrote it.
+    pub fn recount(&mut self, spec: &NodeImageSpec) {
+        let (mut waiting, mut pulling, mut succeeded, mut failed) = (0, 0, 0, 0);
+        let mut desired = 0;
+        for (name, image) in spec.images.iter().flatten() {
+            for tag in &image.tags {
+                desired += 1;
+                match self.entry_for(name, tag).map(|s| s.phase) {
+                    None | Some(ImagePullPhase::Waiting) => waiting += 1,
+                    Some(ImagePullPhase::Pulling) => pulling += 1,
+                    Some(ImagePullPhase::Succeeded) => succeeded += 1,
+                    Some(ImagePullPhase::Failed) => failed += 1,
+                }
+            }
+        }
+        self.desired = desired;
+        self.waiting = Some(waiting);
+        self.pulling = Some(pulling);
+        self.succeeded = Some(succeeded);
+        self.failed = Some(failed);
+    }
+}
+
+/// A whole status with one entry per spec tag, in spec order: `entry` picks
+/// each from the image name, the spec tag and the observed entry that
+/// answers it (if any); images without tags are left out,
+/// `firstSyncStatus` is kept, and the counts are recounted. The daemon and
+/// the tests' simulator build the status they write with it.
+pub fn status_for_spec(
+    ni: &NodeImage,
+    mut entry: impl FnMut(&str, &ImageTagSpec, Option<&ImageTagStatus>) -> ImageTagStatus,
+) -> NodeImageStatus {
+    let observed = ni.status.as_ref();
+    let mut statuses: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();
+    for (image, spec) in ni.spec.images.iter().flatten() {
+        let old = observed
+            .and_then(|s| s.image_statuses.as_ref())
+            .and_then(|m| m.get(image));
+        let tags: Vec<ImageTagStatus> = spec
+            .tags
+            .iter()
+            .map(|t| entry(image, t, old.and_then(|o| o.entry_for(t))))
+            .collect();
+        if !tags.is_empty() {
+            statuses.insert(image.clone(), ImageStatus { tags });
+        }
+    }
+    let mut out = NodeImageStatus {
+        image_statuses: (!statuses.is_empty()).then_some(statuses),
+        first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
+        ..Default::default()
+    };
+    out.recount(&ni.spec);
+    out
+}
+
+/// Whether the API server refused a JSON Patch because one of its `test`
+/// operations failed (what the write was built from moved on). It answers
+/// 422 with no details; a schema or CEL rejection of the result is also 422
+/// but names the object and its causes.
+pub fn is_failed_test(e: &kube::core::Status) -> bool {
+    e.code == 422
+        && e.details
+            .as_ref()
+            .is_none_or(|d| d.name.is_empty() && d.causes.is_empty())
+}
+
+/// Whether the API server refused a write because the object moved on since
+/// it was read: a Conflict (the resourceVersion it was guarded by is gone)
+/// or a failed `test` ([`is_failed_test`]). Every writer treats it alike:
+/// read the object again and redo the write, a retry and not an error.
+pub fn is_stale_write(e: &kube::core::Status) -> bool {
+    e.is_conflict() || is_failed_test(e)
+}
+
+#[cfg(test)]
+mod tests;
