@@ -5,7 +5,6 @@
 //! the 1,000 nodes, and their strings were a third of the cache. The JSON and
 //! the schema are those of the plain types.
 
-use crate::kruise::ImageTagPullPolicy;
 use k8s_openapi::api::core::v1::ObjectReference;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -25,11 +24,18 @@ pub struct SharedStr(Arc<str>);
 #[derive(Clone, Default)]
 pub struct Owners(Arc<Vec<ObjectReference>>);
 
-/// A tag's pull policy, shared between the entries that carry the same one
-/// (a job writes one policy on each of its nodes); copied on the first
-/// change (`DerefMut`).
+/// A value of an [`Interned`] type (a tag's pull policy: a job writes one
+/// policy on each of its nodes), shared between the objects that carry the
+/// same one; copied on the first change (`DerefMut`).
 #[derive(Clone, Default)]
-pub struct SharedPolicy(Arc<ImageTagPullPolicy>);
+pub struct Shared<T: Interned>(Arc<T>);
+
+/// A type whose decoded values are shared through [`Shared`]; its pool is
+/// its own, declared with the type (`interned_pool!`).
+pub trait Interned: Clone + PartialEq + Hash + 'static {
+    /// The pool of this type's shared copies.
+    fn pool() -> &'static Mutex<Pool<Self>>;
+}
 
 /// The schema of `$plain` for `$shared`, so that CRDs do not change.
 macro_rules! schema_of {
@@ -52,10 +58,24 @@ macro_rules! schema_of {
 }
 schema_of!(SharedStr, String);
 schema_of!(Owners, Vec<ObjectReference>);
-schema_of!(SharedPolicy, ImageTagPullPolicy);
 
-/// The shared copies still in use, by hash of their value.
-struct Pool<T: ?Sized> {
+impl<T: Interned + JsonSchema> JsonSchema for Shared<T> {
+    fn inline_schema() -> bool {
+        T::inline_schema()
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        T::schema_id()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
+/// The shared copies still in use of one type, by hash of their value.
+pub struct Pool<T: ?Sized> {
     by_hash: HashMap<u64, Vec<Weak<T>>>,
     /// Entries after the last sweep; the next sweep comes at twice as many.
     kept: usize,
@@ -105,7 +125,20 @@ impl<T: ?Sized + PartialEq> Pool<T> {
 
 static STRINGS: LazyLock<Mutex<Pool<str>>> = LazyLock::new(Mutex::default);
 static OWNERS: LazyLock<Mutex<Pool<Vec<ObjectReference>>>> = LazyLock::new(Mutex::default);
-static POLICIES: LazyLock<Mutex<Pool<ImageTagPullPolicy>>> = LazyLock::new(Mutex::default);
+
+/// Declares the pool of an [`Interned`] type: `interned_pool!(Type);`.
+#[macro_export]
+macro_rules! interned_pool {
+    ($t:ty) => {
+        impl $crate::shared::Interned for $t {
+            fn pool() -> &'static std::sync::Mutex<$crate::shared::Pool<Self>> {
+                static POOL: std::sync::LazyLock<std::sync::Mutex<$crate::shared::Pool<$t>>> =
+                    std::sync::LazyLock::new(std::sync::Mutex::default);
+                &POOL
+            }
+        }
+    };
+}
 
 fn lock<T: ?Sized>(pool: &'static Mutex<Pool<T>>) -> std::sync::MutexGuard<'static, Pool<T>> {
     pool.lock().unwrap_or_else(|p| p.into_inner())
@@ -350,62 +383,65 @@ impl<'de> Deserialize<'de> for Owners {
     }
 }
 
-impl SharedPolicy {
-    /// The shared copy of `policy`.
-    pub fn new(policy: ImageTagPullPolicy) -> Self {
-        let hash = hash_of(&policy);
-        Self(lock(&POLICIES).get(hash, &policy, || Arc::new(policy.clone())))
+impl<T: Interned> Shared<T> {
+    /// The shared copy of `value`.
+    pub fn new(value: T) -> Self {
+        let hash = hash_of(&value);
+        let pool = T::pool();
+        let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+        Self(pool.get(hash, &value, || Arc::new(value.clone())))
     }
 }
 
-impl Deref for SharedPolicy {
-    type Target = ImageTagPullPolicy;
-    fn deref(&self) -> &ImageTagPullPolicy {
+impl<T: Interned> Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
         &self.0
     }
 }
 
-impl DerefMut for SharedPolicy {
-    fn deref_mut(&mut self) -> &mut ImageTagPullPolicy {
+impl<T: Interned> DerefMut for Shared<T> {
+    fn deref_mut(&mut self) -> &mut T {
         Arc::make_mut(&mut self.0)
     }
 }
 
-impl PartialEq for SharedPolicy {
+impl<T: Interned> PartialEq for Shared<T> {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
     }
 }
 
-impl Eq for SharedPolicy {}
+impl<T: Interned + Eq> Eq for Shared<T> {}
 
-impl From<ImageTagPullPolicy> for SharedPolicy {
-    fn from(policy: ImageTagPullPolicy) -> Self {
-        Self::new(policy)
+impl<T: Interned> From<T> for Shared<T> {
+    fn from(value: T) -> Self {
+        Self::new(value)
     }
 }
 
-impl std::fmt::Debug for SharedPolicy {
+impl<T: Interned + std::fmt::Debug> std::fmt::Debug for Shared<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(&*self.0, f)
     }
 }
 
-impl Serialize for SharedPolicy {
+impl<T: Interned + Serialize> Serialize for Shared<T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.0.serialize(s)
     }
 }
 
-impl<'de> Deserialize<'de> for SharedPolicy {
+impl<'de, T: Interned + Deserialize<'de>> Deserialize<'de> for Shared<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        ImageTagPullPolicy::deserialize(d).map(SharedPolicy::new)
+        T::deserialize(d).map(Shared::new)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kruise::{ImageTagPullPolicy, SharedPolicy};
 
     fn owner(uid: &str) -> ObjectReference {
         ObjectReference {

@@ -2,7 +2,7 @@
 //! tag entry per image tag the node should hold.
 
 use crate::kruise::common::SandboxConfig;
-use crate::shared::{Owners, SharedPolicy, SharedStr};
+use crate::shared::{Owners, Shared, SharedStr};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -192,3 +192,8 @@ pub struct ImageTagPullPolicy {
     #[schemars(range(min = 1, max = crate::limits::SECONDS_MAX))]
     pub active_deadline_seconds: Option<i64>,
 }
+
+/// A tag's pull policy as the entries hold it: one shared copy per distinct
+/// policy (a job writes the same one on each of its nodes).
+pub type SharedPolicy = Shared<ImageTagPullPolicy>;
+crate::interned_pool!(ImageTagPullPolicy);
