@@ -65,6 +65,8 @@ nodeimage-down:
 chart-test:
 	tests/chart.sh
 
-# The chart installed with helm on the real node (make cluster-up real-node images first).
+# The chart installed with helm on the real node, then upgraded to the release
+# (tests/tests/install.rs; make cluster-up real-node release first, and helm:
+# tests/chart.sh --install-helm). It replaces the e2e tests' nodeimage.
 install-test:
-	tests/install.sh
+	NODEIMAGE_ENV=$${NODEIMAGE_STATE:-.state}/env.sh cargo test --workspace --quiet --test install -- --ignored --test-threads=1

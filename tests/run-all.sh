@@ -109,7 +109,7 @@ step "end-to-end tests"
 # --tests: the doc tests are not end-to-end tests (and `--ignored` would run
 # the doc examples marked `ignore`). The kubectl plugin the tests run came
 # with cargo_build_all.
-NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_ --skip install_
 
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test kubeedge_crds -- --ignored upstream_crds
@@ -144,6 +144,10 @@ wait_background "$RELEASE_PID" release
 grep -E '^  ok:|release: ' "$STATE/logs/release.log" | tail -n 40
 
 step "the chart installed with helm onto the real node, as docs/install.md says"
-tests/install.sh
+# Alone and last: it replaces the e2e tests' nodeimage and deletes every
+# nodeimage object (tests/tests/install.rs). The helm that tests/chart.sh
+# installed, as chart.sh passes it.
+NODEIMAGE_ENV=$STATE/env.sh NODEIMAGE_HELM=${HELM:-$STATE/bin/helm} \
+  cargo test --workspace --quiet --test install -- --ignored --test-threads=1
 
 step "all tests passed"

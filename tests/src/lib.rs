@@ -12,12 +12,14 @@
 //! [`kruise`] (OpenKruise job tests: namespaces, jobs, secret copies, fake
 //! NodeImages, a slow registry for the nodes, the shared controller),
 //! [`prepull`] (KubeEdge ImagePrePullJob tests: jobs, test Nodes, image
-//! copies, an ordered watch of NodeImages).
+//! copies, an ordered watch of NodeImages), [`helm`] (the chart tests),
+//! [`install`] (the install test: its environment, steps and diagnostics).
 
 pub mod cri;
 pub mod grpc_tap;
 pub mod helm;
 pub mod http;
+pub mod install;
 pub mod kruise;
 pub mod nodeimage;
 pub mod prepull;

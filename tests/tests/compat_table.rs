@@ -2,7 +2,9 @@
 //! "Clusters, distributions and node kinds") and its runtime table say what
 //! is tested by naming the test: a test function (`file::function` for
 //! tests/tests/file.rs, `path/to/file.rs::function` for a unit test in a
-//! crate) or a script and one of its `step "…"` lines. These checks keep the
+//! crate) or a script, either followed by the steps it runs (`step "…"`: a
+//! script's `step "…"` line, a Rust test's `step("…", …)` call, as in
+//! tests/tests/install.rs). These checks keep the
 //! names true, so a renamed test or step fails `cargo test`, and keep the
 //! versions the tables name equal to the ones the repository builds. Plain
 //! file reads, no cluster.
@@ -80,8 +82,13 @@ fn tables(text: &str) -> Vec<Table> {
 /// What a piece of the doc cites.
 #[derive(Debug, PartialEq)]
 enum Cite {
-    /// A test function in a file (repository path).
-    Test { file: String, name: String },
+    /// A test function in a file (repository path), and the steps of it
+    /// cited after it.
+    Test {
+        file: String,
+        name: String,
+        steps: Vec<String>,
+    },
     /// A script (repository path) and the steps of it cited after it.
     Script { path: String, steps: Vec<String> },
     /// A file of the repository.
@@ -118,12 +125,14 @@ fn classify(span: &str) -> Option<Cite> {
             return Some(Cite::Test {
                 file: format!("tests/tests/{file}.rs"),
                 name: name.to_string(),
+                steps: Vec::new(),
             });
         }
         if file.ends_with(".rs") && is_repo_path(file) {
             return Some(Cite::Test {
                 file: file.to_string(),
                 name: name.to_string(),
+                steps: Vec::new(),
             });
         }
         return None;
@@ -150,7 +159,8 @@ fn classify(span: &str) -> Option<Cite> {
 }
 
 /// The citations of a text, in order: code spans, and `step "…"` written
-/// outside code spans, each step going to the script cited last before it.
+/// outside code spans, each step going to the script or test cited last
+/// before it.
 fn citations(text: &str) -> Result<Vec<Cite>, String> {
     let mut out: Vec<Cite> = Vec::new();
     let mut rest = text;
@@ -169,10 +179,14 @@ fn citations(text: &str) -> Result<Vec<Cite>, String> {
             match out
                 .iter_mut()
                 .rev()
-                .find(|c| matches!(c, Cite::Script { .. }))
+                .find(|c| matches!(c, Cite::Script { .. } | Cite::Test { .. }))
             {
-                Some(Cite::Script { steps, .. }) => steps.push(step),
-                _ => return Err(format!("step \"{step}\" follows no script in: {text}")),
+                Some(Cite::Script { steps, .. } | Cite::Test { steps, .. }) => steps.push(step),
+                _ => {
+                    return Err(format!(
+                        "step \"{step}\" follows no script or test in: {text}"
+                    ));
+                }
             }
             p = &tail[end + 1..];
         }
@@ -208,16 +222,30 @@ fn has_test(file: &str, name: &str) -> bool {
     })
 }
 
+/// The steps a Rust test file runs: the string literals that open its
+/// `step(` calls (`t.step("…", …)`, as tests/tests/install.rs runs them).
+fn rust_steps(text: &str) -> Vec<String> {
+    text.split("step(")
+        .skip(1)
+        .filter_map(|rest| {
+            let rest = rest.trim_start().strip_prefix('"')?;
+            rest.split_once('"').map(|(step, _)| step.to_string())
+        })
+        .collect()
+}
+
 /// Why a citation does not hold, if it does not.
 fn check(cite: &Cite) -> Option<String> {
     match cite {
-        Cite::Test { file, name } => {
+        Cite::Test { file, name, steps } => {
             if !repo_root().join(file).is_file() {
                 Some(format!("`{name}`: there is no {file}"))
             } else if !has_test(file, name) {
                 Some(format!("{file} has no test function `{name}`"))
             } else {
-                None
+                let ran = rust_steps(&read(file));
+                let missing: Vec<&String> = steps.iter().filter(|s| !ran.contains(s)).collect();
+                (!missing.is_empty()).then(|| format!("{file} has no step {missing:?}"))
             }
         }
         Cite::Script { path, steps } => {
@@ -541,7 +569,8 @@ fn the_tables_name_the_versions_the_repository_builds() {
 #[test]
 fn citations_read_tests_scripts_steps_and_files() {
     let cell = "a test (`chart::chart_x`), a unit test (`controller/src/nodes.rs::t`), \
-                `tests/install.sh`, step \"one\", then step \"two\"; `nodeimage.rs`, \
+                `tests/chart.sh`, step \"one\", then step \"two\"; `install::install_y`, \
+                step \"three\"; `nodeimage.rs`, \
                 `tests/kube/go.mod`, and no citation: `daemon.containerdSocket`, \
                 `/run/containerd/containerd.sock`, `<file>::<function>`, `step \"x\"`";
     assert_eq!(
@@ -549,15 +578,22 @@ fn citations_read_tests_scripts_steps_and_files() {
         vec![
             Cite::Test {
                 file: "tests/tests/chart.rs".into(),
-                name: "chart_x".into()
+                name: "chart_x".into(),
+                steps: vec![],
             },
             Cite::Test {
                 file: "controller/src/nodes.rs".into(),
-                name: "t".into()
+                name: "t".into(),
+                steps: vec![],
             },
             Cite::Script {
-                path: "tests/install.sh".into(),
+                path: "tests/chart.sh".into(),
                 steps: vec!["one".into(), "two".into()]
+            },
+            Cite::Test {
+                file: "tests/tests/install.rs".into(),
+                name: "install_y".into(),
+                steps: vec!["three".into()],
             },
             Cite::File("tests/tests/nodeimage.rs".into()),
             Cite::File("tests/kube/go.mod".into()),
@@ -565,4 +601,15 @@ fn citations_read_tests_scripts_steps_and_files() {
     );
     assert!(citations("step \"orphan\" with no script").is_err());
     assert!(citations("an `unterminated span").is_err());
+}
+
+/// How the steps of a Rust test are read.
+#[test]
+fn rust_steps_are_the_literals_opening_step_calls() {
+    let text = "t.step(\"one\", f);\n    t.step(\n        \"two, long\",\n        |t| g(t),\n    );\n\
+                t.step(&format!(\"not {x}\"), h);\nfn step<T>(name: &str) {}\n";
+    assert_eq!(
+        rust_steps(text),
+        vec!["one".to_string(), "two, long".to_string()]
+    );
 }

@@ -1,0 +1,913 @@
+//! nodeimage installed as a platform team installs it: the Helm chart with
+//! `helm install`, its images from the local registry, pods on the local
+//! cluster's real kubelet node. The steps are the ones docs/install.md gives
+//! ("On your cluster"); keep the two in step.
+//!
+//!   1. the process-run nodeimage of the e2e tests is stopped (two controllers
+//!      must not reconcile the same objects) and nodeimage's CRDs are deleted,
+//!      so Helm installs them as on a new cluster;
+//!   2. the release namespace is created with the Pod Security label the
+//!      daemon's hostPath needs, and `helm install --wait` of the *previous*
+//!      chart (tests/fixtures: what users run before they upgrade) runs the
+//!      controller (2 replicas, one leader) and the daemon (on the real
+//!      node); the local API server admits critical priority classes only
+//!      under a quota, as GKE does, so the quota that chart needed is made by
+//!      hand first, as its users had to;
+//!   3. an ImagePullJob in a tenant namespace pulls an image of the auth
+//!      registry with the tenant's pull secret, through the daemon pod and the
+//!      node's containerd;
+//!   4. with the auth registry stopped, a Pod of that image
+//!      (imagePullPolicy: IfNotPresent) reaches Running on the real node:
+//!      kubelet uses what nodeimage pulled;
+//!   5. the README's CRD upgrade command works on CRDs that Helm installed;
+//!   6. the release (release/release.sh, `make release`, run before this):
+//!      the daemon image's signature is verified as docs/install.md says,
+//!      then the documented `helm upgrade --reset-then-reuse-values` to the
+//!      released chart, from its OCI reference, with both images by digest,
+//!      rolls the daemon while a slow pull is in flight, and the job still
+//!      completes; the hand-made quota then goes and a new daemon pod is
+//!      admitted under the chart's own (daemon.priorityQuota);
+//!   7. uninstall in the documented order (jobs first, then `helm uninstall`):
+//!      nothing is left stuck on a finalizer and the CRDs stay.
+//!
+//! One test, its steps in order (they share the release): it runs alone and
+//! last in tests/run-all.sh, since it replaces the e2e tests' nodeimage and
+//! deletes every nodeimage object; its name starts with `install_`, which
+//! the main e2e step skips. Needs the cluster with its real node
+//! (tests/cluster/real-node.sh), the release (release/release.sh: images,
+//! signatures, the chart in the registry; `RELEASE_DIR`, default dist/), and
+//! helm (tests/chart.sh installs it; `NODEIMAGE_HELM`). Support code:
+//! tests/src/install.rs. `KEEP_INSTALL_TEST=1` leaves the release and the
+//! namespaces in place at the end.
+
+use nodeimage_tests::install::{Install, NS, RELEASE, SECRETS_NS, TENANT, text};
+use std::time::Instant;
+
+/// The chart users upgrade from (tests/fixtures/README.md).
+const PREVIOUS_CHART: &str = "tests/fixtures/nodeimage-chart-28f48b6.tgz";
+const CHART: &str = "charts/nodeimage";
+
+/// What `helm install` made: the workloads' names and the daemon pod.
+struct Installed {
+    controller: String,
+    daemon: String,
+    dpod: String,
+}
+
+#[test]
+#[ignore = "needs the local cluster with its real node, the release and helm (tests/run-all.sh)"]
+fn install_with_helm_on_the_real_node() {
+    let mut t = Install::load();
+    t.step(
+        "a clean slate: the e2e tests' nodeimage stopped, nodeimage's CRDs deleted",
+        clean_slate,
+    );
+    let installed = t.step(
+        "helm install (docs/install.md, On your cluster)",
+        helm_install,
+    );
+    let app = t.step(
+        "an ImagePullJob with a pull secret, pulled by the daemon pod",
+        pull_with_a_secret,
+    );
+    let node = t.node.clone();
+    t.step(
+        &format!("the registry stopped, a Pod of that image starts on {node}"),
+        |t| pod_without_the_registry(t, &app),
+    );
+    t.step(
+        "the README's CRD upgrade command on CRDs Helm installed",
+        crd_upgrade_command,
+    );
+    t.step(
+        "the release's daemon image signature, verified as docs/install.md says",
+        daemon_signature,
+    );
+    t.step(
+        "helm upgrade --reset-then-reuse-values to the released chart (OCI) with the images by digest while a pull is in flight",
+        |t| upgrade_during_a_pull(t, installed),
+    );
+    t.step(
+        "uninstall in the documented order: jobs, then helm uninstall",
+        uninstall,
+    );
+}
+
+fn clean_slate(t: &mut Install) {
+    t.stop_nodeimage_processes();
+    // Finalizers of jobs left by the e2e tests would hold the CRDs' deletion
+    // with no controller to clear them: nodeimage's own finalizers are
+    // dropped first.
+    for kind in [
+        "imagepulljobs.apps.kruise.io",
+        "imagelistpulljobs.apps.kruise.io",
+        "imageprepulljobs.operations.kubeedge.io",
+        "nodeupgradejobs.operations.kubeedge.io",
+    ] {
+        let r = t.kc(&[
+            "get",
+            kind,
+            "-A",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}"#,
+        ]);
+        let listed = if r.success { r.stdout } else { String::new() };
+        for line in listed.lines() {
+            // "NAMESPACE NAME", or " NAME" for the cluster-scoped kinds.
+            let (ns, name) = match line.trim().split_once(' ') {
+                Some((ns, name)) => (ns, name.trim()),
+                None => ("", line.trim()),
+            };
+            if name.is_empty() {
+                continue;
+            }
+            let mut args = vec!["patch", kind, name];
+            if !ns.is_empty() {
+                args.extend(["-n", ns]);
+            }
+            args.extend(["--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+            t.kc_silent(&args);
+        }
+    }
+    for f in t.chart_crd_files() {
+        let f = Install::show(&f);
+        assert!(
+            t.kc_quiet(&[
+                "delete",
+                "-f",
+                &f,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=120s"
+            ]),
+            "deleting the CRD of {f} failed"
+        );
+    }
+    // The e2e tests' controller made the secrets namespace outside Helm,
+    // which Helm refuses to adopt (docs/install.md, Uninstalling): remove it.
+    assert!(
+        t.kc_quiet(&[
+            "delete",
+            "namespace",
+            SECRETS_NS,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s"
+        ]),
+        "deleting namespace {SECRETS_NS} did not finish"
+    );
+    t.pass("nodeimage CRDs removed; no nodeimage process running");
+}
+
+/// The daemon pod on the real node (`""` when there is none).
+fn daemon_pod(t: &Install) -> String {
+    let selector = format!("spec.nodeName={}", t.node);
+    t.kc_out(&[
+        "get",
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        "app.kubernetes.io/component=daemon",
+        "--field-selector",
+        &selector,
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ])
+}
+
+fn helm_install(t: &mut Install) -> Installed {
+    let t: &Install = t;
+    let node = t.node.clone();
+    t.create_or_apply(&["namespace", NS]);
+    t.kc_ok(
+        &[
+            "label",
+            "namespace",
+            NS,
+            "pod-security.kubernetes.io/enforce=privileged",
+            "--overwrite",
+        ],
+        None,
+    );
+    // As on GKE (tests/kube/main.go), a Pod of a critical priority class is
+    // refused in a namespace with no quota for its class: the chart brings
+    // one (daemon.priorityQuota), or the DaemonSet would create no pods.
+    let image = format!("--image={}", t.var("NODEIMAGE_PAUSE_IMAGE"));
+    let probe = text(&t.kc(&[
+        "run",
+        "gke-quota-probe",
+        "-n",
+        NS,
+        &image,
+        "--restart=Never",
+        r#"--overrides={"apiVersion":"v1","spec":{"priorityClassName":"system-node-critical"}}"#,
+        "--dry-run=server",
+        "-o",
+        "name",
+    ]));
+    assert!(
+        probe.contains("insufficient quota to match these scopes"),
+        "the local API server admits a system-node-critical Pod without a quota, unlike GKE: {probe}"
+    );
+    t.pass("a system-node-critical Pod without a quota is refused, as on GKE");
+    // What users of the previous chart, which brought no quota, made on GKE.
+    t.apply(&format!(
+        r#"apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: by-hand-critical-pods
+  namespace: {NS}
+spec:
+  hard: {{pods: "100"}}
+  scopeSelector:
+    matchExpressions:
+      - {{scopeName: PriorityClass, operator: In, values: [system-node-critical]}}
+"#
+    ));
+    // The local cluster's specifics: its real node's containerd lives under
+    // the state directory, and pods go to the real node only (the simulated
+    // nodes have no kubelet).
+    let prefix = t.var("NODEIMAGE_IMAGE_PREFIX");
+    let tag = t.var("NODEIMAGE_IMAGE_TAG");
+    let values = [
+        format!("controller.image.repository={prefix}/controller"),
+        format!("controller.image.tag={tag}"),
+        format!("daemon.image.repository={prefix}/daemon"),
+        format!("daemon.image.tag={tag}"),
+        format!(
+            "daemon.containerdSocket={}",
+            t.var("NODEIMAGE_REAL_NODE_CONTAINERD")
+        ),
+        format!(
+            "daemon.containerdRoot={}",
+            t.var("NODEIMAGE_REAL_NODE_CONTAINERD_ROOT")
+        ),
+        format!("controller.nodeSelector.kubernetes\\.io/hostname={node}"),
+        format!("daemon.nodeSelector.kubernetes\\.io/hostname={node}"),
+        format!("secretsNamespace={SECRETS_NS}"),
+        "logFormat=text".to_string(),
+    ];
+    let previous = Install::show(&t.repo_path(PREVIOUS_CHART));
+    let mut args = vec!["install", RELEASE, &previous, "-n", NS];
+    for v in &values {
+        args.extend(["--set", v.as_str()]);
+    }
+    args.extend(["--wait", "--timeout", "5m"]);
+    let t0 = Instant::now();
+    let install = t.helm(&args);
+    assert!(
+        install.success,
+        "helm install of the previous chart failed: {}",
+        text(&install)
+    );
+    let file = PREVIOUS_CHART.rsplit('/').next().unwrap_or(PREVIOUS_CHART);
+    t.pass(&format!(
+        "helm install --wait of the previous chart ({file}) returned in {}s",
+        t0.elapsed().as_secs()
+    ));
+    assert!(
+        install.text().contains("rollout status"),
+        "helm install printed no NOTES: {}",
+        text(&install)
+    );
+    for crd in [
+        "nodeimages.apps.kruise.io",
+        "imagepulljobs.apps.kruise.io",
+        "imagelistpulljobs.apps.kruise.io",
+        "imageprepulljobs.operations.kubeedge.io",
+        "nodeupgradejobs.operations.kubeedge.io",
+    ] {
+        assert!(
+            t.kc_silent(&["get", "crd", crd]),
+            "helm install did not create CRD {crd}"
+        );
+    }
+    t.pass("Helm installed the 5 CRDs");
+
+    let (mut controller, mut daemon) =
+        (format!("{RELEASE}-controller"), format!("{RELEASE}-daemon"));
+    if !t.kc_silent(&["get", "deploy", "-n", NS, &controller]) {
+        controller = format!("{RELEASE}-nodeimage-controller");
+        daemon = format!("{RELEASE}-nodeimage-daemon");
+    }
+    assert!(
+        t.rollout_status(NS, &format!("deploy/{controller}"), "180s"),
+        "the controller Deployment did not become available"
+    );
+    let ready = t.kc_out(&[
+        "get",
+        "deploy",
+        "-n",
+        NS,
+        &controller,
+        "-o",
+        "jsonpath={.status.readyReplicas}",
+    ]);
+    assert!(ready == "2", "controller: {ready} ready replicas, want 2");
+    assert!(
+        t.rollout_status(NS, &format!("ds/{daemon}"), "180s"),
+        "the daemon DaemonSet did not become ready"
+    );
+    let dpod = daemon_pod(t);
+    assert!(!dpod.is_empty(), "no daemon pod on {node}");
+    t.pass(&format!(
+        "controller 2/2 ready, daemon pod {dpod} ready on {node} (system-node-critical, under the hand-made quota)"
+    ));
+
+    let holder = |t: &Install| {
+        t.kc(&[
+            "get",
+            "lease",
+            "-n",
+            NS,
+            "nodeimage-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+    };
+    t.wait_for("a controller pod holds the leader Lease", 60, || {
+        let h = holder(t);
+        let name = h.stdout.trim();
+        if name.is_empty() {
+            return Err(h.stderr);
+        }
+        let pod = t.kc(&["get", "pod", "-n", NS, name]);
+        if pod.success {
+            Ok(())
+        } else {
+            Err(format!("{}{}", h.stderr, pod.text()))
+        }
+    });
+    let leader = holder(t).stdout.trim().to_string();
+    t.pass(&format!("one leader: {leader}"));
+    t.wait_for(
+        &format!("the controller creates NodeImage {node}"),
+        60,
+        || {
+            let r = t.kc(&["get", "nodeimage", &node]);
+            if r.success { Ok(()) } else { Err(r.text()) }
+        },
+    );
+    t.pass(&format!(
+        "NodeImage {node} exists (the controller in a pod reaches the API server)"
+    ));
+    Installed {
+        controller,
+        daemon,
+        dpod,
+    }
+}
+
+/// An ImagePullJob's `.status`, for messages.
+fn job_status(t: &Install, name: &str) -> String {
+    text(&t.kc(&["get", "ipj", "-n", TENANT, name, "-o", "jsonpath={.status}"]))
+}
+
+/// Waits up to `timeout` for ImagePullJob `name` to be Complete with one
+/// node succeeded; `what` starts the failure messages.
+fn wait_complete(t: &Install, name: &str, timeout: &str, incomplete: &str, what: &str) {
+    let job = format!("ipj/{name}");
+    let timeout = format!("--timeout={timeout}");
+    assert!(
+        t.kc_quiet(&[
+            "wait",
+            "-n",
+            TENANT,
+            &job,
+            "--for=condition=Complete",
+            &timeout
+        ]),
+        "{incomplete}: {}",
+        job_status(t, name)
+    );
+    let succeeded = t.kc_out(&[
+        "get",
+        "ipj",
+        "-n",
+        TENANT,
+        name,
+        "-o",
+        "jsonpath={.status.succeeded}",
+    ]);
+    assert!(
+        succeeded == "1",
+        "{what}: succeeded={succeeded}, want 1: {}",
+        job_status(t, name)
+    );
+}
+
+fn pull_with_a_secret(t: &mut Install) -> String {
+    let t: &Install = t;
+    let node = t.node.clone();
+    let auth = t.var("NODEIMAGE_AUTH_REGISTRY");
+    let (user, password) = (
+        t.var("NODEIMAGE_AUTH_USER"),
+        t.var("NODEIMAGE_AUTH_PASSWORD"),
+    );
+    let app = format!("{auth}/install/app:v1");
+    let push = t.tool(
+        "skopeo",
+        &[
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            "--dest-creds",
+            &format!("{user}:{password}"),
+            &format!("docker://{}", t.var("NODEIMAGE_PAUSE_IMAGE")),
+            &format!("docker://{app}"),
+        ],
+    );
+    assert!(push.success, "pushing {app} failed: {}", text(&push));
+    let cri = t.var("NODEIMAGE_CRI");
+    let socket = t.var("NODEIMAGE_REAL_NODE_CONTAINERD");
+    t.tool(&cri, &["--socket", &socket, "rmi", &app]);
+    t.create_or_apply(&["namespace", TENANT]);
+    t.create_or_apply(&[
+        "secret",
+        "docker-registry",
+        "-n",
+        TENANT,
+        "regcred",
+        &format!("--docker-server={auth}"),
+        &format!("--docker-username={user}"),
+        &format!("--docker-password={password}"),
+    ]);
+    t.apply(&format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: app
+  namespace: {TENANT}
+spec:
+  image: {app}
+  pullSecrets: [regcred]
+  selector:
+    names: [{node}]
+  completionPolicy:
+    type: Always
+    activeDeadlineSeconds: 600
+"#
+    ));
+    wait_complete(
+        t,
+        "app",
+        "300s",
+        "the ImagePullJob did not complete",
+        "ImagePullJob",
+    );
+    let status = t.tool(&cri, &["--socket", &socket, "status", &app]);
+    if !status.stderr.is_empty() {
+        nodeimage_tests::install::say(status.stderr.trim_end());
+    }
+    assert!(
+        status.success,
+        "{app} is not in {node}'s containerd although the job succeeded"
+    );
+    t.pass(&format!(
+        "ImagePullJob app Complete; {app} is in {node}'s containerd"
+    ));
+    app
+}
+
+fn pod_without_the_registry(t: &mut Install, app: &str) {
+    let node = t.node.clone();
+    let auth = t.var("NODEIMAGE_AUTH_REGISTRY");
+    let port = auth.rsplit(':').next().unwrap_or(&auth);
+    let registry = format!("registry-{port}");
+    let cmd = t.recorded_cmd(&registry);
+    assert!(
+        !cmd.is_empty(),
+        "no recorded command of {registry} in {}",
+        Install::show(&t.state.join("pids"))
+    );
+    t.stop_daemon(&registry, &cmd);
+    let url = format!("http://{auth}/v2/");
+    let code = t
+        .tool(
+            "curl",
+            &[
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "3",
+                &url,
+            ],
+        )
+        .stdout;
+    assert!(
+        code == "000",
+        "the auth registry still answers (HTTP {code})"
+    );
+    t.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+  namespace: {TENANT}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: app
+      image: {app}
+      imagePullPolicy: IfNotPresent
+"#
+    ));
+    assert!(
+        t.kc_quiet(&[
+            "wait",
+            "-n",
+            TENANT,
+            "pod/app",
+            "--for=jsonpath={.status.phase}=Running",
+            "--timeout=120s"
+        ]),
+        "the Pod did not reach Running: {}",
+        text(&t.kc(&[
+            "get",
+            "pod",
+            "-n",
+            TENANT,
+            "app",
+            "-o",
+            "jsonpath={.status}"
+        ]))
+    );
+    t.pass(&format!("Pod app Running on {node} with the registry down"));
+    t.start_stopped_daemon();
+    let t: &Install = t;
+    t.wait_for("the auth registry to answer again", 30, || {
+        let r = t.tool("curl", &["-s", "-o", "/dev/null", "--max-time", "2", &url]);
+        if r.success { Ok(()) } else { Err(r.text()) }
+    });
+    t.kc_ok(
+        &["delete", "pod", "-n", TENANT, "app", "--wait=false"],
+        None,
+    );
+}
+
+fn crd_upgrade_command(t: &mut Install) {
+    let chart = Install::show(&t.repo_path(CHART));
+    let crds = t.helm(&["show", "crds", &chart]);
+    assert!(
+        crds.success,
+        "helm show crds | kubectl apply --server-side --force-conflicts failed: {}",
+        text(&crds)
+    );
+    if !crds.stderr.is_empty() {
+        nodeimage_tests::install::say(crds.stderr.trim_end());
+    }
+    let out = t.kc_in(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &crds.stdout,
+    );
+    assert!(
+        out.success,
+        "helm show crds | kubectl apply --server-side --force-conflicts failed: {}",
+        text(&out)
+    );
+    let applied = out
+        .text()
+        .lines()
+        .filter(|l| l.contains("serverside-applied"))
+        .count();
+    assert!(
+        applied == 5,
+        "the CRD upgrade command applied {applied} CRDs, not 5: {}",
+        text(&out)
+    );
+    t.pass("helm show crds | kubectl apply --server-side --force-conflicts: the 5 CRDs applied over Helm's");
+}
+
+/// `IMAGE%@*`: the repository of `repo@digest`.
+fn repository(image: &str) -> &str {
+    image.rsplit_once('@').map_or(image, |(r, _)| r)
+}
+
+/// `IMAGE#*@`: the digest of `repo@digest`.
+fn digest(image: &str) -> &str {
+    image.split_once('@').map_or(image, |(_, d)| d)
+}
+
+fn daemon_signature(t: &mut Install) {
+    let image = t.var("NODEIMAGE_DAEMON_IMAGE");
+    let (repo, dig) = (repository(&image), digest(&image));
+    let sig_dir = Install::show(&t.work_path("sig"));
+    let sig = t.tool(
+        "skopeo",
+        &[
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+            &format!("docker://{repo}:{}.sig", dig.replacen(':', "-", 1)),
+            &format!("oci:{sig_dir}:sig"),
+        ],
+    );
+    assert!(
+        sig.success,
+        "fetching the signature of {image}: {}",
+        text(&sig)
+    );
+    let imagesign = t.state.join("bin/imagesign");
+    let public = Install::show(&t.release_dir.join("cosign.pub"));
+    let verify = |digest: &str| {
+        t.tool(
+            &imagesign,
+            &[
+                "verify",
+                "-pub",
+                &public,
+                "-repository",
+                repo,
+                "-digest",
+                digest,
+                &sig_dir,
+            ],
+        )
+    };
+    let verified = verify(dig);
+    assert!(
+        verified.success,
+        "the daemon image's signature does not verify: {}",
+        text(&verified)
+    );
+    let controller = t.var("NODEIMAGE_CONTROLLER_IMAGE");
+    let other = digest(&controller);
+    assert!(
+        !verify(other).success,
+        "the daemon's signature verified for another digest ({other})"
+    );
+    t.pass(&format!("{}; not for another digest", text(&verified)));
+}
+
+fn upgrade_during_a_pull(t: &mut Install, installed: Installed) {
+    let node = t.node.clone();
+    let Installed {
+        controller,
+        daemon,
+        dpod,
+    } = installed;
+    let chart = t.var("NODEIMAGE_CHART");
+    let version = t.var("NODEIMAGE_VERSION");
+    let work = Install::show(t.work.path());
+    let pull = t.helm(&[
+        "pull",
+        &chart,
+        "--version",
+        &version,
+        "--plain-http",
+        "-d",
+        &work,
+    ]);
+    assert!(pull.success, "helm pull {chart} failed: {}", text(&pull));
+    let chart_digest = t.var("NODEIMAGE_CHART_DIGEST");
+    assert!(
+        pull.text().contains(&format!("Digest: {chart_digest}")),
+        "the chart in the registry is not the one released ({chart_digest}): {}",
+        text(&pull)
+    );
+    // A ~50 MB image through a proxy at 2 MB/s: about 25 s in flight.
+    let registry = t.var("NODEIMAGE_REGISTRY");
+    let slow = t.start_slow_proxy(&registry, 2_000_000);
+    let t: &Install = t;
+    let big = format!("{slow}/big:v1"); // tests/cluster/up.sh's ~50 MB image
+    t.apply(&format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: big
+  namespace: {TENANT}
+spec:
+  image: {big}
+  selector:
+    names: [{node}]
+  pullPolicy:
+    timeoutSeconds: 300
+  completionPolicy:
+    type: Always
+    activeDeadlineSeconds: 900
+"#
+    ));
+    t.wait_for(&format!("the daemon starts pulling {big}"), 60, || {
+        let r = t.kc(&[
+            "get",
+            "nodeimage",
+            &node,
+            "-o",
+            "jsonpath={.status.pulling}",
+        ]);
+        let pulling: i64 = r.stdout.trim().parse().unwrap_or(0);
+        if pulling >= 1 { Ok(()) } else { Err(r.text()) }
+    });
+    let old_pod = dpod;
+    // As README.md and docs/install.md say: the values given at install are
+    // kept, the new chart's defaults (new values included) apply to the rest.
+    let controller_image = t.var("NODEIMAGE_CONTROLLER_IMAGE");
+    let daemon_image = t.var("NODEIMAGE_DAEMON_IMAGE");
+    let controller_digest = format!("controller.image.digest={}", digest(&controller_image));
+    let daemon_digest = format!("daemon.image.digest={}", digest(&daemon_image));
+    let upgrade = t.helm(&[
+        "upgrade",
+        RELEASE,
+        &chart,
+        "--version",
+        &version,
+        "--plain-http",
+        "-n",
+        NS,
+        "--reset-then-reuse-values",
+        "--set",
+        &controller_digest,
+        "--set",
+        &daemon_digest,
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    assert!(upgrade.success, "helm upgrade failed: {}", text(&upgrade));
+    assert!(
+        t.rollout_status(NS, &format!("ds/{daemon}"), "180s"),
+        "the daemon did not roll"
+    );
+    assert!(
+        t.rollout_status(NS, &format!("deploy/{controller}"), "180s"),
+        "the controller did not roll"
+    );
+    let args = t.kc_out(&[
+        "get",
+        "deploy",
+        "-n",
+        NS,
+        &controller,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ]);
+    assert!(
+        args.contains("--skip-nodes-labelled=")
+            && args.contains(&format!("--secrets-namespace={SECRETS_NS}")),
+        "after the upgrade the controller lacks the new chart's default or the value given at install: {args}"
+    );
+    let dpod = daemon_pod(t);
+    assert!(
+        dpod != old_pod,
+        "the daemon pod was not replaced by helm upgrade"
+    );
+    let img = t.kc_out(&[
+        "get",
+        "pod",
+        "-n",
+        NS,
+        &dpod,
+        "-o",
+        "jsonpath={.spec.containers[0].image}",
+    ]);
+    assert!(
+        img == daemon_image,
+        "the new daemon pod runs {img}, not {daemon_image}"
+    );
+    let cimg = t.kc_out(&[
+        "get",
+        "deploy",
+        "-n",
+        NS,
+        &controller,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    assert!(
+        cimg == controller_image,
+        "the controller runs {cimg}, not {controller_image}"
+    );
+    t.pass(&format!(
+        "helm upgrade rolled the daemon ({old_pod} -> {dpod}, {img})"
+    ));
+    wait_complete(
+        t,
+        "big",
+        "600s",
+        "the in-flight job did not complete after the rollout",
+        "in-flight job",
+    );
+    t.pass(&format!(
+        "the pull in flight during the rollout completed (ImagePullJob big Succeeded on {node})"
+    ));
+    assert!(
+        t.kc_silent(&[
+            "get",
+            "resourcequota",
+            "-n",
+            NS,
+            &format!("{daemon}-priority")
+        ]),
+        "the upgraded chart made no priority quota"
+    );
+    t.kc_ok(
+        &["delete", "resourcequota", "-n", NS, "by-hand-critical-pods"],
+        None,
+    );
+    t.kc_ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            NS,
+            &dpod,
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let selector = format!("spec.nodeName={node}");
+    t.wait_for(
+        "a new daemon pod admitted under the chart's quota alone",
+        120,
+        || {
+            let r = t.kc(&[
+                "get",
+                "pods",
+                "-n",
+                NS,
+                "-l",
+                "app.kubernetes.io/component=daemon",
+                "--field-selector",
+                &selector,
+                "-o",
+                r#"jsonpath={.items[?(@.status.phase=="Running")].metadata.name}"#,
+            ]);
+            let p = r.stdout.trim();
+            if !p.is_empty() && p != dpod {
+                Ok(())
+            } else {
+                Err(r.text())
+            }
+        },
+    );
+    t.pass("the hand-made quota gone, a new system-node-critical daemon pod runs under the chart's quota");
+}
+
+fn uninstall(t: &mut Install) {
+    assert!(
+        t.kc_quiet(&[
+            "delete",
+            "imagepulljobs,imagelistpulljobs",
+            "-A",
+            "--all",
+            "--wait=true",
+            "--timeout=120s"
+        ]),
+        "deleting the jobs before the uninstall did not finish (a finalizer stuck?)"
+    );
+    assert!(
+        t.kc_quiet(&[
+            "delete",
+            "imageprepulljobs,nodeupgradejobs",
+            "--all",
+            "--wait=true",
+            "--timeout=120s"
+        ]),
+        "deleting the KubeEdge jobs did not finish"
+    );
+    let out = t.helm(&["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "3m"]);
+    assert!(out.success, "helm uninstall failed: {}", text(&out));
+    let left = format!(
+        "{}{}",
+        t.kc(&["get", "imagepulljobs,imagelistpulljobs", "-A", "-o", "name"])
+            .text(),
+        t.kc(&["get", "imageprepulljobs,nodeupgradejobs", "-o", "name"])
+            .text()
+    );
+    let left = left.trim_end();
+    assert!(left.is_empty(), "objects left after uninstall: {left}");
+    for crd in ["nodeimages.apps.kruise.io", "imagepulljobs.apps.kruise.io"] {
+        assert!(
+            t.kc_silent(&["get", "crd", crd]),
+            "helm uninstall deleted CRD {crd} (CRDs must stay)"
+        );
+    }
+    if t.kc_silent(&["get", "namespace", SECRETS_NS]) {
+        assert!(
+            t.kc_silent(&[
+                "wait",
+                "--for=delete",
+                &format!("namespace/{SECRETS_NS}"),
+                "--timeout=120s"
+            ]),
+            "the secrets namespace {SECRETS_NS} is stuck terminating"
+        );
+    }
+    t.pass("uninstalled: no job left, no stuck namespace, the CRDs stay");
+}
+
+#[test]
+fn image_references_split_as_the_script_did() {
+    assert_eq!(repository("r:5000/n/daemon@sha256:ab"), "r:5000/n/daemon");
+    assert_eq!(digest("r:5000/n/daemon@sha256:ab"), "sha256:ab");
+    assert_eq!(repository("r/n/daemon"), "r/n/daemon");
+    assert_eq!(digest("r/n/daemon"), "r/n/daemon");
+}
