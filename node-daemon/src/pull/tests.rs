@@ -78,10 +78,14 @@ fn target(backoff_limit: u32) -> Target {
     }
 }
 
-/// Runs the pull path once.
+/// Runs the pull path once; a path that never ends fails the test (after
+/// an hour of the paused clock) instead of hanging it.
 async fn pull_once(deps: &Deps<FakeRuntime>, t: &Target, deadline: Option<Instant>) -> Pulled {
     let mut rep = Reporter::new(deps, key(), 1);
-    in_slot(&mut rep, t, deadline, |_| {}).await
+    let path = in_slot(&mut rep, t, deadline, |_| {});
+    tokio::time::timeout(s(3600), path)
+        .await
+        .expect("the pull path ends")
 }
 
 fn reason(o: &Outcome) -> &'static str {
