@@ -112,23 +112,46 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
 
     shutdown::signal_received().await;
     let _ = stop_tx.send(true);
-    let _ = sync.await;
-    // The writer makes a last write of what the pulls reported.
-    if tokio::time::timeout(Duration::from_secs(5), writer)
-        .await
-        .is_err()
-    {
-        tracing::warn!("last status write did not finish within 5s");
+    let tasks = Tasks {
+        sync,
+        writer,
+        probe,
+        pinning,
+        health,
+    };
+    tasks.stopped().await
+}
+
+/// The daemon's background tasks, told to stop by the stop switch.
+struct Tasks {
+    sync: tokio::task::JoinHandle<()>,
+    writer: tokio::task::JoinHandle<()>,
+    probe: tokio::task::JoinHandle<()>,
+    pinning: tokio::task::JoinHandle<()>,
+    health: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Tasks {
+    /// Waits for each task to end: the pulls first, then the writer's
+    /// last write of what they reported, then the rest.
+    async fn stopped(self) -> Result<(), Error> {
+        let _ = self.sync.await;
+        if tokio::time::timeout(Duration::from_secs(5), self.writer)
+            .await
+            .is_err()
+        {
+            tracing::warn!("last status write did not finish within 5s");
+        }
+        let _ = self.probe.await;
+        let _ = self.pinning.await;
+        match self.health.await {
+            Ok(Err(e)) => return Err(Error::Health(e)),
+            Err(e) => tracing::warn!(error = %e, "health server task failed"),
+            Ok(Ok(())) => {}
+        }
+        tracing::info!("daemon stopped cleanly");
+        Ok(())
     }
-    let _ = probe.await;
-    let _ = pinning.await;
-    match health.await {
-        Ok(Err(e)) => return Err(Error::Health(e)),
-        Err(e) => tracing::warn!(error = %e, "health server task failed"),
-        Ok(Ok(())) => {}
-    }
-    tracing::info!("daemon stopped cleanly");
-    Ok(())
 }
 
 /// kubelet's credential-provider plugins, when both flags name them.
