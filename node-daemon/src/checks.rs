@@ -2,7 +2,7 @@
 //! filesystem that holds images, CPU usage and memory usage, each failing
 //! above its threshold.
 
-use crate::cri::Runtime;
+use crate::runtime::ContainerRuntime;
 use std::time::Duration;
 
 /// Usage limits, in percent.
@@ -26,7 +26,11 @@ pub struct CheckFailure {
 }
 
 /// Runs the named checks in order; the first failure stops them.
-pub async fn run(items: &[String], runtime: &Runtime, t: &Thresholds) -> Result<(), CheckFailure> {
+pub async fn run(
+    items: &[String],
+    runtime: &impl ContainerRuntime,
+    t: &Thresholds,
+) -> Result<(), CheckFailure> {
     for item in items {
         let fail = |reason: String| CheckFailure {
             item: item.clone(),
@@ -59,7 +63,7 @@ pub fn verdict(item: &str, used: f64, limit: f64) -> Result<(), String> {
     }
 }
 
-async fn disk_usage(runtime: &Runtime) -> Result<f64, String> {
+async fn disk_usage(runtime: &impl ContainerRuntime) -> Result<f64, String> {
     let fs = runtime
         .image_fs()
         .await
@@ -76,7 +80,7 @@ async fn disk_usage(runtime: &Runtime) -> Result<f64, String> {
 
 /// Size in bytes of the filesystem holding the runtime's images, when the
 /// runtime names it and this process can see it.
-pub async fn image_fs_capacity(runtime: &Runtime) -> Option<u64> {
+pub async fn image_fs_capacity(runtime: &impl ContainerRuntime) -> Option<u64> {
     let fs = runtime.image_fs().await.ok()?;
     let mount = fs.into_iter().map(|(m, _)| m).find(|m| !m.is_empty())?;
     let st = rustix::fs::statvfs(mount.as_str()).ok()?;

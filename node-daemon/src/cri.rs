@@ -154,10 +154,7 @@ impl Runtime {
         let r = self
             .images()
             .image_status(ImageStatusRequest {
-                image: Some(ImageSpec {
-                    image: image.to_string(),
-                    ..Default::default()
-                }),
+                image: image_spec(image),
                 verbose: false,
             })
             .await
@@ -193,10 +190,7 @@ impl Runtime {
         let r = self
             .images()
             .pull_image(PullImageRequest {
-                image: Some(ImageSpec {
-                    image: image.to_string(),
-                    ..Default::default()
-                }),
+                image: image_spec(image),
                 auth,
                 sandbox_config: Some(sandbox),
             })
@@ -224,6 +218,14 @@ impl Runtime {
             })
             .collect())
     }
+}
+
+/// The CRI spec naming `image`.
+fn image_spec(image: &str) -> Option<ImageSpec> {
+    Some(ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    })
 }
 
 /// Socket-level failures (connection refused, socket missing) surface as

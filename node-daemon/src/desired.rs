@@ -4,7 +4,10 @@
 
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::nodeimage::requester_key;
-use nodeimage_api::kruise::{ImagePullPhase, NodeImage, SandboxConfig, TagUpgrade, UpgradeState};
+use nodeimage_api::kruise::{
+    ImagePullPhase, ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, SandboxConfig,
+    TagUpgrade, UpgradeState,
+};
 use nodeimage_api::kubeedge::is_version;
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,86 +139,13 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
         return out;
     };
     for (name, image) in images {
-        let secrets: Result<Vec<SecretRef>, String> = image
-            .pull_secrets
-            .iter()
-            .flatten()
-            .map(|s| match (&s.namespace, &s.name) {
-                (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok(SecretRef {
-                    namespace: ns.clone(),
-                    name: n.clone(),
-                }),
-                _ => Err("a pullSecrets entry lacks its namespace or name".to_string()),
-            })
-            .collect();
+        let secrets = secrets_of(image);
         for t in &image.tags {
             let key = TagKey {
                 image: name.to_string(),
                 tag: t.tag.to_string(),
             };
-            let target = (|| {
-                let image_ref = ImageRef::from_name_and_tag(name, &t.tag)
-                    .map_err(|e| format!("cannot pull {key}: {e}"))?;
-                let mode = match t.image_pull_policy.as_deref() {
-                    None | Some("") | Some("IfNotPresent") => PullMode::IfNotPresent,
-                    Some("Always") => PullMode::Always,
-                    Some(other) => {
-                        return Err(format!(
-                            "unknown imagePullPolicy {other:?}: use IfNotPresent or Always"
-                        ));
-                    }
-                };
-                let policy = t.pull_policy.clone().unwrap_or_default();
-                let timeout = match policy.timeout_seconds {
-                    None => DEFAULT_TIMEOUT,
-                    Some(s) if s > 0 => Duration::from_secs(s as u64),
-                    Some(s) => {
-                        return Err(format!("pullPolicy.timeoutSeconds {s} must be positive"));
-                    }
-                };
-                let backoff_limit = match policy.backoff_limit {
-                    None => DEFAULT_BACKOFF_LIMIT,
-                    Some(b) if b >= 0 => b as u32,
-                    Some(b) => {
-                        return Err(format!("pullPolicy.backoffLimit {b} must not be negative"));
-                    }
-                };
-                let active_deadline = match policy.active_deadline_seconds {
-                    None => None,
-                    Some(s) if s > 0 => Some(Duration::from_secs(s as u64)),
-                    Some(s) => {
-                        return Err(format!(
-                            "pullPolicy.activeDeadlineSeconds {s} must be positive"
-                        ));
-                    }
-                };
-                if let Some(u) = &t.upgrade {
-                    validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
-                }
-                Ok(Target {
-                    image: image_ref,
-                    mode,
-                    timeout,
-                    backoff_limit,
-                    active_deadline,
-                    secrets: secrets.clone()?,
-                    requesters: t
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .map(|o| {
-                            requester_key(
-                                o.kind.as_deref().unwrap_or_default(),
-                                o.namespace.as_deref().unwrap_or_default(),
-                                o.name.as_deref().unwrap_or_default(),
-                            )
-                        })
-                        .collect(),
-                    sandbox: image.sandbox_config.as_deref().cloned().unwrap_or_default(),
-                    check_items: t.check_items.as_deref().cloned().unwrap_or_default(),
-                    upgrade: t.upgrade.as_deref().cloned(),
-                })
-            })();
+            let target = target_of(name, image, t, &secrets, &key);
             out.push(PullTask {
                 key,
                 version: t.version.unwrap_or(0),
@@ -227,6 +157,116 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
         }
     }
     out
+}
+
+/// The image's pull secrets; an error when one lacks its namespace or name.
+fn secrets_of(image: &ImageSpec) -> Result<Vec<SecretRef>, String> {
+    image
+        .pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| match (&s.namespace, &s.name) {
+            (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok(SecretRef {
+                namespace: ns.clone(),
+                name: n.clone(),
+            }),
+            _ => Err("a pullSecrets entry lacks its namespace or name".to_string()),
+        })
+        .collect()
+}
+
+/// What to pull for one tag entry, or why it cannot be pulled (the first
+/// field found wrong, in the order the fields are read here).
+fn target_of(
+    name: &str,
+    image: &ImageSpec,
+    t: &ImageTagSpec,
+    secrets: &Result<Vec<SecretRef>, String>,
+    key: &TagKey,
+) -> Result<Target, String> {
+    let image_ref =
+        ImageRef::from_name_and_tag(name, &t.tag).map_err(|e| format!("cannot pull {key}: {e}"))?;
+    let mode = pull_mode(t.image_pull_policy.as_deref())?;
+    let limits = Limits::of(&t.pull_policy.clone().unwrap_or_default())?;
+    if let Some(u) = &t.upgrade {
+        validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
+    }
+    Ok(Target {
+        image: image_ref,
+        mode,
+        timeout: limits.timeout,
+        backoff_limit: limits.backoff_limit,
+        active_deadline: limits.active_deadline,
+        secrets: secrets.clone()?,
+        requesters: requesters(t),
+        sandbox: image.sandbox_config.as_deref().cloned().unwrap_or_default(),
+        check_items: t.check_items.as_deref().cloned().unwrap_or_default(),
+        upgrade: t.upgrade.as_deref().cloned(),
+    })
+}
+
+/// The entry's `imagePullPolicy` (IfNotPresent when unset).
+fn pull_mode(policy: Option<&str>) -> Result<PullMode, String> {
+    match policy {
+        None | Some("") | Some("IfNotPresent") => Ok(PullMode::IfNotPresent),
+        Some("Always") => Ok(PullMode::Always),
+        Some(other) => Err(format!(
+            "unknown imagePullPolicy {other:?}: use IfNotPresent or Always"
+        )),
+    }
+}
+
+/// The time and retry limits of an entry's `pullPolicy`.
+struct Limits {
+    timeout: Duration,
+    backoff_limit: u32,
+    active_deadline: Option<Duration>,
+}
+
+impl Limits {
+    /// The limits, the API's defaults where unset; an error for a value
+    /// out of range.
+    fn of(policy: &ImageTagPullPolicy) -> Result<Self, String> {
+        let timeout = match policy.timeout_seconds {
+            None => DEFAULT_TIMEOUT,
+            Some(s) if s > 0 => Duration::from_secs(s as u64),
+            Some(s) => return Err(format!("pullPolicy.timeoutSeconds {s} must be positive")),
+        };
+        let backoff_limit = match policy.backoff_limit {
+            None => DEFAULT_BACKOFF_LIMIT,
+            Some(b) if b >= 0 => b as u32,
+            Some(b) => return Err(format!("pullPolicy.backoffLimit {b} must not be negative")),
+        };
+        let active_deadline = match policy.active_deadline_seconds {
+            None => None,
+            Some(s) if s > 0 => Some(Duration::from_secs(s as u64)),
+            Some(s) => {
+                return Err(format!(
+                    "pullPolicy.activeDeadlineSeconds {s} must be positive"
+                ));
+            }
+        };
+        Ok(Limits {
+            timeout,
+            backoff_limit,
+            active_deadline,
+        })
+    }
+}
+
+/// The jobs that asked for the entry (`Kind/namespace/name`).
+fn requesters(t: &ImageTagSpec) -> Vec<String> {
+    t.owner_references
+        .iter()
+        .flatten()
+        .map(|o| {
+            requester_key(
+                o.kind.as_deref().unwrap_or_default(),
+                o.namespace.as_deref().unwrap_or_default(),
+                o.name.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// What status already says about an entry.

@@ -16,6 +16,7 @@ mod pull;
 mod report;
 mod resume;
 mod retry;
+mod runtime;
 mod runtime_info;
 mod shared;
 mod status;
@@ -47,52 +48,21 @@ pub enum Error {
 /// Runs until a stop signal (or a lost lease), then shuts down cleanly.
 pub async fn run(flags: Flags) -> Result<(), Error> {
     // A config kubelet would refuse stops the daemon before anything else.
-    let providers = match (
-        &flags.image_credential_provider_config,
-        &flags.image_credential_provider_bin_dir,
-    ) {
-        (Some(config), Some(dir)) => {
-            let p = credproviders::Providers::load(config, dir)?;
-            tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
-            Some(Arc::new(p))
-        }
-        _ => None,
-    };
-
+    let providers = credential_providers(&flags)?;
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let runtime = cri::Runtime::new(&flags.containerd_socket, flags.runtime_api)
         .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
-    tracing::info!(
-        node = %flags.node_name,
-        socket = %flags.containerd_socket.display(),
-        max_concurrent_pulls = flags.max_concurrent_pulls,
-        "daemon starting"
-    );
-    if flags.enable_upgrades {
-        tracing::warn!(
-            work_dir = %flags.upgrade_work_dir.display(),
-            tool = %flags.upgrade_tool_path,
-            version_source = %flags.node_version_source,
-            "node-agent upgrades enabled: NodeUpgradeJob entries run their tool on this node"
-        );
-    }
+    log_start(&flags);
 
     let metrics = metrics::Metrics::new();
-    let mut registry = nodeimage_ops::metrics::registry("daemon");
-    metrics.register(&mut registry);
-    let registry = Arc::new(registry);
-    let render: health::MetricsFn = Arc::new(move || nodeimage_ops::metrics::render(&registry));
     let readiness = health::Readiness::default();
     let synced = readiness.check("nodeimage-synced").await;
     let runtime_ok = readiness.check("containerd").await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let health = tokio::spawn(health::serve(
         flags.health_addr,
         readiness.clone(),
-        Some(render),
+        Some(render_metrics(&metrics)),
         stopped(stop_rx.clone()),
     ));
     let (info_tx, info_rx) = tokio::sync::watch::channel(None);
@@ -107,48 +77,20 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
 
     let api: kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> = kube::Api::all(client.clone());
     let status = writer::StatusHandle::default();
-    let deps = Arc::new(shared::Deps {
-        node: flags.node_name.clone(),
+    let deps = Arc::new(deps(
+        &flags,
         runtime,
-        client: client.clone(),
-        slots: Arc::new(tokio::sync::Semaphore::new(
-            flags.max_concurrent_pulls as usize,
-        )),
-        status: status.clone(),
-        reporter: Reporter {
-            controller: "nodeimage-daemon".into(),
-            instance: Some(flags.node_name.clone()),
-        },
-        metrics: metrics.clone(),
-        thresholds: checks::Thresholds {
-            disk: flags.disk_threshold_percent,
-            cpu: flags.cpu_threshold_percent,
-            mem: flags.mem_threshold_percent,
-        },
+        client,
+        status.clone(),
+        metrics.clone(),
         providers,
-        leases: Arc::default(),
-        pins: pins::Pins::default(),
-    });
+    ));
     let pinning = tokio::spawn(pin_when_able(
         deps.clone(),
         info_rx,
         flags.pin_images,
         stop_rx.clone(),
     ));
-    let upgrades = Arc::new(upgrade::Settings {
-        enabled: flags.enable_upgrades,
-        tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
-        work_dir: flags.upgrade_work_dir.clone(),
-        version_source: flags.node_version_source.clone(),
-        exec_prefix: flags
-            .upgrade_exec_prefix
-            .split_whitespace()
-            .map(str::to_string)
-            .collect(),
-        node_name: flags.node_name.clone(),
-        lock: tokio::sync::Mutex::new(()),
-    });
-
     let writer = tokio::spawn(writer::run(
         status,
         api.clone(),
@@ -158,6 +100,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     ));
     let presence_every = (flags.presence_check_seconds > 0)
         .then(|| Duration::from_secs(flags.presence_check_seconds));
+    let upgrades = upgrade_settings(&flags);
     let sync = tokio::spawn(sync::run(
         api,
         flags.node_name.clone(),
@@ -169,23 +112,140 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
 
     shutdown::signal_received().await;
     let _ = stop_tx.send(true);
-    let _ = sync.await;
-    // The writer makes a last write of what the pulls reported.
-    if tokio::time::timeout(Duration::from_secs(5), writer)
-        .await
-        .is_err()
-    {
-        tracing::warn!("last status write did not finish within 5s");
+    let tasks = Tasks {
+        sync,
+        writer,
+        probe,
+        pinning,
+        health,
+    };
+    tasks.stopped().await
+}
+
+/// The daemon's background tasks, told to stop by the stop switch.
+struct Tasks {
+    sync: tokio::task::JoinHandle<()>,
+    writer: tokio::task::JoinHandle<()>,
+    probe: tokio::task::JoinHandle<()>,
+    pinning: tokio::task::JoinHandle<()>,
+    health: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Tasks {
+    /// Waits for each task to end: the pulls first, then the writer's
+    /// last write of what they reported, then the rest.
+    async fn stopped(self) -> Result<(), Error> {
+        let _ = self.sync.await;
+        if tokio::time::timeout(Duration::from_secs(5), self.writer)
+            .await
+            .is_err()
+        {
+            tracing::warn!("last status write did not finish within 5s");
+        }
+        let _ = self.probe.await;
+        let _ = self.pinning.await;
+        match self.health.await {
+            Ok(Err(e)) => return Err(Error::Health(e)),
+            Err(e) => tracing::warn!(error = %e, "health server task failed"),
+            Ok(Ok(())) => {}
+        }
+        tracing::info!("daemon stopped cleanly");
+        Ok(())
     }
-    let _ = probe.await;
-    let _ = pinning.await;
-    match health.await {
-        Ok(Err(e)) => return Err(Error::Health(e)),
-        Err(e) => tracing::warn!(error = %e, "health server task failed"),
-        Ok(Ok(())) => {}
+}
+
+/// kubelet's credential-provider plugins, when both flags name them.
+fn credential_providers(flags: &Flags) -> Result<Option<Arc<credproviders::Providers>>, Error> {
+    let (Some(config), Some(dir)) = (
+        &flags.image_credential_provider_config,
+        &flags.image_credential_provider_bin_dir,
+    ) else {
+        return Ok(None);
+    };
+    let p = credproviders::Providers::load(config, dir)?;
+    tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
+    Ok(Some(Arc::new(p)))
+}
+
+/// Says how the daemon starts, and warns when upgrades may run on the node.
+fn log_start(flags: &Flags) {
+    tracing::info!(
+        node = %flags.node_name,
+        socket = %flags.containerd_socket.display(),
+        max_concurrent_pulls = flags.max_concurrent_pulls,
+        "daemon starting"
+    );
+    if flags.enable_upgrades {
+        tracing::warn!(
+            work_dir = %flags.upgrade_work_dir.display(),
+            tool = %flags.upgrade_tool_path,
+            version_source = %flags.node_version_source,
+            "node-agent upgrades enabled: NodeUpgradeJob entries run their tool on this node"
+        );
     }
-    tracing::info!("daemon stopped cleanly");
-    Ok(())
+}
+
+/// The daemon's metrics, registered and rendered for the health server.
+fn render_metrics(metrics: &metrics::Metrics) -> health::MetricsFn {
+    let mut registry = nodeimage_ops::metrics::registry("daemon");
+    metrics.register(&mut registry);
+    let registry = Arc::new(registry);
+    Arc::new(move || nodeimage_ops::metrics::render(&registry))
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// What every task shares, from the flags.
+fn deps(
+    flags: &Flags,
+    runtime: cri::Runtime,
+    client: kube::Client,
+    status: writer::StatusHandle,
+    metrics: metrics::Metrics,
+    providers: Option<Arc<credproviders::Providers>>,
+) -> shared::Deps {
+    shared::Deps {
+        node: flags.node_name.clone(),
+        runtime,
+        client,
+        slots: Arc::new(tokio::sync::Semaphore::new(
+            flags.max_concurrent_pulls as usize,
+        )),
+        status,
+        reporter: Reporter {
+            controller: "nodeimage-daemon".into(),
+            instance: Some(flags.node_name.clone()),
+        },
+        metrics,
+        thresholds: checks::Thresholds {
+            disk: flags.disk_threshold_percent,
+            cpu: flags.cpu_threshold_percent,
+            mem: flags.mem_threshold_percent,
+        },
+        providers,
+        leases: Arc::default(),
+        pins: pins::Pins::default(),
+    }
+}
+
+/// How node-agent upgrades run on this node, from the flags.
+fn upgrade_settings(flags: &Flags) -> Arc<upgrade::Settings> {
+    Arc::new(upgrade::Settings {
+        enabled: flags.enable_upgrades,
+        tool_path: upgrade::extract::normalize(&flags.upgrade_tool_path),
+        work_dir: flags.upgrade_work_dir.clone(),
+        version_source: flags.node_version_source.clone(),
+        exec_prefix: flags
+            .upgrade_exec_prefix
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        node_name: flags.node_name.clone(),
+        lock: tokio::sync::Mutex::new(()),
+    })
 }
 
 /// Once the runtime is known: says what it can do (a log line, the
@@ -205,49 +265,8 @@ async fn pin_when_able(
         _ = stop.changed() => return,
     };
     let Some(info) = info else { return };
-    let missing = info.missing();
-    if missing.is_empty() {
-        tracing::info!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), "container runtime supports every daemon feature");
-    } else {
-        tracing::warn!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), missing = %missing, "container runtime lacks some daemon features");
-    }
-    deps.metrics
-        .runtime_info
-        .get_or_create(&metrics::RuntimeLabels {
-            runtime: info.name.clone(),
-            version: info.version.clone(),
-            capabilities: info.capabilities(),
-        })
-        .set(1);
-    let events = {
-        let deps = deps.clone();
-        let info = info.clone();
-        let mut stop = stop.clone();
-        tokio::spawn(async move {
-            // The event needs the NodeImage: wait for the first one.
-            loop {
-                if deps.status.observed().is_some() {
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {},
-                    _ = stop.changed() => return,
-                }
-            }
-            let (type_, note) = if info.missing().is_empty() {
-                (
-                    kube::runtime::events::EventType::Normal,
-                    format!("Runtime {info}"),
-                )
-            } else {
-                (
-                    kube::runtime::events::EventType::Warning,
-                    format!("Runtime {info}; not available here: {}", info.missing()),
-                )
-            };
-            report::event(&deps, type_, "RuntimeDetected", "Start", note).await;
-        })
-    };
+    record_runtime(&deps, &info);
+    let events = tokio::spawn(announce_runtime(deps.clone(), info.clone(), stop.clone()));
     if info.has(runtime_info::Capability::Pinning) {
         let settings = pins::Settings {
             node: deps.node.clone(),
@@ -266,6 +285,52 @@ async fn pin_when_able(
     }
     let _ = stop.changed().await;
     events.abort();
+}
+
+/// Says what the runtime can do: a log line and the `runtime_info` metric.
+fn record_runtime(deps: &shared::Deps, info: &runtime_info::RuntimeInfo) {
+    let missing = info.missing();
+    if missing.is_empty() {
+        tracing::info!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), "container runtime supports every daemon feature");
+    } else {
+        tracing::warn!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), missing = %missing, "container runtime lacks some daemon features");
+    }
+    deps.metrics
+        .runtime_info
+        .get_or_create(&metrics::RuntimeLabels {
+            runtime: info.name.clone(),
+            version: info.version.clone(),
+            capabilities: info.capabilities(),
+        })
+        .set(1);
+}
+
+/// Records what the runtime can do as an event on the NodeImage, once the
+/// NodeImage is known.
+async fn announce_runtime(
+    deps: Arc<shared::Deps>,
+    info: runtime_info::RuntimeInfo,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    // The event needs the NodeImage: wait for the first one.
+    while deps.status.observed().is_none() {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+            _ = stop.changed() => return,
+        }
+    }
+    let (type_, note) = if info.missing().is_empty() {
+        (
+            kube::runtime::events::EventType::Normal,
+            format!("Runtime {info}"),
+        )
+    } else {
+        (
+            kube::runtime::events::EventType::Warning,
+            format!("Runtime {info}; not available here: {}", info.missing()),
+        )
+    };
+    report::event(&deps, type_, "RuntimeDetected", "Start", note).await;
 }
 
 /// Keeps the `containerd` readiness condition current, and finds out what

@@ -14,8 +14,9 @@
 //! State: the wanted set (owned by the sync loop, replaced whole on every
 //! NodeImage event) and the pinned set (containerd's labels; never copied).
 
-use crate::cri::{Runtime, namespaced};
+use crate::cri::namespaced;
 use crate::metrics::Metrics;
+use crate::runtime::ContainerRuntime;
 use containerd_client::services::v1::images_client::ImagesClient;
 use containerd_client::services::v1::{
     GetImageRequest, Image, ListImagesRequest, UpdateImageRequest,
@@ -99,9 +100,9 @@ pub struct Settings {
 }
 
 /// Keeps the pins in step with the wanted set until `stop` turns true.
-pub async fn run(
+pub async fn run<R: ContainerRuntime>(
     pins: Pins,
-    runtime: Runtime,
+    runtime: R,
     settings: Settings,
     metrics: Metrics,
     mut stop: watch::Receiver<bool>,
@@ -144,21 +145,29 @@ struct Report {
 }
 
 /// One pass: list this daemon's pins, pin and unpin, then count.
-async fn pass(
-    runtime: &Runtime,
+async fn pass<R: ContainerRuntime>(
+    runtime: &R,
     settings: &Settings,
     wanted: &BTreeSet<String>,
     metrics: &Metrics,
 ) -> Result<Report, tonic::Status> {
-    let Some(channel) = runtime.containerd() else {
+    let Some(ours) = runtime.pinned_by(&settings.node).await? else {
         return Ok(Report::default());
     };
-    let mut images = ImagesClient::new(channel);
-    let ours = list_ours(&mut images, &settings.node).await?;
     let todo = changes(wanted, &ours, settings.enabled);
-    let mut pinned = ours.clone();
+    let pinned = apply(runtime, &settings.node, &todo, ours).await;
+    Ok(count(runtime, &pinned, metrics).await)
+}
+
+/// Pins and unpins as `todo` says; what is pinned for this node after.
+async fn apply<R: ContainerRuntime>(
+    runtime: &R,
+    node: &str,
+    todo: &Changes,
+    mut pinned: BTreeSet<String>,
+) -> BTreeSet<String> {
     for name in &todo.unpin {
-        match set_pin(&mut images, name, &settings.node, false).await {
+        match runtime.set_pin(name, node, false).await {
             Ok(_) => {
                 pinned.remove(name);
                 tracing::info!(image = %name, "unpinned: no tag entry wants it");
@@ -167,7 +176,7 @@ async fn pass(
         }
     }
     for name in &todo.pin {
-        match set_pin(&mut images, name, &settings.node, true).await {
+        match runtime.set_pin(name, node, true).await {
             Ok(true) => {
                 pinned.insert(name.clone());
                 tracing::info!(image = %name, "pinned while a tag entry wants it");
@@ -176,9 +185,18 @@ async fn pass(
             Err(e) => tracing::warn!(image = %name, error = %e, "cannot pin"),
         }
     }
+    pinned
+}
+
+/// Counts the pinned images and their bytes, and the image filesystem's size.
+async fn count<R: ContainerRuntime>(
+    runtime: &R,
+    pinned: &BTreeSet<String>,
+    metrics: &Metrics,
+) -> Report {
     let mut report = Report::default();
     let mut bytes = 0u64;
-    for name in &pinned {
+    for name in pinned {
         if let Ok(Ok(Some(img))) =
             tokio::time::timeout(CALL_TIMEOUT, runtime.image_status(name)).await
         {
@@ -197,11 +215,11 @@ async fn pass(
             .image_fs_capacity_bytes
             .set(i64::try_from(cap).unwrap_or(i64::MAX));
     }
-    Ok(report)
+    report
 }
 
 /// The images this node's daemon pinned.
-async fn list_ours(
+pub(crate) async fn list_ours(
     images: &mut ImagesClient<Channel>,
     node: &str,
 ) -> Result<BTreeSet<String>, tonic::Status> {
@@ -228,7 +246,7 @@ fn quoted(v: &str) -> String {
 
 /// Pins `name` for `node`, or unpins it. Ok(false) when there is nothing to
 /// do: the image is not on the node (yet), or someone else pinned it.
-async fn set_pin(
+pub(crate) async fn set_pin(
     images: &mut ImagesClient<Channel>,
     name: &str,
     node: &str,
@@ -371,5 +389,60 @@ mod tests {
     fn filter_values_are_quoted() {
         assert_eq!(quoted("node-1.example"), "\"node-1.example\"");
         assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+    }
+
+    #[tokio::test]
+    async fn a_pass_moves_only_this_nodes_pins() {
+        use crate::runtime::fake::FakeRuntime;
+        // (name, wanted, enabled, CRI alone, pinned after with owners, counted)
+        let cases: [(&str, &[&str], bool, bool, &[(&str, &str)], i64); 3] = [
+            (
+                "wanted images are pinned, those no longer wanted unpinned",
+                &["a", "b", "sandbox", "missing"],
+                true,
+                false,
+                &[("a", "n1"), ("b", "n1"), ("sandbox", "")],
+                2,
+            ),
+            (
+                "turned off: only this node's pins go",
+                &["a", "b"],
+                false,
+                false,
+                &[("sandbox", "")],
+                0,
+            ),
+            (
+                "on CRI alone nothing is touched",
+                &["a", "b"],
+                true,
+                true,
+                &[("a", "n1"), ("old", "n1"), ("sandbox", "")],
+                0,
+            ),
+        ];
+        for (name, wanted, enabled, cri_only, after, counted) in cases {
+            let rt = FakeRuntime::default();
+            rt.pinned("a", "n1")
+                .pinned("old", "n1")
+                .pinned("sandbox", "")
+                .present("b");
+            if cri_only {
+                rt.cri_only();
+            }
+            let settings = Settings {
+                node: "n1".into(),
+                enabled,
+            };
+            let metrics = Metrics::new();
+            let report = pass(&rt, &settings, &set(wanted), &metrics).await;
+            assert_eq!(report.map(|r| r.ignored).ok(), Some(0), "{name}");
+            let want: std::collections::BTreeMap<String, String> = after
+                .iter()
+                .map(|(i, o)| (i.to_string(), o.to_string()))
+                .collect();
+            assert_eq!(rt.pins(), want, "{name}");
+            assert_eq!(metrics.pinned_images.get(), counted, "{name}");
+        }
     }
 }

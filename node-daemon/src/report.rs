@@ -3,6 +3,7 @@
 //! NodeImage, a log line and the pull metrics. Both the pull flow and the
 //! upgrade flow report through here.
 
+use crate::cri::Runtime;
 use crate::desired::TagKey;
 use crate::metrics::{Metrics, PullLabels, ResultLabels};
 use crate::shared::Deps;
@@ -42,9 +43,9 @@ impl Outcome {
 }
 
 /// Reports one tag's state to the status writer.
-pub(crate) struct Reporter<'a> {
+pub(crate) struct Reporter<'a, R = Runtime> {
     /// What the workers share.
-    pub(crate) deps: &'a Deps,
+    pub(crate) deps: &'a Deps<R>,
     /// The entry.
     pub(crate) key: TagKey,
     /// The entry's version.
@@ -55,9 +56,9 @@ pub(crate) struct Reporter<'a> {
     pub(crate) upgrade: std::sync::Mutex<UpgradeReport>,
 }
 
-impl<'a> Reporter<'a> {
+impl<'a, R> Reporter<'a, R> {
     /// A reporter for the entry `key` at `version`.
-    pub(crate) fn new(deps: &'a Deps, key: TagKey, version: i64) -> Self {
+    pub(crate) fn new(deps: &'a Deps<R>, key: TagKey, version: i64) -> Self {
         Reporter {
             deps,
             key,
@@ -77,20 +78,29 @@ impl<'a> Reporter<'a> {
         st
     }
 
+    /// The tag's status in `phase`, with the upgrade fields if any.
+    fn status(
+        &self,
+        phase: ImagePullPhase,
+        progress: i32,
+        message: Option<String>,
+    ) -> ImageTagStatus {
+        self.with_upgrade(ImageTagStatus {
+            tag: self.key.tag.as_str().into(),
+            phase,
+            progress: Some(progress),
+            start_time: self.start.clone(),
+            version: Some(self.version),
+            message: message.map(Into::into),
+            ..Default::default()
+        })
+    }
+
     /// Reports an unfinished phase.
     pub(crate) fn send(&self, phase: ImagePullPhase, progress: i32, message: Option<String>) {
-        self.deps.status.report(
-            &self.key,
-            self.with_upgrade(ImageTagStatus {
-                tag: self.key.tag.as_str().into(),
-                phase,
-                progress: Some(progress),
-                start_time: self.start.clone(),
-                version: Some(self.version),
-                message: message.map(Into::into),
-                ..Default::default()
-            }),
-        );
+        self.deps
+            .status
+            .report(&self.key, self.status(phase, progress, message));
     }
 
     /// Reports the end of a pull.
@@ -113,24 +123,11 @@ impl<'a> Reporter<'a> {
         } else {
             (ImagePullPhase::Failed, 0)
         };
-        self.deps.status.report(
-            &self.key,
-            self.with_upgrade(ImageTagStatus {
-                tag: self.key.tag.as_str().into(),
-                phase,
-                progress: Some(progress),
-                start_time: self.start.clone().or_else(|| Some(now())),
-                completion_time: Some(now()),
-                version: Some(self.version),
-                image_id: if succeeded {
-                    image_id.map(Into::into)
-                } else {
-                    None
-                },
-                message: message.map(Into::into),
-                ..Default::default()
-            }),
-        );
+        let mut st = self.status(phase, progress, message);
+        st.start_time = st.start_time.or_else(|| Some(now()));
+        st.completion_time = Some(now());
+        st.image_id = image_id.filter(|_| succeeded).map(Into::into);
+        self.deps.status.report(&self.key, st);
     }
 }
 

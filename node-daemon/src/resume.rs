@@ -232,13 +232,11 @@ impl Use {
     }
 
     /// Ends this task's share and, if no other task pulls the reference,
-    /// its lease (none on CRI alone: `channel` None). Not awaited: the
-    /// outcome is reported without waiting on containerd.
-    pub fn end(self, channel: Option<Channel>, node: String) {
-        if let Some(reference) = self.leave()
-            && let Some(channel) = channel
-        {
-            tokio::spawn(end(channel, node, reference));
+    /// its lease (none on CRI alone). Not awaited: the outcome is reported
+    /// without waiting on containerd.
+    pub fn end(self, runtime: &impl crate::runtime::ContainerRuntime, node: &str) {
+        if let Some(reference) = self.leave() {
+            runtime.end_lease(node, reference);
         }
     }
 }

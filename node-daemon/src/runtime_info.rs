@@ -4,13 +4,9 @@
 //! or write containerd's content store, leases and image labels; a runtime
 //! without that API (CRI-O) still pulls, with phases, image IDs and reasons.
 
-use crate::cri::{CriError, Runtime};
-use containerd_client::services::v1::version_client::VersionClient;
+use crate::cri::CriError;
+use crate::runtime::ContainerRuntime;
 use std::fmt;
-use std::time::Duration;
-
-/// How long the start-up probe of containerd's own API may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The runtime as the daemon found it at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,16 +124,9 @@ pub fn pins_are_honoured(version: &str) -> bool {
 
 /// Asks the runtime what it is and whether containerd's API answers (not
 /// asked when the daemon runs on CRI alone).
-pub async fn detect(runtime: &Runtime) -> Result<RuntimeInfo, CriError> {
+pub async fn detect(runtime: &impl ContainerRuntime) -> Result<RuntimeInfo, CriError> {
     let (name, version) = runtime.name_and_version().await?;
-    let containerd_api = match runtime.containerd() {
-        None => false,
-        Some(channel) => {
-            let mut client = VersionClient::new(channel);
-            let probe = client.version(());
-            matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(_)))
-        }
-    };
+    let containerd_api = runtime.containerd_answers().await;
     Ok(RuntimeInfo {
         name,
         version,
@@ -201,5 +190,22 @@ mod tests {
             info("v2.2.9", true).to_string(),
             "containerd v2.2.9 (capabilities: progress,resume,pinning)"
         );
+    }
+
+    #[tokio::test]
+    async fn detection_asks_for_containerds_api_beside_cri() {
+        use crate::runtime::fake::FakeRuntime;
+        for cri_only in [false, true] {
+            let rt = FakeRuntime::default();
+            if cri_only {
+                rt.cri_only();
+            }
+            let found = detect(&rt).await.expect("the runtime answers");
+            assert_eq!(found.containerd_api, !cri_only);
+            assert_eq!(
+                (found.name.as_str(), found.version.as_str()),
+                ("containerd", "v2.2.9")
+            );
+        }
     }
 }

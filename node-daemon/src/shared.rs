@@ -8,13 +8,14 @@ use crate::writer::StatusHandle;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-/// What every worker shares.
-pub struct Deps {
+/// What every worker shares; generic over the runtime so the pull path
+/// runs over an in-memory one in unit tests.
+pub struct Deps<R = Runtime> {
     /// This node's name: scopes what the daemon keeps in a containerd that
     /// other daemons may share (the resume leases).
     pub node: String,
     /// The node's runtime.
-    pub runtime: Runtime,
+    pub runtime: R,
     /// Client for reading pull secrets.
     pub client: kube::Client,
     /// Pull slots; the rest wait in order.

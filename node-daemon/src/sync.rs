@@ -6,8 +6,8 @@
 use crate::decode::{self, Decoded};
 use crate::desired::{self, PullTask, Reported, TagKey};
 use crate::presence::{self, Expected, Losses, Lost};
-use crate::resume;
 use crate::worker::{self, Workers};
+use crate::{pull, resume};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -36,6 +36,27 @@ struct Latest {
     reported: BTreeMap<TagKey, Reported>,
 }
 
+/// What the loop keeps between events.
+struct State {
+    /// The tasks started, finished ones included (with their version, so
+    /// they are not run again).
+    running: BTreeMap<TagKey, Running>,
+    /// The objects of a relist in progress.
+    init: Option<Decoded>,
+    /// The last reason logged for each entry that cannot be decoded.
+    logged: BTreeMap<TagKey, String>,
+    /// Whether the leases a previous run left have been swept (once the
+    /// first NodeImage says what this run pulls); leases made since this
+    /// run started are its own.
+    swept: bool,
+    /// When this run started.
+    run_started: std::time::SystemTime,
+    /// What the last NodeImage asked for and said.
+    latest: Latest,
+    /// How often each entry version lost its image.
+    losses: Losses,
+}
+
 /// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec
 /// asks; every `presence_every` (None: never) looks for images that left.
 pub async fn run(
@@ -51,16 +72,15 @@ pub async fn run(
     // the watch (and with it every other tag of the node).
     let stream = watcher::watcher(api, config).default_backoff();
     tokio::pin!(stream);
-    let mut running: BTreeMap<TagKey, Running> = BTreeMap::new();
-    let mut init: Option<Decoded> = None;
-    let mut logged: BTreeMap<TagKey, String> = BTreeMap::new();
-    // Whether the leases a previous run left have been swept (once the
-    // first NodeImage says what this run pulls); leases made since this
-    // run started are its own.
-    let mut swept = false;
-    let run_started = std::time::SystemTime::now();
-    let mut latest = Latest::default();
-    let mut losses = Losses::default();
+    let mut st = State {
+        running: BTreeMap::new(),
+        init: None,
+        logged: BTreeMap::new(),
+        swept: false,
+        run_started: std::time::SystemTime::now(),
+        latest: Latest::default(),
+        losses: Losses::default(),
+    };
     let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Vec<Expected>>();
     // Without checks the timer still needs a period the clock can hold.
     let mut presence_tick =
@@ -71,50 +91,47 @@ pub async fn run(
         let event = tokio::select! {
             e = stream.next() => e,
             _ = presence_tick.tick(), if presence_every.is_some() => {
-                check_presence(&workers, &latest, &running, &gone_tx);
+                check_presence(&workers, &st.latest, &st.running, &gone_tx);
                 continue;
             }
             Some(gone) = gone_rx.recv() => {
-                pull_again(&workers, gone, &latest, &mut running, &mut losses);
+                pull_again(&workers, gone, &st.latest, &mut st.running, &mut st.losses);
                 continue;
             }
             _ = stop.changed() => break,
         };
         let Some(event) = event else { break };
+        st.on_event(&workers, &node, &synced, event);
+    }
+    for (_, r) in st.running {
+        r.handle.abort();
+    }
+}
+
+impl State {
+    /// Acts on one event of the watch.
+    fn on_event(
+        &mut self,
+        workers: &Workers,
+        node: &str,
+        synced: &Check,
+        event: Result<Event<Lenient<NodeImage>>, watcher::Error>,
+    ) {
         match event {
             Ok(Event::Apply(ni)) => {
                 synced.set(true);
-                latest = apply(
-                    &workers,
-                    decode::nodeimage(ni),
-                    false,
-                    &mut running,
-                    &mut logged,
-                );
-                losses.retain(&latest.tasks);
-                sweep_once(&workers, &running, &mut swept, run_started);
+                self.applied(workers, decode::nodeimage(ni), false);
             }
             Ok(Event::Delete(_)) => {
                 tracing::warn!(node = %node, "NodeImage deleted; stopping every pull");
-                for (_, r) in std::mem::take(&mut running) {
-                    r.handle.abort();
-                    end_lease_after(&workers, r);
-                }
-                workers.deps.status.forget();
-                latest = Latest::default();
-                losses.retain(&[]);
-                workers.deps.pins.want(BTreeSet::new());
+                self.deleted(workers);
             }
-            Ok(Event::Init) => init = None,
-            Ok(Event::InitApply(ni)) => init = Some(decode::nodeimage(ni)),
+            Ok(Event::Init) => self.init = None,
+            Ok(Event::InitApply(ni)) => self.init = Some(decode::nodeimage(ni)),
             Ok(Event::InitDone) => {
                 synced.set(true);
-                match init.take() {
-                    Some(ni) => {
-                        latest = apply(&workers, ni, true, &mut running, &mut logged);
-                        losses.retain(&latest.tasks);
-                        sweep_once(&workers, &running, &mut swept, run_started);
-                    }
+                match self.init.take() {
+                    Some(ni) => self.applied(workers, ni, true),
                     None => {
                         tracing::warn!(node = %node, "no NodeImage for this node yet; waiting for the controller to create it")
                     }
@@ -126,8 +143,30 @@ pub async fn run(
             }
         }
     }
-    for (_, r) in running {
-        r.handle.abort();
+
+    /// Acts on the NodeImage as it is now.
+    fn applied(&mut self, workers: &Workers, decoded: Decoded, relisted: bool) {
+        self.latest = apply(
+            workers,
+            decoded,
+            relisted,
+            &mut self.running,
+            &mut self.logged,
+        );
+        self.losses.retain(&self.latest.tasks);
+        sweep_once(workers, &self.running, &mut self.swept, self.run_started);
+    }
+
+    /// The NodeImage is gone: every pull stops and nothing is wanted.
+    fn deleted(&mut self, workers: &Workers) {
+        for (_, r) in std::mem::take(&mut self.running) {
+            r.handle.abort();
+            end_lease_after(workers, r);
+        }
+        workers.deps.status.forget();
+        self.latest = Latest::default();
+        self.losses.retain(&[]);
+        workers.deps.pins.want(BTreeSet::new());
     }
 }
 
@@ -315,16 +354,11 @@ fn pull_again(
 /// cannot hold its blobs again.
 fn end_lease_after(workers: &Workers, r: Running) {
     let Some(reference) = r.reference else { return };
-    let deps = workers.deps.clone();
-    tokio::spawn(async move {
-        let _ = r.handle.await;
-        // Another tag naming the same image may still pull it.
-        if !deps.leases.in_use(&reference)
-            && let Some(channel) = deps.runtime.containerd()
-        {
-            resume::end(channel, deps.node.clone(), reference).await;
-        }
-    });
+    tokio::spawn(pull::end_lease_when_gone(
+        workers.deps.clone(),
+        r.handle,
+        reference,
+    ));
 }
 
 /// Once per run, after the first NodeImage is acted on: ends the leases a

@@ -1,17 +1,15 @@
 //! One tag's task from start to end: an entry that cannot be decoded fails
-//! at once, an upgrade entry goes to the upgrade flow, any other waits for a
-//! pull slot (or its deadline), is pulled, and finishes Succeeded or Failed
+//! at once, an upgrade entry goes to the upgrade flow, any other goes
+//! through the pull path (`pull::in_slot`) and finishes Succeeded or Failed
 //! with its status, event and metrics.
 
 use crate::desired::PullTask;
-use crate::metrics::GaugeGuard;
 use crate::pull;
 use crate::report::{self, Outcome, Reporter, now};
 use crate::shared::Deps;
 use crate::upgrade;
 use nodeimage_api::kruise::ImagePullPhase;
 use std::sync::Arc;
-use tokio::time::Instant;
 
 /// Starts tasks: what every task shares and how upgrades run on this node.
 #[derive(Clone)]
@@ -37,42 +35,22 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
         let t = t.clone();
         return upgrade::run(task, t, deps, upgrades).await;
     }
-    let mut rep = Reporter::new(&deps, task.key.clone(), task.version);
+    let mut rep = Reporter::new(&*deps, task.key.clone(), task.version);
     let target = match &task.target {
         Ok(t) => t.clone(),
         Err(msg) => return fail(&task, &deps, "invalid", msg.clone()).await,
     };
     let deadline = pull::deadline_of(&task, &target);
-    let lease = deps.leases.enter(target.image.pull_ref());
     rep.send(ImagePullPhase::Waiting, 0, task.note.clone());
-    let waiting = GaugeGuard::new(&deps.metrics.waiting);
-    let permit = tokio::select! {
-        p = deps.slots.clone().acquire_owned() => p.ok(),
-        _ = pull::sleep_until(deadline) => None,
+    let started = |rep: &mut Reporter<'_>| {
+        rep.start = Some(now());
+        rep.send(ImagePullPhase::Pulling, 0, task.note.clone());
+        tracing::info!(tag = %task.key, version = task.version, "pull started");
     };
-    drop(waiting);
-    let (outcome, elapsed) = match permit {
-        None => (
-            Outcome::failed(
-                "deadline",
-                pull::deadline_message(&target, "waiting for a pull slot"),
-            ),
-            None,
-        ),
-        Some(_permit) => {
-            let _running = GaugeGuard::new(&deps.metrics.in_flight);
-            let started = Instant::now();
-            rep.start = Some(now());
-            rep.send(ImagePullPhase::Pulling, 0, task.note.clone());
-            tracing::info!(tag = %task.key, version = task.version, "pull started");
-            let o = pull::pull(&rep, &target, deadline).await;
-            (o, Some(started.elapsed()))
-        }
-    };
-    // Whatever the outcome (a deadline in the queue included), this image's
-    // partial blobs are no longer kept (see `resume`), unless another tag
-    // naming the same image still pulls it.
-    lease.end(deps.runtime.containerd(), deps.node.clone());
+    // Whatever the outcome (a deadline in the queue included), the image's
+    // lease share has ended when `in_slot` returns.
+    let pull::Pulled { outcome, elapsed } =
+        pull::in_slot(&mut rep, &target, deadline, started).await;
     report::count(&deps.metrics, &outcome, elapsed);
     rep.finish(&outcome);
     if matches!(outcome, Outcome::Succeeded { .. }) {

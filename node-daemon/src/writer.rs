@@ -223,6 +223,12 @@ impl StatusHandle {
         }
     }
 
+    /// A tag's live state as last reported, for unit tests of reporters.
+    #[cfg(test)]
+    pub fn live(&self, key: &TagKey) -> Option<ImageTagStatus> {
+        self.lock().live.get(key).cloned()
+    }
+
     /// The NodeImage last seen.
     pub fn observed(&self) -> Option<NodeImage> {
         self.lock().observed.clone()
@@ -393,14 +399,11 @@ async fn write_once(
     *last = Instant::now();
     handle.request_started();
     let Ok(result) = tokio::time::timeout(WRITE_TIMEOUT, sink.patch(name, patch)).await else {
-        handle.request_failed();
         tracing::warn!(
             timeout_secs = WRITE_TIMEOUT.as_secs(),
             "status write got no answer in time; retrying"
         );
-        errors.inc();
-        retry_later(handle, Duration::from_secs(1)).await;
-        return;
+        return failed_request(handle, errors).await;
     };
     match result {
         Ok(updated) => {
@@ -428,10 +431,8 @@ async fn write_once(
             reread(handle, sink, name, errors, (&ni, guard)).await;
         }
         Err(e) => {
-            handle.request_failed();
             tracing::warn!(error = %e, "status write failed; retrying");
-            errors.inc();
-            retry_later(handle, Duration::from_secs(1)).await;
+            failed_request(handle, errors).await;
         }
     }
 }
@@ -452,21 +453,28 @@ async fn reread(
             retry_later(handle, REWRITE_PAUSE).await;
         }
         Ok(Err(e)) => {
-            handle.request_failed();
             tracing::warn!(error = %e, "reading the NodeImage after a refused write failed; retrying");
-            errors.inc();
-            retry_later(handle, Duration::from_secs(1)).await;
+            failed_request(handle, errors).await;
         }
         Err(_) => {
-            handle.request_failed();
             tracing::warn!(
                 timeout_secs = WRITE_TIMEOUT.as_secs(),
                 "reading the NodeImage after a refused write got no answer in time; retrying"
             );
-            errors.inc();
-            retry_later(handle, Duration::from_secs(1)).await;
+            failed_request(handle, errors).await;
         }
     }
+}
+
+/// A request that brought no object: counted as an error, and the write
+/// tried again a second later.
+async fn failed_request(
+    handle: &StatusHandle,
+    errors: &prometheus_client::metrics::counter::Counter,
+) {
+    handle.request_failed();
+    errors.inc();
+    retry_later(handle, Duration::from_secs(1)).await;
 }
 
 async fn retry_later(handle: &StatusHandle, after: Duration) {
@@ -477,530 +485,4 @@ async fn retry_later(handle: &StatusHandle, after: Duration) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nodeimage_api::kruise::{ImagePullPhase, ImageSpec, ImageTagSpec, NodeImageSpec};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[derive(Clone, Default)]
-    struct Recorder {
-        writes: Arc<AtomicUsize>,
-        last: Arc<Mutex<Option<serde_json::Value>>>,
-    }
-
-    impl StatusSink for Recorder {
-        async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            let mut ni = node_image("2");
-            let status = serde_json::from_value(written(&patch).clone()).unwrap_or_default();
-            ni.status = Some(status);
-            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(patch);
-            Ok(ni)
-        }
-
-        async fn get(&self, _: &str) -> Result<NodeImage, kube::Error> {
-            Ok(node_image("2"))
-        }
-    }
-
-    /// The status a patch writes (its last op).
-    fn written(patch: &serde_json::Value) -> &serde_json::Value {
-        patch
-            .as_array()
-            .and_then(|ops| ops.last())
-            .filter(|op| op["path"] == "/status")
-            .map_or(&serde_json::Value::Null, |op| &op["value"])
-    }
-
-    /// The `test` ops of a patch, as (path, value).
-    fn tests_of(patch: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
-        patch
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|op| op["op"] == "test")
-            .map(|op| {
-                (
-                    op["path"].as_str().unwrap_or("").to_string(),
-                    op["value"].clone(),
-                )
-            })
-            .collect()
-    }
-
-    fn node_image(rv: &str) -> NodeImage {
-        node_image_with(rv, &["1"])
-    }
-
-    /// A NodeImage with these tags of image `a`.
-    fn node_image_with(rv: &str, tags: &[&str]) -> NodeImage {
-        let mut images = BTreeMap::new();
-        images.insert(
-            "a".into(),
-            ImageSpec {
-                tags: tags
-                    .iter()
-                    .map(|t| ImageTagSpec {
-                        tag: (*t).into(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            },
-        );
-        let mut ni = NodeImage::new(
-            "n",
-            NodeImageSpec {
-                images: Some(images),
-            },
-        );
-        ni.metadata.resource_version = Some(rv.into());
-        ni
-    }
-
-    /// A writer on `sink`, with its handle, stop switch and task.
-    fn start(
-        sink: impl StatusSink,
-        errors: prometheus_client::metrics::counter::Counter,
-    ) -> (
-        StatusHandle,
-        watch::Sender<bool>,
-        tokio::task::JoinHandle<()>,
-    ) {
-        let h = StatusHandle::default();
-        let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(run(h.clone(), sink, "n".into(), errors, rx));
-        (h, tx, task)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn coalesces_and_skips_unchanged_writes() {
-        let sink = Recorder::default();
-        let (h, tx, task) = start(sink.clone(), Default::default());
-        h.observe(node_image("1"));
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(
-            sink.writes.load(Ordering::SeqCst),
-            1,
-            "the Waiting entry is written"
-        );
-
-        let key = TagKey {
-            image: "a".into(),
-            tag: "1".into(),
-        };
-        // Ten progress reports in one second make at most two writes.
-        h.report(
-            &key,
-            ImageTagStatus {
-                tag: "1".into(),
-                phase: ImagePullPhase::Pulling,
-                version: Some(0),
-                progress: Some(0),
-                ..Default::default()
-            },
-        );
-        for p in 1..=10 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            h.report(
-                &key,
-                ImageTagStatus {
-                    tag: "1".into(),
-                    phase: ImagePullPhase::Pulling,
-                    version: Some(0),
-                    progress: Some(p * 9),
-                    ..Default::default()
-                },
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let writes = sink.writes.load(Ordering::SeqCst);
-        assert!((2..=4).contains(&writes), "{writes} writes");
-        // Nothing changed: nothing written.
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(sink.writes.load(Ordering::SeqCst), writes);
-        let _ = tx.send(true);
-        let _ = task.await;
-        let last = sink
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_default();
-        assert_eq!(
-            written(&last)["imageStatuses"]["a"]["tags"][0]["progress"],
-            90
-        );
-        assert_eq!(last[0]["op"], "test", "guarded");
-    }
-
-    /// Never answers its first write; records the rest.
-    #[derive(Clone, Default)]
-    struct HangsOnce {
-        calls: Arc<AtomicUsize>,
-        inner: Recorder,
-    }
-
-    impl StatusSink for HangsOnce {
-        async fn patch(
-            &self,
-            name: &str,
-            patch: serde_json::Value,
-        ) -> Result<NodeImage, kube::Error> {
-            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                std::future::pending::<()>().await;
-            }
-            self.inner.patch(name, patch).await
-        }
-
-        async fn get(&self, name: &str) -> Result<NodeImage, kube::Error> {
-            self.inner.get(name).await
-        }
-    }
-
-    /// Refuses every write guarded by its entries while `refuse` holds
-    /// (a failed `test`), and serves the object at `serve_generation`.
-    #[derive(Clone)]
-    struct Refuses {
-        patches: Arc<Mutex<Vec<serde_json::Value>>>,
-        gets: Arc<AtomicUsize>,
-        /// Refuse the first write only (the spec moved on), or every write
-        /// that does not test the generation (the spec as decoded cannot
-        /// match the stored one).
-        only_first: bool,
-        serve_generation: i64,
-    }
-
-    impl Refuses {
-        fn new(only_first: bool, serve_generation: i64) -> Self {
-            Self {
-                patches: Default::default(),
-                gets: Default::default(),
-                only_first,
-                serve_generation,
-            }
-        }
-
-        fn patches(&self) -> Vec<serde_json::Value> {
-            self.patches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        }
-    }
-
-    impl StatusSink for Refuses {
-        async fn patch(&self, _: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
-            let n = {
-                let mut p = self.patches.lock().unwrap_or_else(|p| p.into_inner());
-                p.push(patch.clone());
-                p.len()
-            };
-            let by_generation = tests_of(&patch)
-                .iter()
-                .any(|(path, _)| path == "/metadata/generation");
-            let refuse = if self.only_first {
-                n == 1
-            } else {
-                !by_generation
-            };
-            if refuse {
-                return Err(kube::Error::Api(Box::new(kube::core::Status {
-                    code: 422,
-                    message: "the server rejected our request due to an error in our request"
-                        .into(),
-                    ..Default::default()
-                })));
-            }
-            let mut ni = with_generation("w", self.serve_generation);
-            ni.status = serde_json::from_value(written(&patch).clone()).ok();
-            Ok(ni)
-        }
-
-        async fn get(&self, _: &str) -> Result<NodeImage, kube::Error> {
-            self.gets.fetch_add(1, Ordering::SeqCst);
-            Ok(with_generation("g", self.serve_generation))
-        }
-    }
-
-    fn with_generation(rv: &str, generation: i64) -> NodeImage {
-        let mut ni = node_image(rv);
-        ni.metadata.generation = Some(generation);
-        ni.metadata.uid = Some("u".into());
-        ni
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_refused_write_reads_the_object_again_and_writes_on_top_of_it() {
-        let sink = Refuses::new(true, 2);
-        let (h, tx, task) = start(sink.clone(), Default::default());
-        // The watch brings generation 1 and nothing after it.
-        h.observe(with_generation("1", 1));
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let patches = sink.patches();
-        assert_eq!(
-            sink.gets.load(Ordering::SeqCst),
-            1,
-            "read once after the refusal"
-        );
-        assert_eq!(patches.len(), 2, "{patches:?}");
-        // Both guarded by the entries they write, since the spec moved on
-        // between them (generation 1, then 2).
-        for p in &patches {
-            let tests = tests_of(p);
-            assert!(tests.contains(&("/metadata/uid".into(), "u".into())), "{p}");
-            assert!(
-                tests.contains(&("/spec/images/a/tags/0/tag".into(), "1".into())),
-                "{p}"
-            );
-            assert!(
-                !tests.iter().any(|(path, _)| path == "/metadata/generation"),
-                "{p}"
-            );
-        }
-        let _ = tx.send(true);
-        let _ = task.await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_entries_guard_refused_on_an_unchanged_spec_falls_back_to_the_generation() {
-        let sink = Refuses::new(false, 1);
-        let (h, tx, task) = start(sink.clone(), Default::default());
-        h.observe(with_generation("1", 1));
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let patches = sink.patches();
-        assert_eq!(patches.len(), 2, "{patches:?}");
-        assert_eq!(
-            tests_of(&patches[1]),
-            vec![("/metadata/generation".to_string(), serde_json::json!(1))],
-            "the second write tests the generation it was refused at"
-        );
-        // A new generation tries the entries guard again (once our own
-        // write no longer outranks the watch).
-        tokio::time::sleep(OWN_WRITE_PRECEDENCE).await;
-        h.observe(with_generation("3", 2));
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let patches = sink.patches();
-        assert!(patches.len() >= 3, "{patches:?}");
-        assert!(
-            tests_of(&patches[2])
-                .iter()
-                .any(|(path, _)| path == "/metadata/uid"),
-            "{}",
-            patches[2]
-        );
-        let _ = tx.send(true);
-        let _ = task.await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_answer_the_watch_already_delivered_does_not_step_back() {
-        let h = StatusHandle::default();
-        h.observe(node_image("a"));
-        h.request_started();
-        // The watch delivers our write ("w") and a newer change ("x") before
-        // the write's answer is read.
-        h.observe(node_image("w"));
-        h.observe(node_image("x"));
-        h.observe_response(node_image("w"));
-        assert_eq!(rv_of(&h).as_deref(), Some("x"));
-        // And events keep being taken: nothing waits for "w" again.
-        h.observe(node_image("y"));
-        assert_eq!(rv_of(&h).as_deref(), Some("y"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_write_that_never_answers_is_given_up_and_tried_again() {
-        let sink = HangsOnce::default();
-        let errors = prometheus_client::metrics::counter::Counter::default();
-        let (h, tx, task) = start(sink.clone(), errors.clone());
-        h.observe(node_image("1"));
-        tokio::time::sleep(WRITE_TIMEOUT / 2).await;
-        assert_eq!(
-            sink.inner.writes.load(Ordering::SeqCst),
-            0,
-            "first write hangs"
-        );
-        tokio::time::sleep(WRITE_TIMEOUT).await;
-        assert_eq!(
-            sink.inner.writes.load(Ordering::SeqCst),
-            1,
-            "written by the second try"
-        );
-        assert_eq!(errors.get(), 1, "the hung write is counted as an error");
-        let _ = tx.send(true);
-        let _ = task.await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_phase_change_does_not_wait_for_the_progress_interval() {
-        let sink = Recorder::default();
-        let (h, tx, task) = start(sink.clone(), Default::default());
-        h.observe(node_image("1"));
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let key = TagKey {
-            image: "a".into(),
-            tag: "1".into(),
-        };
-        let pulling = |progress| ImageTagStatus {
-            tag: "1".into(),
-            phase: ImagePullPhase::Pulling,
-            version: Some(0),
-            progress: Some(progress),
-            ..Default::default()
-        };
-        h.report(&key, pulling(0));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = sink.writes.load(Ordering::SeqCst);
-        // Progress now waits for the interval ...
-        h.report(&key, pulling(50));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        // ... and success arrives while it waits: written after the
-        // coalescing pause, not at the end of the progress interval.
-        h.report(
-            &key,
-            ImageTagStatus {
-                tag: "1".into(),
-                phase: ImagePullPhase::Succeeded,
-                version: Some(0),
-                progress: Some(100),
-                ..Default::default()
-            },
-        );
-        tokio::time::sleep(COALESCE + Duration::from_millis(50)).await;
-        assert_eq!(
-            sink.writes.load(Ordering::SeqCst),
-            before + 1,
-            "Succeeded written within the coalescing pause"
-        );
-        let _ = tx.send(true);
-        let _ = task.await;
-    }
-
-    /// The coalescing pause gathers a burst of reports; the last pull of a
-    /// burst ending has nothing left to gather and is written at once, while
-    /// one ending beside a running pull still waits for the pause.
-    #[tokio::test(start_paused = true)]
-    async fn only_the_last_pull_to_end_skips_the_coalescing_pause() {
-        let sink = Recorder::default();
-        let (h, tx, task) = start(sink.clone(), Default::default());
-        h.observe(node_image_with("1", &["1", "2"]));
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let key = |tag: &str| TagKey {
-            image: "a".into(),
-            tag: tag.into(),
-        };
-        let st = |tag: &str, phase| ImageTagStatus {
-            tag: tag.into(),
-            phase,
-            version: Some(0),
-            ..Default::default()
-        };
-        h.report(&key("1"), st("1", ImagePullPhase::Pulling));
-        h.report(&key("2"), st("2", ImagePullPhase::Pulling));
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let writes = || sink.writes.load(Ordering::SeqCst);
-        let before = writes();
-
-        // Tag 2 still pulls: tag 1's success waits for the pause.
-        h.report(&key("1"), st("1", ImagePullPhase::Succeeded));
-        tokio::time::sleep(COALESCE / 2).await;
-        assert_eq!(writes(), before, "not written before the pause ends");
-        tokio::time::sleep(COALESCE).await;
-        assert_eq!(writes(), before + 1, "written after the pause");
-
-        // Tag 2 is the last: written without the pause.
-        h.report(&key("2"), st("2", ImagePullPhase::Failed));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(writes(), before + 2, "the last one is written at once");
-
-        // A spec change still waits for its tags' first reports.
-        h.observe(node_image_with("2", &["1", "2", "3"]));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(writes(), before + 2, "a spec change waits for the pause");
-        tokio::time::sleep(COALESCE).await;
-        assert_eq!(writes(), before + 3, "the new tag's Waiting is written");
-        let last = sink
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_default();
-        assert_eq!(
-            written(&last)["imageStatuses"]["a"]["tags"][0]["phase"],
-            "Succeeded"
-        );
-        let _ = tx.send(true);
-        let _ = task.await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waits_until_the_observed_object_satisfies_a_predicate() {
-        let h = StatusHandle::default();
-        let has_rv = |rv: &'static str| {
-            move |ni: &NodeImage| ni.metadata.resource_version.as_deref() == Some(rv)
-        };
-        // Nothing observed: times out.
-        assert!(!h.wait_observed(has_rv("1"), Duration::from_secs(1)).await);
-        h.observe(node_image("1"));
-        assert!(h.wait_observed(has_rv("1"), Duration::from_secs(1)).await);
-        // A later object wakes the waiter.
-        let h2 = h.clone();
-        let waiter =
-            tokio::spawn(
-                async move { h2.wait_observed(has_rv("3"), Duration::from_secs(10)).await },
-            );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        h.observe(node_image("2"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        h.observe(node_image("3"));
-        assert!(waiter.await.unwrap_or(false));
-        // Watch events are taken in order: resourceVersions are opaque.
-        h.observe(node_image("2"));
-        assert!(h.wait_observed(has_rv("2"), Duration::from_secs(1)).await);
-    }
-
-    fn rv_of(h: &StatusHandle) -> Option<String> {
-        h.observed().and_then(|o| o.metadata.resource_version)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn own_write_outranks_the_watch_until_the_watch_delivers_it() {
-        let h = StatusHandle::default();
-        h.observe(node_image("a"));
-        h.observe_response(node_image("c"));
-        // An event from before our write (any version but ours) is older.
-        h.observe(node_image("b"));
-        assert_eq!(rv_of(&h).as_deref(), Some("c"));
-        // Our write's own event: the watch has caught up.
-        h.observe(node_image("c"));
-        h.observe(node_image("d"));
-        assert_eq!(rv_of(&h).as_deref(), Some("d"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn own_write_precedence_ends_on_relist_or_after_its_bound() {
-        let h = StatusHandle::default();
-        h.observe(node_image("a"));
-        h.observe_response(node_image("c"));
-        h.observe_relisted(node_image("z"));
-        assert_eq!(rv_of(&h).as_deref(), Some("z"));
-
-        h.observe_response(node_image("y"));
-        h.observe(node_image("x"));
-        assert_eq!(rv_of(&h).as_deref(), Some("y"));
-        tokio::time::advance(OWN_WRITE_PRECEDENCE).await;
-        h.observe(node_image("x"));
-        assert_eq!(rv_of(&h).as_deref(), Some("x"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_write_that_changed_nothing_waits_for_no_event() {
-        let h = StatusHandle::default();
-        h.observe(node_image("a"));
-        // The server returned the version we hold: no event will follow.
-        h.observe_response(node_image("a"));
-        h.observe(node_image("b"));
-        assert_eq!(rv_of(&h).as_deref(), Some("b"));
-    }
-}
+mod tests;

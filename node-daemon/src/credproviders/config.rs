@@ -83,84 +83,107 @@ pub struct Provider {
 /// Parses and checks the configuration file's text (YAML or JSON).
 pub fn parse(text: &str) -> Result<Vec<Provider>, ConfigError> {
     let raw: RawConfig = serde_yaml::from_str(text)?;
-    let invalid = |m: String| Err(ConfigError::Invalid(m));
+    check_header(&raw).map_err(ConfigError::Invalid)?;
+    let mut out: Vec<Provider> = Vec::new();
+    for (i, p) in raw.providers.into_iter().enumerate() {
+        let provider = provider(&format!("providers[{i}]"), p, &out)?;
+        out.push(provider);
+    }
+    Ok(out)
+}
+
+/// The file's kind and apiVersion, and that it names a provider.
+fn check_header(raw: &RawConfig) -> Result<(), String> {
     if raw.kind.as_deref() != Some("CredentialProviderConfig") {
-        return invalid(format!(
+        return Err(format!(
             "kind must be CredentialProviderConfig, got {:?}",
-            raw.kind.unwrap_or_default()
+            raw.kind.clone().unwrap_or_default()
         ));
     }
-    let version = raw.api_version.unwrap_or_default();
+    let version = raw.api_version.clone().unwrap_or_default();
     if !CONFIG_VERSIONS.contains(&version.as_str()) {
-        return invalid(format!(
+        return Err(format!(
             "apiVersion must be one of {}, got {version:?}",
             CONFIG_VERSIONS.join(", ")
         ));
     }
     if raw.providers.is_empty() {
-        return invalid("providers: at least one provider is required".into());
+        return Err("providers: at least one provider is required".into());
     }
-    let mut out: Vec<Provider> = Vec::new();
-    for (i, p) in raw.providers.into_iter().enumerate() {
-        let at = format!("providers[{i}]");
-        if p.name.is_empty() {
-            return invalid(format!("{at}.name is required"));
-        }
-        if p.name.contains(['/', '\\']) || p.name == "." || p.name == ".." {
-            return invalid(format!(
-                "{at}.name {:?} must be a file name in the plugin directory, not a path",
-                p.name
-            ));
-        }
-        if out.iter().any(|o| o.name == p.name) {
-            return invalid(format!("{at}.name {:?} is used twice", p.name));
-        }
-        if p.match_images.is_empty() {
-            return invalid(format!(
-                "{at}.matchImages: at least one pattern is required"
-            ));
-        }
-        let match_images = p
-            .match_images
-            .iter()
-            .enumerate()
-            .map(|(j, m)| Pattern::parse(m).map_err(|e| format!("{at}.matchImages[{j}]: {e}")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(ConfigError::Invalid)?;
-        let Some(cache) = p.default_cache_duration else {
-            return invalid(format!("{at}.defaultCacheDuration is required"));
-        };
-        let default_cache = nodeimage_ops::duration::parse(&cache)
-            .map_err(|e| ConfigError::Invalid(format!("{at}.defaultCacheDuration: {e}")))?;
-        if !PLUGIN_VERSIONS.contains(&p.api_version.as_str()) {
-            return invalid(format!(
-                "{at}.apiVersion must be one of {}, got {:?}",
-                PLUGIN_VERSIONS.join(", "),
-                p.api_version
-            ));
-        }
-        if p.token_attributes.is_some() {
-            return invalid(format!(
-                "{at}.tokenAttributes: service-account tokens for plugins are not supported by nodeimage (its pulls belong to no pod)"
-            ));
-        }
-        if let Some(e) = p
-            .env
-            .iter()
-            .find(|e| e.name.is_empty() || e.name.contains('='))
-        {
-            return invalid(format!("{at}.env: invalid variable name {:?}", e.name));
-        }
-        out.push(Provider {
-            name: p.name,
-            match_images,
-            default_cache,
-            api_version: p.api_version,
-            args: p.args,
-            env: p.env.into_iter().map(|e| (e.name, e.value)).collect(),
-        });
+    Ok(())
+}
+
+/// One provider, checked (`at` names it in messages; `before` are the
+/// providers listed before it).
+fn provider(at: &str, p: RawProvider, before: &[Provider]) -> Result<Provider, ConfigError> {
+    let invalid = |m: String| Err(ConfigError::Invalid(m));
+    check_name(at, &p.name, before).map_err(ConfigError::Invalid)?;
+    if p.match_images.is_empty() {
+        return invalid(format!(
+            "{at}.matchImages: at least one pattern is required"
+        ));
     }
-    Ok(out)
+    let match_images = p
+        .match_images
+        .iter()
+        .enumerate()
+        .map(|(j, m)| Pattern::parse(m).map_err(|e| format!("{at}.matchImages[{j}]: {e}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ConfigError::Invalid)?;
+    let Some(cache) = &p.default_cache_duration else {
+        return invalid(format!("{at}.defaultCacheDuration is required"));
+    };
+    let default_cache = nodeimage_ops::duration::parse(cache)
+        .map_err(|e| ConfigError::Invalid(format!("{at}.defaultCacheDuration: {e}")))?;
+    check_rest(at, &p).map_err(ConfigError::Invalid)?;
+    Ok(Provider {
+        name: p.name,
+        match_images,
+        default_cache,
+        api_version: p.api_version,
+        args: p.args,
+        env: p.env.into_iter().map(|e| (e.name, e.value)).collect(),
+    })
+}
+
+/// A provider's name: a file name in the plugin directory, used once.
+fn check_name(at: &str, name: &str, before: &[Provider]) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("{at}.name is required"));
+    }
+    if name.contains(['/', '\\']) || name == "." || name == ".." {
+        return Err(format!(
+            "{at}.name {name:?} must be a file name in the plugin directory, not a path"
+        ));
+    }
+    if before.iter().any(|o| o.name == name) {
+        return Err(format!("{at}.name {name:?} is used twice"));
+    }
+    Ok(())
+}
+
+/// A provider's protocol version, token attributes and environment.
+fn check_rest(at: &str, p: &RawProvider) -> Result<(), String> {
+    if !PLUGIN_VERSIONS.contains(&p.api_version.as_str()) {
+        return Err(format!(
+            "{at}.apiVersion must be one of {}, got {:?}",
+            PLUGIN_VERSIONS.join(", "),
+            p.api_version
+        ));
+    }
+    if p.token_attributes.is_some() {
+        return Err(format!(
+            "{at}.tokenAttributes: service-account tokens for plugins are not supported by nodeimage (its pulls belong to no pod)"
+        ));
+    }
+    if let Some(e) = p
+        .env
+        .iter()
+        .find(|e| e.name.is_empty() || e.name.contains('='))
+    {
+        return Err(format!("{at}.env: invalid variable name {:?}", e.name));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

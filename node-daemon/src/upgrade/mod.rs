@@ -19,28 +19,25 @@
 
 pub mod content;
 pub mod extract;
+mod host;
 pub mod overlay;
 pub mod snapshot;
 pub mod steps;
+mod take;
 pub mod tool;
 pub mod version;
 
-use crate::checks;
-use crate::cri::CriError;
 use crate::desired::{PullTask, TagKey, Target};
-use crate::metrics::ItemLabels;
 use crate::pull;
 pub use crate::report::UpgradeReport;
 use crate::report::{self, Outcome, Reporter};
 use crate::shared::Deps;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::{Event, EventType, Recorder};
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
-use nodeimage_api::reference::ImageRef;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use steps::{Next, Resume, Step, Verdict};
+use steps::{Resume, Verdict};
 use version::VersionSource;
 
 /// Reason of an upgrade entry on a daemon without `--enable-upgrades`.
@@ -185,414 +182,100 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
     let Some(up) = target.upgrade.clone() else {
         return;
     };
-    let s = settings;
-    let log = s.log_path(&up.job);
-    let log_text = log.display().to_string();
-    let mut rep = Reporter::new(&deps, task.key.clone(), task.version);
-    set(&rep, |u| {
-        u.state = Some(UpgradeState::Checking);
-        u.log = Some(log_text.clone());
-    });
-
-    // A restarted daemon: never run a recorded host step again.
-    match steps::resume(task.resume, &log_text) {
-        Resume::Fresh => {}
-        Resume::Done(v) => return finish(&rep, v, None, &up.version).await,
-        Resume::CheckVersion => {
-            let now = s.version(&deps.client).await;
-            let v = steps::after_interrupted_upgrade(now.as_deref(), &up.version, &log_text);
-            return finish(&rep, v, None, &up.version).await;
-        }
-    }
-    if !s.enabled {
-        return finish(
-            &rep,
-            Verdict::failed(UpgradeState::Checking, DISABLED),
-            None,
-            &up.version,
-        )
-        .await;
-    }
-    rep.start = Some(report::now());
-    rep.send(ImagePullPhase::Pulling, 0, None);
-    tracing::info!(tag = %task.key, job = %up.job, to = %up.version, "upgrade started");
-
-    // The version: nothing to do when the node runs it already.
-    let from = s.version(&deps.client).await;
-    set(&rep, |u| u.from_version = from.as_deref().map(Into::into));
-    if from.as_deref() == Some(up.version.as_str()) {
-        let note = format!("already at {}; nothing to do", up.version);
-        return finish(&rep, Verdict::succeeded(Some(note)), None, &up.version).await;
-    }
-
-    // Checks (checkItems), then the pull, like any tag.
-    if !target.check_items.is_empty()
-        && let Err(f) = checks::run(&target.check_items, &deps.runtime, &deps.thresholds).await
-    {
-        deps.metrics
-            .check_failures
-            .get_or_create(&ItemLabels { item: f.item })
-            .inc();
-        return finish(
-            &rep,
-            Verdict::failed(UpgradeState::Checking, f.reason),
-            None,
-            &up.version,
-        )
-        .await;
-    }
-    set(&rep, |u| u.state = Some(UpgradeState::Pulling));
-    rep.send(ImagePullPhase::Pulling, 0, None);
-    let deadline = pull::deadline_of(&task, &target);
-    let mut pull_target = target.clone();
-    pull_target.check_items.clear();
-    let started = tokio::time::Instant::now();
-    let lease = deps.leases.enter(pull_target.image.pull_ref());
-    let outcome = match deps.slots.clone().acquire_owned().await {
-        Ok(_permit) => {
-            let _running = crate::metrics::GaugeGuard::new(&deps.metrics.in_flight);
-            pull::pull(&rep, &pull_target, deadline).await
-        }
-        Err(_) => Outcome::Failed {
-            message: "the daemon is stopping".into(),
-            reason: "error",
-        },
+    let mut rep = Reporter::new(&*deps, task.key.clone(), task.version);
+    let image_id = match prepare(&mut rep, &task, &target, &up, &settings).await {
+        Ok(id) => id,
+        Err(v) => return finish(&rep, v, None, &up.version).await,
     };
-    // The pull's partial blobs are no longer kept, as after any pull.
-    lease.end(deps.runtime.containerd(), deps.node.clone());
-    report::count(&deps.metrics, &outcome, Some(started.elapsed()));
-    let image_id = match outcome {
-        Outcome::Succeeded { id, .. } => id,
-        Outcome::Failed { message, .. } => {
-            return finish(
-                &rep,
-                Verdict::failed(UpgradeState::Pulling, message),
-                None,
-                &up.version,
-            )
-            .await;
-        }
-    };
-
     // requireConfirmation: nothing touches the host before the job says so.
     if !confirmed(&deps, &rep, &task.key, task.version, &up).await {
         tracing::info!(tag = %task.key, "upgrade entry removed or superseded while waiting for confirmation; nothing run");
         return;
     }
-
     // The host steps run in their own task: once started they are not
     // cancelled with this worker (an entry removed or superseded mid-way).
-    let report = state_of(&rep);
-    let start = rep.start.clone();
-    let host = tokio::spawn(host_steps(
-        deps.clone(),
-        s.clone(),
-        HostJob {
-            key: task.key.clone(),
-            version: task.version,
-            up,
-            image: target.image.clone(),
-            image_id,
-            report,
-            start,
-        },
-    ));
+    let job = host::HostJob {
+        key: task.key.clone(),
+        version: task.version,
+        up,
+        image: target.image.clone(),
+        image_id,
+        report: state_of(&rep),
+        start: rep.start.clone(),
+    };
+    let host = tokio::spawn(host::host_steps(deps.clone(), settings.clone(), job));
     if let Err(e) = host.await {
         tracing::error!(tag = %task.key, error = %e, "upgrade task failed");
     }
 }
 
-/// What the host steps of one upgrade need from the worker that pulled.
-struct HostJob {
-    key: TagKey,
-    version: i64,
-    up: TagUpgrade,
-    image: ImageRef,
-    image_id: String,
-    report: UpgradeReport,
-    start: Option<Time>,
-}
-
-/// Extracts the tool, then backs up, upgrades and rolls back as needed.
-async fn host_steps(deps: Arc<Deps>, s: Arc<Settings>, job: HostJob) {
-    let HostJob {
-        key,
-        version,
-        up,
-        image,
-        image_id,
-        report,
-        start,
-    } = job;
-    let mut rep = Reporter::new(&deps, key.clone(), version);
-    *rep.upgrade.lock().unwrap_or_else(|p| p.into_inner()) = report;
-    rep.start = start;
-    let log = s.log_path(&up.job);
-    let log_text = log.display().to_string();
-    let wanted = || {
-        deps.status
-            .observed()
-            .is_some_and(|ni| still_wanted(&ni, &key, version, &up))
-    };
-
-    let _guard = match s.lock.try_lock() {
-        Ok(g) => g,
-        Err(_) => {
-            rep.send(
-                ImagePullPhase::Pulling,
-                100,
-                Some("waiting for another upgrade on this node to finish".into()),
-            );
-            s.lock.lock().await
-        }
-    };
-    if !wanted() {
-        tracing::info!(tag = %key, "upgrade entry removed or superseded before the backup; nothing run");
-        return;
-    }
-    // Another upgrade may have finished while this one waited for the lock.
-    if s.version(&deps.client).await.as_deref() == Some(up.version.as_str()) {
-        let note = format!("already at {}; nothing to do", up.version);
-        return finish(
-            &rep,
-            Verdict::succeeded(Some(note)),
-            Some(image_id),
-            &up.version,
-        )
-        .await;
-    }
-    let failed = |state, msg: String| Verdict::failed(state, msg);
-    if let Err(e) = tokio::fs::create_dir_all(s.job_dir(&up.job)).await {
-        let msg = format!("cannot create {}: {e}", s.job_dir(&up.job).display());
-        return finish(&rep, failed(UpgradeState::Pulling, msg), None, &up.version).await;
-    }
-    // Recorded before anything touches the host.
-    if !record(&rep, &key, version, UpgradeState::BackingUp).await {
-        let msg =
-            "cannot record the backup step in the NodeImage status; the upgrade was not started"
-                .to_string();
-        return finish(&rep, failed(UpgradeState::Pulling, msg), None, &up.version).await;
-    }
-    let tool = match take_tool(&deps, &s, &up, &image).await {
-        Ok(t) => t,
-        Err(e) => {
-            let msg = format!(
-                "cannot take {} out of {}: {e}",
-                s.tool_path,
-                image.pull_ref()
-            );
-            return finish(
-                &rep,
-                failed(UpgradeState::BackingUp, msg),
-                None,
-                &up.version,
-            )
-            .await;
-        }
-    };
-    let limit = Duration::from_secs(
-        deps.status
-            .observed()
-            .and_then(|ni| step_limit(&ni, &key))
-            .unwrap_or(crate::desired::DEFAULT_TIMEOUT.as_secs()),
-    );
-    let image_name = key.image.clone();
-    let mut done: Vec<(Step, Result<(), String>)> = Vec::new();
-    let verdict = loop {
-        let step = match steps::next(&done) {
-            Next::Run(step) => step,
-            Next::Done(v) => break v,
-        };
-        if step == Step::Upgrade {
-            if !wanted() {
-                break failed(
-                    UpgradeState::BackingUp,
-                    "the entry was removed or superseded after the backup; the upgrade was not started".into(),
-                );
-            }
-            if !record(&rep, &key, version, UpgradeState::Upgrading).await {
-                break failed(
-                    UpgradeState::BackingUp,
-                    "cannot record the upgrade step in the NodeImage status; the upgrade was not started".into(),
-                );
-            }
-        } else if step == Step::Rollback {
-            // The recovery runs even if it cannot be recorded first.
-            let _ = record(&rep, &key, version, UpgradeState::RollingBack).await;
-        }
-        tracing::info!(tag = %key, step = step.name(), "running the upgrade tool");
-        let ran = tool::run(
-            &s.exec_prefix,
-            &tool,
-            &step.args(&up.version, &image_name),
-            &log,
-            limit,
-        )
-        .await;
-        let mut result = ran.outcome();
-        tracing::info!(tag = %key, step = step.name(), success = ran.success, summary = %ran.summary, "upgrade tool finished");
-        if step == Step::Upgrade && result.is_ok() && s.version_source.verifies_at_once() {
-            let now = s.version(&deps.client).await;
-            if now.as_deref() != Some(up.version.as_str()) {
-                result = Err(format!(
-                    "the tool succeeded but the node reports {} ({}), not {}",
-                    now.as_deref().unwrap_or("no version"),
-                    s.version_source,
-                    up.version
-                ));
-            }
-        }
-        done.push((step, result));
-    };
-    let verdict = match verdict {
-        Verdict {
-            succeeded: false,
-            state,
-            message: Some(m),
-        } if state != UpgradeState::Checking && state != UpgradeState::Pulling => Verdict {
-            succeeded: false,
-            state,
-            message: Some(format!("{m} (log on the node: {log_text})")),
-        },
-        v => v,
-    };
-    finish(&rep, verdict, Some(image_id), &up.version).await;
-}
-
-/// The entry's per-attempt timeout, which also bounds each tool step.
-fn step_limit(ni: &NodeImage, key: &TagKey) -> Option<u64> {
-    ni.spec
-        .images
-        .as_ref()?
-        .get(key.image.as_str())?
-        .tags
-        .iter()
-        .find(|t| t.tag == key.tag)?
-        .pull_policy
-        .as_ref()?
-        .timeout_seconds
-        .and_then(|s| u64::try_from(s).ok())
-        .filter(|s| *s > 0)
-}
-
-/// Reports `state` and waits until the API shows it (write-ahead).
-async fn record(rep: &Reporter<'_>, key: &TagKey, version: i64, state: UpgradeState) -> bool {
-    set(rep, |u| u.state = Some(state));
-    rep.send(ImagePullPhase::Pulling, 100, None);
-    let ok = rep
-        .deps
-        .status
-        .wait_observed(|ni| recorded(ni, key, version, state), RECORD_TIMEOUT)
-        .await;
-    if !ok {
-        tracing::warn!(tag = %key, state = %state, "step not recorded in the NodeImage status in time");
-    }
-    ok
-}
-
-/// Takes the tool out of the pulled image into the job's work directory;
-/// returns its path there.
-async fn take_tool(
-    deps: &Deps,
-    s: &Settings,
+/// Everything before the confirmation: a resumed entry's verdict, the
+/// switch, the node's version, the checks and the pull. The pulled image's
+/// id, or the verdict that ends the upgrade here.
+async fn prepare(
+    rep: &mut Reporter<'_>,
+    task: &PullTask,
+    target: &Target,
     up: &TagUpgrade,
-    image: &ImageRef,
-) -> Result<PathBuf, String> {
-    let channel = deps.runtime.containerd().ok_or_else(|| {
-        "taking the upgrade tool out of the image needs containerd's content API; this daemon runs on CRI alone (--runtime-api)".to_string()
-    })?;
-    let reference = image.pull_ref();
-    let digest = match content::image_target(channel.clone(), &reference).await {
-        Ok(d) => d,
-        Err(e) => {
-            // The CRI image's repository digest names the same manifest.
-            let present = deps
-                .runtime
-                .image_status(&reference)
-                .await
-                .map_err(|c: CriError| c.to_string())?;
-            let name = image.name();
-            present
-                .and_then(|p| {
-                    p.repo_digests
-                        .iter()
-                        .find(|d| d.starts_with(&format!("{name}@")))
-                        .and_then(|d| d.split_once('@').map(|(_, d)| d.to_string()))
-                })
-                .ok_or(e)?
+    s: &Settings,
+) -> Result<String, Verdict> {
+    let log_text = s.log_path(&up.job).display().to_string();
+    set(rep, |u| {
+        u.state = Some(UpgradeState::Checking);
+        u.log = Some(log_text.clone());
+    });
+    // A restarted daemon: never run a recorded host step again.
+    match steps::resume(task.resume, &log_text) {
+        Resume::Fresh => {}
+        Resume::Done(v) => return Err(v),
+        Resume::CheckVersion => {
+            let now = s.version(&rep.deps.client).await;
+            let v = steps::after_interrupted_upgrade(now.as_deref(), &up.version, &log_text);
+            return Err(v);
         }
-    };
-    let img = content::image(channel.clone(), &digest).await?;
-    let missing = content::first_missing(channel.clone(), &img.layers).await?;
-    let base = Path::new(&s.tool_path)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "tool".into());
-    let dir = s.job_dir(&up.job);
-    let dest = dir.join(&base);
-    let tmp = dir.join(format!(".{base}.partial"));
-    let found = match missing {
-        None => from_layers(channel, img.layers, &s.tool_path, &tmp).await,
-        Some(layer) => {
-            tracing::info!(image = %reference, layer = %layer, "a layer blob is not in containerd's content store (discarded once unpacked); reading the upgrade tool from the image's unpacked snapshot");
-            match snapshot::extract(channel, &s.node_name, &img.config, &s.tool_path, &tmp).await {
-                Ok(from) => {
-                    tracing::info!(image = %reference, snapshotter = %from.snapshotter, snapshot = %from.chain_id, dir = %from.dir.display(), "upgrade tool read from the image's unpacked snapshot");
-                    Ok(())
-                }
-                // The image lacks the tool: said as the layers would say it.
-                Err(e @ snapshot::SnapshotError::Lookup(overlay::LookupError::Image(_))) => {
-                    Err(e.to_string())
-                }
-                Err(e) => Err(format!(
-                    "layer {layer} is not in containerd's content store (the runtime discards layers once unpacked: discard_unpacked_layers = true), and the image's unpacked snapshot cannot be read: {e}"
-                )),
-            }
-        }
-    };
-    if let Err(e) = found {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(e);
     }
-    use std::os::unix::fs::PermissionsExt;
-    tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
-        .await
-        .map_err(|e| format!("chmod {}: {e}", tmp.display()))?;
-    tokio::fs::rename(&tmp, &dest)
-        .await
-        .map_err(|e| format!("moving the tool to {}: {e}", dest.display()))?;
-    tracing::info!(tool = %dest.display(), image = %reference, "upgrade tool extracted");
-    Ok(dest)
+    if !s.enabled {
+        return Err(Verdict::failed(UpgradeState::Checking, DISABLED));
+    }
+    rep.start = Some(report::now());
+    rep.send(ImagePullPhase::Pulling, 0, None);
+    tracing::info!(tag = %task.key, job = %up.job, to = %up.version, "upgrade started");
+    // The version: nothing to do when the node runs it already.
+    let from = s.version(&rep.deps.client).await;
+    set(rep, |u| u.from_version = from.as_deref().map(Into::into));
+    if from.as_deref() == Some(up.version.as_str()) {
+        return Err(already_at(&up.version));
+    }
+    // Checks (checkItems), then the pull, like any tag.
+    if let Err(reason) = pull::run_checks(rep.deps, &target.check_items).await {
+        return Err(Verdict::failed(UpgradeState::Checking, reason));
+    }
+    pull_image(rep, task, target).await
 }
 
-/// Copies the tool out of the image's layer blobs (top one first) to `tmp`.
-async fn from_layers(
-    channel: tonic::transport::Channel,
-    layers: Vec<String>,
-    tool_path: &str,
-    tmp: &Path,
-) -> Result<(), String> {
-    let (tool_path, tmp) = (tool_path.to_string(), tmp.to_path_buf());
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let _enter = handle.enter();
-        let mut out =
-            std::fs::File::create(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
-        extract::find(
-            layers.len(),
-            |i| {
-                Ok(Box::new(content::blob_reader(channel.clone(), &layers[i]))
-                    as Box<dyn std::io::Read>)
-            },
-            &tool_path,
-            &mut out,
-        )
-        .map_err(|e| e.to_string())?;
-        out.sync_all()
-            .map_err(|e| format!("writing {}: {e}", tmp.display()))
-    })
-    .await
-    .map_err(|e| format!("extraction task: {e}"))?
+/// The verdict of an upgrade whose node runs its version already.
+fn already_at(version: &str) -> Verdict {
+    Verdict::succeeded(Some(format!("already at {version}; nothing to do")))
+}
+
+/// Pulls the upgrade's image through the pull path every tag takes (its
+/// checks ran before, in the Checking state); the image's id.
+async fn pull_image(
+    rep: &mut Reporter<'_>,
+    task: &PullTask,
+    target: &Target,
+) -> Result<String, Verdict> {
+    set(rep, |u| u.state = Some(UpgradeState::Pulling));
+    rep.send(ImagePullPhase::Pulling, 0, None);
+    let deadline = pull::deadline_of(task, target);
+    let mut pull_target = target.clone();
+    pull_target.check_items.clear();
+    let pulled = pull::in_slot(rep, &pull_target, deadline, |_| {}).await;
+    report::count(&rep.deps.metrics, &pulled.outcome, pulled.elapsed);
+    match pulled.outcome {
+        Outcome::Succeeded { id, .. } => Ok(id),
+        Outcome::Failed { message, .. } => Err(Verdict::failed(UpgradeState::Pulling, message)),
+    }
 }
 
 /// Reports the end of the upgrade (a success means the node runs `target`)

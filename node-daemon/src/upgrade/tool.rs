@@ -54,34 +54,10 @@ pub async fn run(
         summary,
         tail: String::new(),
     };
-    let mut file = match tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .await
-    {
-        Ok(f) => f,
-        Err(e) => return failed(format!("cannot open the log {}: {e}", log.display())),
+    let (std_file, start) = match open_log(prefix, tool, args, log).await {
+        Ok(opened) => opened,
+        Err(summary) => return failed(summary),
     };
-    let shown: Vec<String> = prefix
-        .iter()
-        .cloned()
-        .chain(std::iter::once(tool.display().to_string()))
-        .chain(args.iter().cloned())
-        .collect();
-    let header = format!(
-        "\n===== {} $ {}\n",
-        k8s_openapi::jiff::Timestamp::now(),
-        shown.join(" ")
-    );
-    if let Err(e) = file.write_all(header.as_bytes()).await {
-        return failed(format!("cannot write the log {}: {e}", log.display()));
-    }
-    let start = match file.seek(std::io::SeekFrom::End(0)).await {
-        Ok(p) => p,
-        Err(e) => return failed(format!("cannot write the log {}: {e}", log.display())),
-    };
-    let std_file = file.into_std().await;
     let (out, err) = match (std_file.try_clone(), std_file.try_clone()) {
         (Ok(o), Ok(e)) => (o, e),
         (Err(e), _) | (_, Err(e)) => {
@@ -123,6 +99,43 @@ pub async fn run(
     }
 }
 
+/// Opens `log` for appending and writes the command line as a header; the
+/// file and the offset where the tool's output starts.
+async fn open_log(
+    prefix: &[String],
+    tool: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<(std::fs::File, u64), String> {
+    let cannot =
+        |what: &str, e: std::io::Error| format!("cannot {what} the log {}: {e}", log.display());
+    let mut file = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .await
+        .map_err(|e| cannot("open", e))?;
+    let shown: Vec<String> = prefix
+        .iter()
+        .cloned()
+        .chain(std::iter::once(tool.display().to_string()))
+        .chain(args.iter().cloned())
+        .collect();
+    let header = format!(
+        "\n===== {} $ {}\n",
+        k8s_openapi::jiff::Timestamp::now(),
+        shown.join(" ")
+    );
+    file.write_all(header.as_bytes())
+        .await
+        .map_err(|e| cannot("write", e))?;
+    let start = file
+        .seek(std::io::SeekFrom::End(0))
+        .await
+        .map_err(|e| cannot("write", e))?;
+    Ok((file.into_std().await, start))
+}
+
 /// The tail of what was appended to `log` after offset `start`.
 async fn read_tail(log: &Path, start: u64) -> String {
     let Ok(mut f) = tokio::fs::File::open(log).await else {
@@ -149,29 +162,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ni-tool-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
         let log = dir.join("upgrade.log");
-        let sh = Path::new("/bin/sh");
-        let args = |s: &str| vec!["-c".to_string(), s.to_string()];
+        // The tool as a shell script, through `prefix`, within `limit`.
+        let script = |prefix: &[String], script: &str, limit: Duration| {
+            let args = vec!["-c".to_string(), script.to_string()];
+            let log = log.clone();
+            let prefix = prefix.to_vec();
+            async move { run(&prefix, Path::new("/bin/sh"), &args, &log, limit).await }
+        };
+        let ten = Duration::from_secs(10);
 
-        let r = run(
-            &[],
-            sh,
-            &args("echo backing up; echo done >&2"),
-            &log,
-            Duration::from_secs(10),
-        )
-        .await;
+        let r = script(&[], "echo backing up; echo done >&2", ten).await;
         assert!(r.success, "{r:?}");
         assert_eq!(r.outcome(), Ok(()));
         assert_eq!(r.tail, "backing up | done");
 
-        let r = run(
-            &[],
-            sh,
-            &args("echo step 1; echo 'error: simulated failure' >&2; exit 3"),
-            &log,
-            Duration::from_secs(10),
-        )
-        .await;
+        let failing = "echo step 1; echo 'error: simulated failure' >&2; exit 3";
+        let r = script(&[], failing, ten).await;
         assert!(!r.success);
         assert_eq!(
             r.outcome(),
@@ -180,24 +186,10 @@ mod tests {
 
         // A prefix runs the tool through another program.
         let env = vec!["/usr/bin/env".to_string(), "NI_TEST=1".to_string()];
-        let r = run(
-            &env,
-            sh,
-            &args("echo via $NI_TEST"),
-            &log,
-            Duration::from_secs(10),
-        )
-        .await;
+        let r = script(&env, "echo via $NI_TEST", ten).await;
         assert_eq!(r.tail, "via 1");
 
-        let r = run(
-            &[],
-            sh,
-            &args("echo slow; sleep 30"),
-            &log,
-            Duration::from_millis(300),
-        )
-        .await;
+        let r = script(&[], "echo slow; sleep 30", Duration::from_millis(300)).await;
         assert!(!r.success);
         assert!(r.summary.starts_with("killed after"), "{r:?}");
 

@@ -1,0 +1,267 @@
+//! An in-memory container runtime for unit tests: it answers from a table,
+//! records every call, and can be told to be unavailable, slow, or to fail
+//! with a given error.
+
+use super::{BlobKeeper, ContainerRuntime, PullProbe, PullRequest};
+use crate::cri::{CriError, PresentImage};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+/// A call the daemon made, in the order it made them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `image_status` of a reference.
+    ImageStatus(String),
+    /// `pull` of a reference, with the user name it pulled as (None: anonymously).
+    Pull(String, Option<String>),
+    /// `image_fs`.
+    ImageFs,
+    /// A keeper held these ingests.
+    Hold(Vec<String>),
+    /// The lease of a reference ended.
+    EndLease(String),
+    /// An image was pinned (true) or unpinned (false).
+    Pin(String, bool),
+}
+
+/// How the runtime answers one call.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// Succeeds after this long.
+    Ok(Duration),
+    /// Fails with this error after this long.
+    Err(CriError, Duration),
+    /// Never answers.
+    Hang,
+}
+
+#[derive(Default)]
+struct State {
+    present: BTreeMap<String, PresentImage>,
+    pulls: VecDeque<Answer>,
+    statuses: VecDeque<CriError>,
+    samples: VecDeque<i32>,
+    ingests: Vec<String>,
+    /// Pinned images, with the node that pinned each ("" for someone else).
+    pins: BTreeMap<String, String>,
+    cri_only: bool,
+    calls: Vec<Call>,
+}
+
+/// The in-memory runtime; clones share their state.
+#[derive(Clone, Default)]
+pub struct FakeRuntime(Arc<Mutex<State>>);
+
+impl FakeRuntime {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `reference` on the node.
+    pub fn present(&self, reference: &str) -> &Self {
+        let image = image_of(reference);
+        self.state().present.insert(reference.to_string(), image);
+        self
+    }
+
+    /// The next pulls answer these, in order (after them, pulls succeed at once).
+    pub fn pulls(&self, answers: impl IntoIterator<Item = Answer>) -> &Self {
+        self.state().pulls.extend(answers);
+        self
+    }
+
+    /// The next `image_status` calls fail with these, in order.
+    pub fn statuses(&self, errors: impl IntoIterator<Item = CriError>) -> &Self {
+        self.state().statuses.extend(errors);
+        self
+    }
+
+    /// Progress samples, in order, and the ingests a probe reports.
+    pub fn progress(&self, samples: &[i32], ingests: &[&str]) -> &Self {
+        let mut s = self.state();
+        s.samples.extend(samples);
+        s.ingests = ingests.iter().map(|i| i.to_string()).collect();
+        drop(s);
+        self
+    }
+
+    /// `reference` is on the node, pinned by `owner` ("" for someone else).
+    pub fn pinned(&self, reference: &str, owner: &str) -> &Self {
+        self.present(reference);
+        let mut s = self.state();
+        s.pins.insert(reference.to_string(), owner.to_string());
+        drop(s);
+        self
+    }
+
+    /// The images pinned now, with who pinned each.
+    pub fn pins(&self) -> BTreeMap<String, String> {
+        self.state().pins.clone()
+    }
+
+    /// A runtime with CRI alone: no progress, no leases.
+    pub fn cri_only(&self) -> &Self {
+        self.state().cri_only = true;
+        self
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state().calls.clone()
+    }
+
+    /// How many pulls were asked for.
+    pub fn pull_count(&self) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Pull(..)))
+            .count()
+    }
+
+    fn record(&self, call: Call) {
+        self.state().calls.push(call);
+    }
+}
+
+/// What a pulled image looks like: a repository digest under its name.
+fn image_of(reference: &str) -> PresentImage {
+    let name = match reference.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => name,
+        _ => reference,
+    };
+    PresentImage {
+        id: "sha256:config".into(),
+        repo_digests: vec![format!("{name}@sha256:manifest")],
+        size: 100,
+        pinned: false,
+    }
+}
+
+async fn answer(a: Answer) -> Result<(), CriError> {
+    match a {
+        Answer::Ok(after) => {
+            tokio::time::sleep(after).await;
+            Ok(())
+        }
+        Answer::Err(e, after) => {
+            tokio::time::sleep(after).await;
+            Err(e)
+        }
+        Answer::Hang => std::future::pending().await,
+    }
+}
+
+impl ContainerRuntime for FakeRuntime {
+    type Probe = FakeProbe;
+    type Keeper = FakeKeeper;
+
+    async fn name_and_version(&self) -> Result<(String, String), CriError> {
+        Ok(("containerd".into(), "v2.2.9".into()))
+    }
+
+    async fn containerd_answers(&self) -> bool {
+        !self.state().cri_only
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, CriError> {
+        self.record(Call::ImageStatus(image.to_string()));
+        let mut s = self.state();
+        match s.statuses.pop_front() {
+            Some(e) => Err(e),
+            None => Ok(s.present.get(image).cloned().map(|mut i| {
+                i.pinned = s.pins.contains_key(image);
+                i
+            })),
+        }
+    }
+
+    async fn pull(&self, req: PullRequest) -> Result<String, CriError> {
+        let user = req.auth.as_ref().map(|a| a.username.clone());
+        self.record(Call::Pull(req.image.clone(), user));
+        let next = self.state().pulls.pop_front();
+        answer(next.unwrap_or(Answer::Ok(Duration::ZERO))).await?;
+        let image_ref = "sha256:config".to_string();
+        let image = image_of(&req.image);
+        let mut s = self.state();
+        s.present.insert(req.image, image.clone());
+        s.present.insert(image_ref.clone(), image);
+        Ok(image_ref)
+    }
+
+    async fn image_fs(&self) -> Result<Vec<(String, u64)>, CriError> {
+        self.record(Call::ImageFs);
+        Ok(vec![("/".into(), 0)])
+    }
+
+    fn probe(&self, _: &str, _: &str, _: SystemTime) -> Option<FakeProbe> {
+        let ingests = self.state().ingests.clone();
+        (!self.state().cri_only).then(|| FakeProbe {
+            runtime: self.clone(),
+            ingests,
+        })
+    }
+
+    fn keeper(&self, _: &str, _: &str) -> Option<FakeKeeper> {
+        (!self.state().cri_only).then(|| FakeKeeper(self.clone()))
+    }
+
+    fn end_lease(&self, _: &str, reference: String) {
+        self.record(Call::EndLease(reference));
+    }
+
+    async fn pinned_by(&self, node: &str) -> Result<Option<BTreeSet<String>>, tonic::Status> {
+        let s = self.state();
+        if s.cri_only {
+            return Ok(None);
+        }
+        let ours = s.pins.iter().filter(|(_, owner)| *owner == node);
+        Ok(Some(ours.map(|(name, _)| name.clone()).collect()))
+    }
+
+    async fn set_pin(&self, name: &str, node: &str, pin: bool) -> Result<bool, tonic::Status> {
+        self.record(Call::Pin(name.to_string(), pin));
+        let mut s = self.state();
+        if !s.present.contains_key(name) {
+            return Ok(false);
+        }
+        let owner = s.pins.get(name).cloned();
+        Ok(match (pin, owner) {
+            (true, Some(_)) => false,
+            (true, None) => {
+                s.pins.insert(name.to_string(), node.to_string());
+                true
+            }
+            (false, Some(o)) if o == node => {
+                s.pins.remove(name);
+                true
+            }
+            (false, _) => false,
+        })
+    }
+}
+
+/// Samples progress from the fake's list.
+pub struct FakeProbe {
+    runtime: FakeRuntime,
+    ingests: Vec<String>,
+}
+
+impl PullProbe for FakeProbe {
+    async fn sample(&mut self, _alone: bool) -> Option<i32> {
+        self.runtime.state().samples.pop_front()
+    }
+
+    fn ingests(&self) -> &[String] {
+        &self.ingests
+    }
+}
+
+/// Records what it is asked to hold.
+pub struct FakeKeeper(FakeRuntime);
+
+impl BlobKeeper for FakeKeeper {
+    async fn hold(&mut self, ingests: &[String]) {
+        self.0.record(Call::Hold(ingests.to_vec()));
+    }
+}
