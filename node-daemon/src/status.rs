@@ -8,14 +8,14 @@ use std::collections::BTreeMap;
 
 /// Builds the status to publish.
 pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeImageStatus {
-    nodeimage_api::kruise::nodeimage::status_for_spec(ni, |image, t, observed| {
+    nodeimage_api::kruise::nodeimage::contract::status_for_spec(ni, |image, t, observed| {
         let version = t.version.unwrap_or(0);
         let key = TagKey {
             image: image.to_string(),
             tag: t.tag.to_string(),
         };
         live.get(&key)
-            .filter(|l| l.version.unwrap_or(0) == version)
+            .filter(|l| l.answers(t))
             .or(observed)
             .cloned()
             .unwrap_or_else(|| ImageTagStatus {
@@ -29,7 +29,7 @@ pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeIma
 
 /// The status write: the NodeImage write contract lives with the API types,
 /// where the simulator of tests/src/bin/ni-sim.rs uses it too.
-pub use nodeimage_api::kruise::nodeimage::guarded_status_patch_with as guarded_patch_with;
+pub use nodeimage_api::kruise::nodeimage::patch::guarded_status_patch_with as guarded_patch_with;
 
 #[cfg(test)]
 mod tests {
@@ -144,7 +144,7 @@ mod tests {
         let patch = guarded_patch_with(
             &obj,
             &s,
-            nodeimage_api::kruise::nodeimage::StatusGuard::Entries,
+            nodeimage_api::kruise::nodeimage::patch::StatusGuard::Entries,
         );
         assert_eq!(patch[0]["op"], "test");
         let last = patch.as_array().and_then(|ops| ops.last());

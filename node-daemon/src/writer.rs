@@ -7,7 +7,7 @@
 
 use crate::desired::TagKey;
 use crate::status;
-use nodeimage_api::kruise::nodeimage::StatusGuard;
+use nodeimage_api::kruise::nodeimage::patch::StatusGuard;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -420,7 +420,7 @@ async fn write_once(
             handle.observe_response(updated);
         }
         Err(kube::Error::Api(e))
-            if e.code == 409 || nodeimage_api::kruise::nodeimage::is_failed_test(&e) =>
+            if nodeimage_api::kruise::nodeimage::contract::is_stale_write(&e) =>
         {
             // The spec moved on since we built this status: read the object
             // as it is now and rebuild on top of it. Waiting for the watch

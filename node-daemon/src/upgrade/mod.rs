@@ -173,8 +173,8 @@ pub fn recorded(ni: &NodeImage, key: &TagKey, version: i64, state: UpgradeState)
         .as_ref()
         .and_then(|s| s.image_statuses.as_ref())
         .and_then(|m| m.get(key.image.as_str()))
-        .and_then(|i| i.tags.iter().find(|t| t.tag == key.tag))
-        .is_some_and(|t| t.version.unwrap_or(0) == version && t.upgrade_state() == Some(state))
+        .and_then(|i| i.tags.iter().find(|t| t.answers_at(&key.tag, version)))
+        .is_some_and(|t| t.upgrade_state() == Some(state))
 }
 
 /// Runs an upgrade entry to its end.
