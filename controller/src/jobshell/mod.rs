@@ -8,6 +8,8 @@
 mod reconcile;
 pub mod requeue;
 mod run;
+#[cfg(test)]
+mod scripted;
 mod writes;
 
 pub use reconcile::{error_policy, reconcile, retry};

@@ -71,3 +71,6 @@ pub fn retry<K: JobKind>(job: &K, error: &Error, ctx: &crate::context::Context) 
     }
     requeue::after_failure(K::KIND, &ObjectRef::from_obj(job), error, failure)
 }
+
+#[cfg(test)]
+mod tests;
