@@ -3,9 +3,14 @@
 //! that answers each request with the next scripted reply and records the
 //! request, so a test asserts the exact requests a shell made.
 
+use crate::context::Context;
+use crate::flags::Flags;
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
 use axum::http::{Response, StatusCode};
+use clap::Parser;
+use kube::runtime::reflector::{self, Store};
+use nodeimage_api::NodeImage;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -23,6 +28,22 @@ pub struct Seen {
 
 /// One scripted reply: a status code and a JSON body.
 pub struct Reply(pub u16, pub Value);
+
+impl Reply {
+    /// 200, with `object` as the body.
+    pub fn ok<T: serde::Serialize>(object: &T) -> Self {
+        Reply(200, serde_json::to_value(object).unwrap_or(Value::Null))
+    }
+
+    /// The API's error `code` with its `reason` (Conflict, NotFound, ...).
+    pub fn error(code: u16, reason: &str) -> Self {
+        let status = serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": reason, "reason": reason, "code": code,
+        });
+        Reply(code, status)
+    }
+}
 
 /// What the scripted server saw and has left to say.
 #[derive(Clone, Default)]
@@ -45,6 +66,16 @@ impl Script {
             async move { script.answer(req).await }
         });
         (kube::Client::new(router, "default"), script)
+    }
+
+    /// A controller context whose client is scripted by `replies`, and
+    /// its NodeImage cache (empty).
+    pub fn context(replies: Vec<Reply>) -> (Context, Store<NodeImage>, Script) {
+        let (client, script) = Script::client(replies);
+        let (store, _writer) = reflector::store::<NodeImage>();
+        let flags = Flags::parse_from(["nodeimage-controller"]);
+        let ctx = Context::new(client, &flags, store.clone()).expect("default flags are valid");
+        (ctx, store, script)
     }
 
     /// The requests made so far.

@@ -161,3 +161,6 @@ where
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,15 +2,11 @@
 //! finalizer branch, and what reaches the kind's cleanup and plan.
 
 use super::*;
-use crate::context::Context;
-use crate::flags::Flags;
 use crate::jobshell::scripted::{Reply, Script, Seen};
 use crate::jobshell::{Caches, Shared};
 use crate::watch::Synced;
-use clap::Parser;
-use kube::runtime::reflector;
-use nodeimage_api::{ImagePrePullJob, NodeImage};
-use serde_json::{Value, json};
+use nodeimage_api::ImagePrePullJob;
+use serde_json::json;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -54,9 +50,7 @@ impl JobReconciler for Fake {
 
 /// The fake kind over a scripted API, its caches listed or not.
 fn fake(replies: Vec<Reply>, nodeimages_listed: bool, caches_listed: bool) -> (Arc<Fake>, Script) {
-    let (client, script) = Script::client(replies);
-    let (store, _writer) = reflector::store::<NodeImage>();
-    let ctx = Context::new(client, &Flags::parse_from(["c"]), store.clone()).expect("context");
+    let (ctx, store, script) = Script::context(replies);
     let shared = Shared {
         ctx,
         nodeimages: store,
@@ -96,19 +90,6 @@ fn finalizers_patch(finalizers: &[&str]) -> Seen {
     }
 }
 
-/// An API error reply.
-fn status(code: u16, reason: &str) -> Reply {
-    Reply(
-        code,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": reason, "reason": reason, "code": code}),
-    )
-}
-
-fn ok(job: &ImagePrePullJob) -> Reply {
-    Reply(200, serde_json::to_value(job).unwrap_or(Value::Null))
-}
-
 /// What a reconcile of `job` did over a scripted API answering `replies`,
 /// its caches listed or not: its result, the requests, what of the kind ran.
 async fn reconciled(
@@ -127,7 +108,7 @@ async fn reconciled(
 #[tokio::test]
 async fn a_new_job_gets_the_finalizer_before_any_plan() {
     let j = job(&[], false);
-    let (result, seen, ran) = reconciled(j.clone(), vec![ok(&j)], true, true).await;
+    let (result, seen, ran) = reconciled(j.clone(), vec![Reply::ok(&*j)], true, true).await;
     assert_eq!(result.ok(), Some(Action::await_change()));
     assert_eq!(seen, vec![finalizers_patch(&[OURS])]);
     assert_eq!(ran, Vec::<&str>::new());
@@ -147,7 +128,7 @@ async fn a_live_job_is_planned_once_the_caches_are_listed() {
 #[tokio::test]
 async fn a_deleted_job_cleans_up_then_lets_every_finalizer_go() {
     let j = job(&[OURS, UPSTREAM, "someone.else/keep"], true);
-    let (result, seen, ran) = reconciled(j.clone(), vec![ok(&j)], true, true).await;
+    let (result, seen, ran) = reconciled(j.clone(), vec![Reply::ok(&*j)], true, true).await;
     assert_eq!(result.ok(), Some(Action::await_change()));
     assert_eq!(seen, vec![finalizers_patch(&["someone.else/keep"])]);
     assert_eq!(ran, vec!["cleanup"]);
@@ -163,7 +144,7 @@ async fn a_deleted_job_waits_for_the_nodeimage_cache_before_cleaning_up() {
 #[tokio::test]
 async fn a_deleted_upstream_job_only_lets_its_finalizer_go() {
     // The job is already gone: its finalizer counts as released.
-    let replies = vec![status(404, "NotFound")];
+    let replies = vec![Reply::error(404, "NotFound")];
     let (result, seen, ran) = reconciled(job(&[UPSTREAM], true), replies, false, false).await;
     assert_eq!(result.ok(), Some(Action::await_change()));
     assert_eq!((seen, ran), (vec![finalizers_patch(&[])], vec![]));
@@ -179,7 +160,7 @@ async fn a_deleted_job_without_our_finalizers_is_left_alone() {
 
 #[tokio::test]
 async fn a_conflicting_finalizer_write_is_retried_soon() {
-    let replies = vec![status(409, "Conflict")];
+    let replies = vec![Reply::error(409, "Conflict")];
     let (result, seen, _) = reconciled(job(&[], false), replies, true, true).await;
     let error = result.expect_err("conflict");
     assert!(error.is_conflict(), "{error}");
