@@ -193,3 +193,6 @@ impl State {
 fn key_path(job: &ImagePullJob) -> String {
     format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any())
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@ mod reconcile;
 pub mod requeue;
 mod run;
 #[cfg(test)]
-mod scripted;
+pub mod scripted;
 mod writes;
 
 pub use reconcile::{error_policy, reconcile, retry};
