@@ -92,7 +92,7 @@ pub struct Inputs<'a> {
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// The job's new status.
+    /// The job's new status, its conditions at the plan's time.
     pub status: ImagePrePullJobStatus,
     /// The entries to write (the same on every node).
     pub requests: Vec<EntryRequest>,
@@ -107,6 +107,11 @@ pub struct Plan {
     pub finished: bool,
     /// How much of the per-node detail was summarised to fit the budget.
     pub summarised: Summary,
+    /// The status changed beyond its conditions (a status that changes
+    /// only its conditions is written at once, not paced).
+    pub status_changed: bool,
+    /// The job's state or phase changed (such a write is not held back).
+    pub state_changed: bool,
 }
 
 /// How far per-node detail was cut to keep the status within budget.
@@ -257,7 +262,18 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     } else {
         kind.requests()
     };
+    let state = |s: &ImagePrePullJobStatus| (s.job.state.clone(), s.phase.clone());
+    let status_changed = job.status.as_ref() != Some(&status);
+    let state_changed = job.status.as_ref().map(state) != Some(state(&status));
+    crate::conditions::apply(
+        job.status.as_ref(),
+        &mut status,
+        job.metadata.generation,
+        &crate::clock::api_time(inp.now),
+    );
     Plan {
+        status_changed,
+        state_changed,
         status,
         requests,
         write_to: step.write_to,

@@ -66,10 +66,8 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
         // A status that changes no job state waits for the pace (its events
         // with it: the next plan makes them again from the same old status).
         let key = job_key(&job);
-        if job.status.as_ref() != Some(&p.status) {
-            let state = |s: &ImagePrePullJobStatus| (s.job.state.clone(), s.phase.clone());
-            let changed = job.status.as_ref().map(state) != Some(state(&p.status));
-            if let Some(wait) = self.status_pace.hold(&key, changed) {
+        if p.status_changed {
+            if let Some(wait) = self.status_pace.hold(&key, p.state_changed) {
                 return Ok(Action::requeue(wait));
             }
             self.status_pace.wrote(&key);
@@ -77,7 +75,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
         let state_of: StateOf<ImagePrePullJobStatus> =
             |s| (s.job.state.as_deref(), s.job.reason.as_deref());
         let old = job.status.as_ref();
-        jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of, now).await?;
+        jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of).await?;
         if p.summarised != plan::Summary::Full {
             tracing::debug!(job = %job.name_any(), summary = ?p.summarised, "per-node status summarised to fit the object size budget");
         }

@@ -107,7 +107,7 @@ pub struct Inputs<'a> {
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// The job's new status.
+    /// The job's new status, its conditions at the plan's time.
     pub status: NodeUpgradeJobStatus,
     /// The entry to write, with its upgrade (the same on every node).
     pub request: Option<(EntryRequest, TagUpgrade)>,
@@ -241,13 +241,20 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         )),
         None => old.node_status.clone(),
     };
-    let status = NodeUpgradeJobStatus {
+    let mut status = NodeUpgradeJobStatus {
         phase: v1alpha2::job_phase(p.phase.state.as_deref()).or(old.phase.clone()),
         current_version,
         historic_version,
         node_status,
         ..with_phase(old, p.phase)
     };
+    let at = crate::clock::api_time(inp.now);
+    crate::conditions::apply(
+        job.status.as_ref(),
+        &mut status,
+        job.metadata.generation,
+        &at,
+    );
     Plan {
         status,
         request,

@@ -79,7 +79,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
         let state_of: StateOf<NodeUpgradeJobStatus> =
             |s| (s.job.state.as_deref(), s.job.reason.as_deref());
         let old = job.status.as_ref();
-        jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of, now).await?;
+        jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of).await?;
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
         // Recorded results: the entries go, so no later pull of the tag runs
         // the upgrade again (and an unfinished node that timed out stops waiting).
