@@ -245,10 +245,8 @@ async fn publish_failures(ctx: &Context, ni: &NodeImage, plan: &Plan) {
 /// The retry policy of every controller ([`requeue::after_failure`]):
 /// soon after a conflict, after a short backoff otherwise.
 pub fn error_policy(ni: Arc<NodeImage>, error: &Error, state: Arc<State>) -> Action {
+    // A stale write is a retry, not an error: as in the job shell.
     let failure = Failure::of(matches!(error, Error::Conflict(_)));
-    if failure == Failure::Other {
-        // A stale write is a retry, not an error: as in the job shell.
-        state.ctx.metrics.error("NodeImage");
-    }
-    requeue::after_failure("NodeImage", &ni.name_any(), error, failure)
+    let metrics = &state.ctx.metrics;
+    requeue::after_failure(metrics, "NodeImage", &ni.name_any(), error, failure)
 }

@@ -66,10 +66,8 @@ pub fn error_policy<R: JobReconciler>(job: Arc<R::Job>, error: &Error, r: Arc<R>
 /// logged and retried later.
 pub fn retry<K: JobKind>(job: &K, error: &Error, ctx: &crate::context::Context) -> Action {
     let failure = Failure::of(error.is_conflict());
-    if failure == Failure::Other {
-        ctx.metrics.error(K::KIND);
-    }
-    requeue::after_failure(K::KIND, &ObjectRef::from_obj(job), error, failure)
+    let job = ObjectRef::from_obj(job);
+    requeue::after_failure(&ctx.metrics, K::KIND, &job, error, failure)
 }
 
 #[cfg(test)]

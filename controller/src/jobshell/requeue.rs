@@ -3,6 +3,7 @@
 //! conflict soon, to re-plan; any other failure after a while); and while a
 //! cache is still being listed.
 
+use crate::metrics::Metrics;
 use kube::runtime::controller::Action;
 use std::fmt::Display;
 use std::time::Duration;
@@ -43,10 +44,11 @@ pub fn retry_after(failure: Failure) -> Duration {
     }
 }
 
-/// The retry policy's action for a failed reconcile of `object` (a `kind`),
-/// logged: a conflict at debug level, any other failure as a warning.
-/// Counting the failure is the caller's.
+/// The retry policy's action for a failed reconcile of `object` (a `kind`):
+/// a conflict is a retry, logged at debug level; any other failure is an
+/// error, counted in `metrics` and logged as a warning.
 pub fn after_failure(
+    metrics: &Metrics,
     kind: &'static str,
     object: &dyn Display,
     error: &dyn Display,
@@ -58,6 +60,7 @@ pub fn after_failure(
             tracing::debug!(kind, %object, %error, "write conflict; re-planning");
         }
         Failure::Other => {
+            metrics.error(kind);
             tracing::warn!(kind, %object, %error, retry_s = wait.as_secs(), "reconcile failed; retrying");
         }
     }

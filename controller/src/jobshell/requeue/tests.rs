@@ -9,10 +9,9 @@ fn retry_table() {
     for (conflict, failure, wait) in cases {
         assert_eq!(Failure::of(conflict), failure);
         assert_eq!(retry_after(failure), wait);
-        assert_eq!(
-            after_failure("Test", &"obj", &"boom", failure),
-            Action::requeue(wait)
-        );
+        let metrics = Metrics::default();
+        let action = after_failure(&metrics, "Test", &"obj", &"boom", failure);
+        assert_eq!(action, Action::requeue(wait));
     }
 }
 
