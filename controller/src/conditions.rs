@@ -76,6 +76,18 @@ pub fn apply<S: Judged>(old: Option<&S>, new: &mut S, generation: Option<i64>, n
     *new.conditions_mut() = Some(conditions);
 }
 
+/// [`Judged`]'s accessors of a status whose field is `conditions`.
+macro_rules! conditions_field {
+    () => {
+        fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
+            &mut self.conditions
+        }
+        fn conditions(&self) -> Option<&Vec<Condition>> {
+            self.conditions.as_ref()
+        }
+    };
+}
+
 impl Judged for ImagePullJobStatus {
     fn verdict(&self) -> Verdict {
         let message = self.message.clone().unwrap_or_default();
@@ -88,12 +100,7 @@ impl Judged for ImagePullJobStatus {
             (Some(_), _) => Verdict::Failed("NodesFailed", message),
         }
     }
-    fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
-        &mut self.conditions
-    }
-    fn conditions(&self) -> Option<&Vec<Condition>> {
-        self.conditions.as_ref()
-    }
+    conditions_field!();
 }
 
 impl Judged for ImageListPullJobStatus {
@@ -108,12 +115,7 @@ impl Judged for ImageListPullJobStatus {
             (Some(_), _) => Verdict::Complete("AllImagesSucceeded", message),
         }
     }
-    fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
-        &mut self.conditions
-    }
-    fn conditions(&self) -> Option<&Vec<Condition>> {
-        self.conditions.as_ref()
-    }
+    conditions_field!();
 }
 
 /// The verdict of a KubeEdge job state (`Successful`, `Failed`, other).
@@ -126,28 +128,26 @@ fn kubeedge_verdict(state: Option<&str>, reason: Option<&str>) -> Verdict {
     }
 }
 
-impl Judged for ImagePrePullJobStatus {
-    fn verdict(&self) -> Verdict {
-        kubeedge_verdict(self.job.state.as_deref(), self.job.reason.as_deref())
-    }
-    fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
-        &mut self.conditions
-    }
-    fn conditions(&self) -> Option<&Vec<Condition>> {
-        self.conditions.as_ref()
-    }
+/// KubeEdge statuses are judged by their job-level state.
+macro_rules! judged_by_job_state {
+    ($($status:ty),*) => {$(
+        impl Judged for $status {
+            fn verdict(&self) -> Verdict {
+                kubeedge_verdict(self.job.state.as_deref(), self.job.reason.as_deref())
+            }
+            conditions_field!();
+        }
+    )*};
 }
 
-impl Judged for NodeUpgradeJobStatus {
-    fn verdict(&self) -> Verdict {
-        kubeedge_verdict(self.job.state.as_deref(), self.job.reason.as_deref())
-    }
-    fn conditions_mut(&mut self) -> &mut Option<Vec<Condition>> {
-        &mut self.conditions
-    }
-    fn conditions(&self) -> Option<&Vec<Condition>> {
-        self.conditions.as_ref()
-    }
+judged_by_job_state!(ImagePrePullJobStatus, NodeUpgradeJobStatus);
+
+/// The status and transition time of the condition `type_`, for tests of
+/// the plans that set conditions.
+#[cfg(test)]
+pub fn condition_of(conditions: Option<&Vec<Condition>>, type_: &str) -> Option<(String, Time)> {
+    let c = conditions?.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.last_transition_time.clone()))
 }
 
 #[cfg(test)]

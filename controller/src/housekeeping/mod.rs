@@ -47,26 +47,12 @@ pub async fn run(
         relisted: Some(relisted_tx.clone()),
     };
 
-    // Nodes: only a Node that no longer wants its NodeImage wakes it; a
-    // relist of the Nodes wakes every NodeImage.
     let NodeSubscription {
         store: nodes,
         synced: nodes_synced,
         events,
     } = nodes;
-    let node_relisted = relisted_tx.clone();
-    let node_events = NodeSubscription::event_stream(events).filter_map(move |event| {
-        std::future::ready(match event {
-            watcher::Event::Delete(n) => Some(Ok::<_, watcher::Error>(n)),
-            watcher::Event::Apply(n) if !crate::nodes::wants_nodeimage(&n.metadata) => Some(Ok(n)),
-            watcher::Event::InitDone => {
-                let _ = node_relisted.unbounded_send(());
-                None
-            }
-            _ => None,
-        })
-    });
-
+    let node_events = node_events(NodeSubscription::event_stream(events), relisted_tx.clone());
     let (pull_jobs, pull_deleted) = job_cache::<ImagePullJob>(
         "imagepulljobs",
         &client,
@@ -119,6 +105,26 @@ pub async fn run(
         })
         .await;
     tracing::info!("housekeeping stopped");
+}
+
+/// The Nodes that wake their NodeImage: only a Node that no longer wants
+/// it (or is gone); a relist of the Nodes wakes every NodeImage through
+/// `relisted`.
+fn node_events(
+    events: impl Stream<Item = watcher::Event<Node>> + Send + 'static,
+    relisted: mpsc::UnboundedSender<()>,
+) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    events.filter_map(move |event| {
+        std::future::ready(match event {
+            watcher::Event::Delete(n) => Some(Ok::<_, watcher::Error>(n)),
+            watcher::Event::Apply(n) if !crate::nodes::wants_nodeimage(&n.metadata) => Some(Ok(n)),
+            watcher::Event::InitDone => {
+                let _ = relisted.unbounded_send(());
+                None
+            }
+            _ => None,
+        })
+    })
 }
 
 /// A metadata cache of one job kind, and the stream of its deleted jobs.

@@ -21,7 +21,9 @@
 //!   timeout after it first saw them, for a node whose daemon does not
 //!   answer. (Dropping them at once raced every live daemon's own write.)
 
-use crate::clock::{after, api_time, go_duration, instant, seconds};
+mod tag;
+
+use crate::clock::{after, api_time};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::kruise::{
@@ -178,255 +180,163 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         .as_ref()
         .and_then(|s| s.image_statuses.as_ref())
         .unwrap_or(&no_statuses);
-
-    let mut images = BTreeMap::new();
-    let mut statuses = BTreeMap::new();
-    let mut changes = Vec::new();
-    let mut failures = Vec::new();
-    let mut due = Vec::new();
     let drop_orphans = inputs
         .orphans_since
         .is_some_and(|since| after(since, inputs.response_timeout) <= inputs.now);
 
+    let mut out = Planned::default();
     for (name, image) in old_images {
         let reported = old_statuses
             .get(name)
             .map(|s| s.tags.as_slice())
             .unwrap_or(&[]);
-        let mut tags = Vec::new();
-        let mut entries: Vec<ImageTagStatus> = Vec::new();
-        for tag in &image.tags {
-            let outcome = plan_tag(name, tag, reported, inputs);
-            changes.extend(outcome.changes);
-            due.extend(outcome.due);
-            let Some(spec) = outcome.spec else { continue };
-            if let Some(failure) = outcome.failure {
-                entries.push(failed_entry(&spec, reported, &failure.message, inputs.now));
-                failures.push(failure);
-            }
-            tags.push(spec);
-        }
-        if tags.is_empty() {
-            changes.push(Change::ImageRemoved {
-                image: name.to_string(),
-            });
-            if !drop_orphans && !reported.is_empty() {
-                statuses.insert(
-                    name.clone(),
-                    ImageStatus {
-                        tags: reported.to_vec(),
-                    },
-                );
-            }
-            continue;
-        }
-        // Keep the node's entries for tags still in spec (and, until they
-        // are due, those of tags no longer in it), in their order, with the
-        // entries this plan failed in place of the old ones.
-        let mut kept: Vec<ImageTagStatus> = reported
-            .iter()
-            .filter(|s| !drop_orphans || tags.iter().any(|t| t.tag == s.tag))
-            .map(|s| match entries.iter().position(|e| e.tag == s.tag) {
-                Some(i) => entries.remove(i),
-                None => s.clone(),
-            })
-            .collect();
-        kept.extend(entries);
-        if !kept.is_empty() {
-            statuses.insert(name.clone(), ImageStatus { tags: kept });
-        }
-        images.insert(
-            name.clone(),
-            ImageSpec {
-                tags,
-                ..image.clone()
-            },
-        );
+        out.image(name, image, reported, inputs, drop_orphans);
     }
-
     // Images with entries but no spec at all.
     if !drop_orphans {
         for (name, status) in old_statuses {
             if !old_images.contains_key(name) {
-                statuses.insert(name.clone(), status.clone());
+                out.statuses.insert(name.clone(), status.clone());
             }
         }
     }
-    let orphaned = statuses.iter().any(|(name, status)| {
+    let orphaned = has_orphans(&out.statuses, &out.images);
+    if orphaned {
+        out.due.push(after(
+            inputs.orphans_since.unwrap_or(inputs.now),
+            inputs.response_timeout,
+        ));
+    }
+    // Status belongs to the daemon: housekeeping writes it only when it
+    // changed an entry (dropped orphans or failed one). Recounting merely because the
+    // spec changed would race the daemon and publish counts for tags that
+    // have no entry yet.
+    let entries_changed = *old_statuses != out.statuses;
+    let status = entries_changed.then(|| new_status(ni, out.statuses, &out.images));
+    Plan {
+        images: (out.images != *old_images).then_some(out.images),
+        status,
+        changes: out.changes,
+        failures: out.failures,
+        requeue_after: requeue_after(inputs.now, &out.due),
+        orphaned,
+    }
+}
+
+/// What the plan has decided so far, image by image.
+#[derive(Default)]
+struct Planned {
+    /// The new `spec.images`.
+    images: BTreeMap<SharedStr, ImageSpec>,
+    /// The new status entries, by image.
+    statuses: BTreeMap<SharedStr, ImageStatus>,
+    /// What changed, for logs.
+    changes: Vec<Change>,
+    /// Tags marked Failed.
+    failures: Vec<Failure>,
+    /// When tags next need attention.
+    due: Vec<DateTime<Utc>>,
+}
+
+impl Planned {
+    /// Plans one image of the spec: each of its tags, then its status
+    /// entries; an image left without tags goes.
+    fn image<O: OwnerLookup>(
+        &mut self,
+        name: &SharedStr,
+        image: &ImageSpec,
+        reported: &[ImageTagStatus],
+        inputs: &Inputs<'_, O>,
+        drop_orphans: bool,
+    ) {
+        let mut tags = Vec::new();
+        let mut entries: Vec<ImageTagStatus> = Vec::new();
+        for spec_tag in &image.tags {
+            let outcome = tag::plan_tag(name, spec_tag, reported, inputs);
+            self.changes.extend(outcome.changes);
+            self.due.extend(outcome.due);
+            let Some(spec) = outcome.spec else { continue };
+            if let Some(failure) = outcome.failure {
+                entries.push(failed_entry(&spec, reported, &failure.message, inputs.now));
+                self.failures.push(failure);
+            }
+            tags.push(spec);
+        }
+        if tags.is_empty() {
+            self.changes.push(Change::ImageRemoved {
+                image: name.to_string(),
+            });
+            if !drop_orphans && !reported.is_empty() {
+                let tags = reported.to_vec();
+                self.statuses.insert(name.clone(), ImageStatus { tags });
+            }
+            return;
+        }
+        let kept = kept_entries(reported, &tags, entries, drop_orphans);
+        if !kept.is_empty() {
+            self.statuses
+                .insert(name.clone(), ImageStatus { tags: kept });
+        }
+        let spec = ImageSpec {
+            tags,
+            ..image.clone()
+        };
+        self.images.insert(name.clone(), spec);
+    }
+}
+
+/// The node's entries for tags still in spec (and, until they are due,
+/// those of tags no longer in it), in their order, with the `failed`
+/// entries in place of the old ones (or after them).
+fn kept_entries(
+    reported: &[ImageTagStatus],
+    tags: &[ImageTagSpec],
+    mut failed: Vec<ImageTagStatus>,
+    drop_orphans: bool,
+) -> Vec<ImageTagStatus> {
+    let mut kept: Vec<ImageTagStatus> = reported
+        .iter()
+        .filter(|s| !drop_orphans || tags.iter().any(|t| t.tag == s.tag))
+        .map(|s| match failed.iter().position(|e| e.tag == s.tag) {
+            Some(i) => failed.remove(i),
+            None => s.clone(),
+        })
+        .collect();
+    kept.extend(failed);
+    kept
+}
+
+/// Whether status entries are left of tags the planned spec does not have.
+fn has_orphans(
+    statuses: &BTreeMap<SharedStr, ImageStatus>,
+    images: &BTreeMap<SharedStr, ImageSpec>,
+) -> bool {
+    statuses.iter().any(|(name, status)| {
         status.tags.iter().any(|s| {
             !images
                 .get(name)
                 .is_some_and(|i: &ImageSpec| i.tags.iter().any(|t| t.tag == s.tag))
         })
-    });
-    if orphaned {
-        due.push(after(
-            inputs.orphans_since.unwrap_or(inputs.now),
-            inputs.response_timeout,
-        ));
-    }
-
-    // Status belongs to the daemon: housekeeping writes it only when it
-    // changed an entry (dropped orphans or failed one). Recounting merely because the
-    // spec changed would race the daemon and publish counts for tags that
-    // have no entry yet.
-    let entries_changed = *old_statuses != statuses;
-    let status = entries_changed.then(|| {
-        let mut status = ni.status.clone().unwrap_or_default();
-        status.image_statuses = if statuses.is_empty() && status.image_statuses.is_none() {
-            None
-        } else {
-            Some(statuses)
-        };
-        status.recount(&NodeImageSpec {
-            images: Some(images.clone()),
-        });
-        status
-    });
-
-    Plan {
-        images: (images != *old_images).then_some(images),
-        status,
-        changes,
-        failures,
-        requeue_after: requeue_after(inputs.now, &due),
-        orphaned,
-    }
+    })
 }
 
-/// What the plan decides for one tag.
-struct TagOutcome {
-    /// The tag as it should be in spec; `None` removes it.
-    spec: Option<ImageTagSpec>,
-    /// Set when the tag is to be marked Failed.
-    failure: Option<Failure>,
-    /// When this tag next needs attention.
-    due: Option<DateTime<Utc>>,
-    changes: Vec<Change>,
-}
-
-fn plan_tag<O: OwnerLookup>(
-    image: &str,
-    tag: &ImageTagSpec,
-    reported: &[ImageTagStatus],
-    inputs: &Inputs<'_, O>,
-) -> TagOutcome {
-    let now = inputs.now;
-    let mut spec = tag.clone();
-    let mut changes = Vec::new();
-    let removed = |reason, mut changes: Vec<Change>| {
-        changes.push(Change::TagRemoved {
-            image: image.to_string(),
-            tag: tag.tag.to_string(),
-            reason,
-        });
-        TagOutcome {
-            spec: None,
-            failure: None,
-            due: None,
-            changes,
-        }
+/// The NodeImage's status with `statuses` as its entries, recounted
+/// against the planned spec.
+fn new_status(
+    ni: &NodeImage,
+    statuses: BTreeMap<SharedStr, ImageStatus>,
+    images: &BTreeMap<SharedStr, ImageSpec>,
+) -> NodeImageStatus {
+    let mut status = ni.status.clone().unwrap_or_default();
+    status.image_statuses = if statuses.is_empty() && status.image_statuses.is_none() {
+        None
+    } else {
+        Some(statuses)
     };
-
-    if spec.created_at.is_none() {
-        spec.created_at = Some(api_time(now));
-        changes.push(Change::CreatedAtSet {
-            image: image.to_string(),
-            tag: tag.tag.to_string(),
-        });
-    }
-    let created = spec.created_at.as_ref().map(instant).unwrap_or(now);
-
-    if let Some(owners) = tag.owner_references.as_ref().filter(|o| !o.is_empty()) {
-        let (kept, gone): (Vec<_>, Vec<_>) = owners
-            .iter()
-            .cloned()
-            .partition(|o| inputs.owners.state(o) != OwnerState::Gone);
-        changes.extend(gone.iter().map(|o| Change::OwnerDropped {
-            image: image.to_string(),
-            tag: tag.tag.to_string(),
-            owner: describe_owner(o),
-        }));
-        if kept.is_empty() {
-            return removed(RemoveReason::OwnersGone, changes);
-        }
-        if !gone.is_empty() {
-            spec.owner_references = Some(kept.into());
-        }
-    }
-
-    let version = tag.version.unwrap_or(0);
-    let policy = tag.pull_policy.clone().unwrap_or_default();
-    let report = reported
-        .iter()
-        .find(|s| s.tag == tag.tag && s.version.unwrap_or(0) == version);
-    let ttl = policy
-        .ttl_seconds_after_finished
-        .map(|s| seconds(i64::from(s.max(0))));
-
-    if let Some(report) = report.filter(|r| r.phase.is_finished()) {
-        let expiry = match (&report.completion_time, ttl) {
-            (Some(done), Some(ttl)) => after(instant(done), ttl),
-            _ => {
-                return TagOutcome {
-                    spec: Some(spec),
-                    failure: None,
-                    due: None,
-                    changes,
-                };
-            }
-        };
-        if now >= expiry {
-            return removed(RemoveReason::TtlExpired, changes);
-        }
-        return TagOutcome {
-            spec: Some(spec),
-            failure: None,
-            due: Some(expiry),
-            changes,
-        };
-    }
-
-    // Unfinished: the earliest deadline that has passed fails the tag.
-    let mut deadlines: Vec<(DateTime<Utc>, String, bool)> = Vec::new();
-    if report.is_none() {
-        deadlines.push((
-            after(created, inputs.response_timeout),
-            format!(
-                "node did not respond within {} (no status for version {version})",
-                go_duration(inputs.response_timeout)
-            ),
-            true,
-        ));
-    }
-    if let Some(ads) = policy.active_deadline_seconds {
-        deadlines.push((
-            after(after(created, seconds(ads.max(0))), DEADLINE_GRACE),
-            format!("pull did not finish within activeDeadlineSeconds ({ads}s) of createdAt"),
-            false,
-        ));
-    }
-    deadlines.sort_by_key(|(at, _, _)| *at);
-    match deadlines.iter().find(|(at, _, _)| now >= *at) {
-        Some((_, message, no_response)) => TagOutcome {
-            due: ttl.map(|ttl| after(now, ttl)),
-            failure: Some(Failure {
-                image: image.to_string(),
-                tag: tag.tag.to_string(),
-                version,
-                message: message.clone(),
-                no_response: *no_response,
-            }),
-            spec: Some(spec),
-            changes,
-        },
-        None => TagOutcome {
-            due: deadlines.first().map(|(at, _, _)| *at),
-            failure: None,
-            spec: Some(spec),
-            changes,
-        },
-    }
+    status.recount(&NodeImageSpec {
+        images: Some(images.clone()),
+    });
+    status
 }
 
 /// The status entry that marks `tag` Failed now, keeping what the node
@@ -450,17 +360,6 @@ fn failed_entry(
         completion_time: Some(api_time(now)),
         message: Some(message.into()),
         ..base
-    }
-}
-
-/// `Kind namespace/name (uid)` for logs.
-fn describe_owner(o: &ObjectReference) -> String {
-    let kind = o.kind.as_deref().unwrap_or("?");
-    let name = o.name.as_deref().unwrap_or("?");
-    let uid = o.uid.as_deref().unwrap_or("?");
-    match o.namespace.as_deref() {
-        Some(ns) => format!("{kind} {ns}/{name} ({uid})"),
-        None => format!("{kind} {name} ({uid})"),
     }
 }
 

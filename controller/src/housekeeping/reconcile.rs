@@ -6,6 +6,7 @@ use super::orphans::OrphansSeen;
 use super::owners::OwnerCaches;
 use super::plan::{self, Change, Inputs, Plan};
 use crate::context::Context;
+use crate::jobshell::requeue::{self, Failure};
 use crate::nodes;
 use crate::patch::{self, PatchError};
 use crate::watch::Synced;
@@ -18,14 +19,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::NodeImage;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Wait before retrying after an API error.
-const RETRY: Duration = Duration::from_secs(5);
-
-/// Wait before re-reading after a write conflict; the conflicting write's
-/// own watch event usually triggers a reconcile sooner.
-const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Event reason for a tag the controller marked Failed.
 pub const REASON_PULL_FAILED: &str = "PullImageFailed";
@@ -249,19 +242,11 @@ async fn publish_failures(ctx: &Context, ni: &NodeImage, plan: &Plan) {
     }
 }
 
-/// Logs the failure and retries: soon after a conflict, after a short
-/// backoff otherwise.
+/// The retry policy of every controller ([`requeue::after_failure`]):
+/// soon after a conflict, after a short backoff otherwise.
 pub fn error_policy(ni: Arc<NodeImage>, error: &Error, state: Arc<State>) -> Action {
-    match error {
-        // A stale write is a retry, not an error: as in the job shell.
-        Error::Conflict(_) => {
-            tracing::debug!(nodeimage = %ni.name_any(), %error, "write conflict; re-planning");
-            Action::requeue(CONFLICT_RETRY)
-        }
-        _ => {
-            state.ctx.metrics.error("NodeImage");
-            tracing::warn!(nodeimage = %ni.name_any(), %error, retry_s = RETRY.as_secs(), "housekeeping failed");
-            Action::requeue(RETRY)
-        }
-    }
+    // A stale write is a retry, not an error: as in the job shell.
+    let failure = Failure::of(matches!(error, Error::Conflict(_)));
+    let metrics = &state.ctx.metrics;
+    requeue::after_failure(metrics, "NodeImage", &ni.name_any(), error, failure)
 }

@@ -4,7 +4,6 @@
 pub mod plan;
 
 use crate::context::Context;
-use crate::jobevents::JobEvent;
 use crate::jobshell::{self, Error, JobKind, api_err};
 use crate::lifecycle;
 use chrono::Utc;
@@ -62,86 +61,85 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
 
 async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile("ImageListPullJob");
+    let api = ImageListPullJob::api(ctx.client.clone(), &job);
     if job.meta().deletion_timestamp.is_some() {
         // Children go with it through garbage collection (owner references);
         // OpenKruise's finalizer, on a list it ran, goes as OpenKruise lets it go.
-        let api = ImageListPullJob::api(ctx.client.clone(), &job);
-        crate::tagwrites::edit_finalizers(
-            &api,
-            job.as_ref(),
-            None,
-            &[nodeimage_api::kruise::DELETION_PROTECTION_FINALIZER],
-        )
-        .await?;
+        let upstream = [nodeimage_api::kruise::DELETION_PROTECTION_FINALIZER];
+        crate::tagwrites::edit_finalizers(&api, job.as_ref(), None, &upstream).await?;
         return Ok(Action::await_change());
     }
     let ns = job.namespace().unwrap_or_default();
-    let name = job.name_any();
+    let who = format!("{ns}/{}", job.name_any());
     let children_api: Api<ImagePullJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let children = children_of(&children_api, &job, &who).await?;
+    let p = plan::plan(&job, &children, Utc::now());
+    write_children(&children_api, &p, &ns, &who).await?;
+    if p.write_status {
+        let body = serde_json::json!({"status": p.status});
+        jobshell::patch_status(&api, job.as_ref(), &body).await?;
+    }
+    jobshell::publish(&ctx, job.as_ref(), &p.events).await;
+    if p.delete_self {
+        tracing::info!(job = %who, "deleting list job: ttlSecondsAfterFinished passed");
+        api.delete(&job.name_any(), &DeleteParams::background())
+            .await
+            .map_err(api_err(format!("deleting {who}")))?;
+        return Ok(Action::await_change());
+    }
+    Ok(jobshell::after_success(p.requeue_after))
+}
+
+/// The list's children: the ImagePullJobs labelled with its name that it owns.
+async fn children_of(
+    api: &Api<ImagePullJob>,
+    job: &ImageListPullJob,
+    who: &str,
+) -> Result<Vec<Arc<ImagePullJob>>, Error> {
     let uid = job.uid().unwrap_or_default();
-    let children: Vec<Arc<ImagePullJob>> = children_api
-        .list(&ListParams::default().labels(&format!("{}={name}", plan::PARENT_LABEL)))
+    let labels = format!("{}={}", plan::PARENT_LABEL, job.name_any());
+    let listed = api
+        .list(&ListParams::default().labels(&labels))
         .await
-        .map_err(api_err(format!("listing children of {ns}/{name}")))?
+        .map_err(api_err(format!("listing children of {who}")))?;
+    Ok(listed
         .into_iter()
         .filter(|c| c.owner_references().iter().any(|o| o.uid == uid))
         .map(Arc::new)
-        .collect();
-    let p = plan::plan(&job, &children, Utc::now());
+        .collect())
+}
+
+/// Creates the children the plan asks for and deletes those it drops (a
+/// child already gone is fine).
+async fn write_children(
+    api: &Api<ImagePullJob>,
+    p: &plan::Plan,
+    ns: &str,
+    who: &str,
+) -> Result<(), Error> {
     for c in &p.create {
-        let made = children_api
+        let image = &c.spec.image;
+        let made = api
             .create(&PostParams::default(), c)
             .await
             .map_err(api_err(format!(
-                "creating the child job for {} in {ns}",
-                c.spec.image
+                "creating the child job for {image} in {ns}"
             )))?;
-        tracing::info!(job = %format!("{ns}/{name}"), child = %made.name_any(), image = %c.spec.image, "child ImagePullJob created");
+        tracing::info!(job = %who, child = %made.name_any(), %image, "child ImagePullJob created");
     }
     for d in &p.delete {
-        match children_api.delete(d, &DeleteParams::background()).await {
+        match api.delete(d, &DeleteParams::background()).await {
             Ok(_) => {
-                tracing::info!(job = %format!("{ns}/{name}"), child = %d, "child ImagePullJob deleted (image removed or template changed)")
+                tracing::info!(job = %who, child = %d, "child ImagePullJob deleted (image removed or template changed)")
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(api_err(format!("deleting child {ns}/{d}"))(e)),
         }
     }
-    let api = ImageListPullJob::api(ctx.client.clone(), &job);
-    let mut p = p;
-    crate::conditions::apply(
-        job.status.as_ref(),
-        &mut p.status,
-        job.metadata.generation,
-        &crate::clock::api_time(chrono::Utc::now()),
-    );
-    if job.status.as_ref() != Some(&p.status) {
-        let body = serde_json::json!({"status": p.status});
-        jobshell::patch_status(&api, job.as_ref(), &body).await?;
-    }
-    if p.completed_now {
-        let ev = JobEvent {
-            warning: p.status.failed_image_statuses.is_some(),
-            reason: "Completed",
-            note: format!(
-                "Completed: {} of {} image(s) pulled on every node",
-                p.status.succeeded, p.status.desired
-            ),
-        };
-        jobshell::publish(&ctx, job.as_ref(), &[ev]).await;
-    }
-    if p.delete_self {
-        tracing::info!(job = %format!("{ns}/{name}"), "deleting list job: ttlSecondsAfterFinished passed");
-        api.delete(&name, &DeleteParams::background())
-            .await
-            .map_err(api_err(format!("deleting {ns}/{name}")))?;
-        return Ok(Action::await_change());
-    }
-    Ok(p.requeue_after
-        .map(Action::requeue)
-        .unwrap_or_else(Action::await_change))
+    Ok(())
 }
 
+/// The shell's retry policy, for a list job.
 fn error_policy(job: Arc<ImageListPullJob>, error: &Error, ctx: Arc<Context>) -> Action {
     jobshell::retry(job.as_ref(), error, &ctx)
 }

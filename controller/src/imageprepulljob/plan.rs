@@ -12,24 +12,29 @@
 //!   event `Check`, a deadline event `TimeOut`, any other failure `Pull`.
 //! - Node events: one `NodeFailed` per failed node.
 
+mod rows;
+mod task;
+
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
 pub use crate::nodes::NodeInfo;
-use crate::nodetasks::{self, Announce, Job, NodeTask, Precheck, Working, action, v1alpha2};
-use crate::rollout::{self, Entry, EntryState, NodeState};
-pub use crate::rollout::{cap, rfc3339};
+use crate::nodetasks::{self, Job, Task, v1alpha2};
+use crate::rollout::{self, Entry};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, ReferenceObject};
-use nodeimage_api::kubeedge::{
-    ImagePrePullJob, ImagePrePullJobStatus, ImagePrePullNodeStatus, ImagePrePullStatus,
-    PrePullImageStatus, PrePullNodeImageStatus, TaskStatus,
-};
+use nodeimage_api::kubeedge::{ImagePrePullJob, ImagePrePullJobStatus};
+pub use rows::summarise;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use task::PrePull;
 
+#[cfg(test)]
+use crate::rollout::{cap, rfc3339};
+#[cfg(test)]
+use nodeimage_api::kubeedge::{ImagePrePullStatus, TaskStatus};
 #[cfg(test)]
 use nodetasks::{API_VERSION, NODEIMAGE_WAIT};
 
@@ -87,7 +92,7 @@ pub struct Inputs<'a> {
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// The job's new status.
+    /// The job's new status, its conditions at the plan's time.
     pub status: ImagePrePullJobStatus,
     /// The entries to write (the same on every node).
     pub requests: Vec<EntryRequest>,
@@ -102,6 +107,11 @@ pub struct Plan {
     pub finished: bool,
     /// How much of the per-node detail was summarised to fit the budget.
     pub summarised: Summary,
+    /// The status changed beyond its conditions (a status that changes
+    /// only its conditions is written at once, not paced).
+    pub status_changed: bool,
+    /// The job's state or phase changed (such a write is not held back).
+    pub state_changed: bool,
 }
 
 /// How far per-node detail was cut to keep the status within budget.
@@ -234,11 +244,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
             entries: images.map(|_| entries.clone()),
-            node_names: t.task.node_names.as_deref(),
-            label_selector: t.task.label_selector.as_ref(),
-            failure_tolerate: t.task.failure_tolerate.as_deref(),
-            concurrency: t.task.concurrency,
-            timeout_seconds: t.task.timeout_seconds,
+            task: Task::of(&t.task),
             edge_only: inp.edge_only,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
@@ -247,16 +253,27 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         inp.now,
     );
     let mut status = with_phase(old, step.phase);
-    if let Some(rows) = step.rows {
-        status.node_status = Some(v1alpha2_rows(&rows, step.summarised));
-        status.status = Some(rows);
+    if let Some(node_rows) = step.rows {
+        status.node_status = Some(rows::v1alpha2_rows(&node_rows, step.summarised));
+        status.status = Some(node_rows);
     }
     let requests = if step.write_to.is_empty() {
         vec![]
     } else {
         kind.requests()
     };
+    let state = |s: &ImagePrePullJobStatus| (s.job.state.clone(), s.phase.clone());
+    let status_changed = job.status.as_ref() != Some(&status);
+    let state_changed = job.status.as_ref().map(state) != Some(state(&status));
+    crate::conditions::apply(
+        job.status.as_ref(),
+        &mut status,
+        job.metadata.generation,
+        &crate::clock::api_time(inp.now),
+    );
     Plan {
+        status_changed,
+        state_changed,
         status,
         requests,
         write_to: step.write_to,
@@ -273,268 +290,6 @@ fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJo
         job: p,
         ..old
     }
-}
-
-/// The actions of ImagePrePullJob's v1alpha2 flow.
-const FLOW: &[v1alpha2::Step] = &[(event::CHECK, "Check"), (event::PULL, "Pull")];
-
-/// The v1alpha2 `nodeStatus` for the v1alpha1 rows, cut as far as they were.
-fn v1alpha2_rows(rows: &[ImagePrePullStatus], summary: Summary) -> Vec<ImagePrePullNodeStatus> {
-    rows.iter()
-        .filter_map(|r| {
-            let t = r.node_status.as_ref()?;
-            let flow = v1alpha2::action_flow(t, FLOW);
-            Some(ImagePrePullNodeStatus {
-                node_name: t.node_name.clone(),
-                phase: Some(v1alpha2::node_phase(t)),
-                action_flow: (summary < Summary::Minimal && !flow.is_empty()).then_some(flow),
-                reason: t.phase.reason.clone(),
-                image_status: r.image_status.as_ref().map(|images| {
-                    images
-                        .iter()
-                        .map(|i| PrePullNodeImageStatus {
-                            image: i.image.clone(),
-                            status: Some(v1alpha2::condition_status(
-                                i.state.as_deref() == Some(state::SUCCESSFUL),
-                            )),
-                            reason: i.reason.clone(),
-                        })
-                        .collect()
-                }),
-            })
-        })
-        .collect()
-}
-
-/// ImagePrePullJob as a node task.
-struct PrePull<'a> {
-    job: &'a ImagePrePullJob,
-    /// Each image of the job with its entry.
-    images: Vec<(String, Entry)>,
-    /// The distinct entries.
-    entries: Vec<Entry>,
-    secrets: &'a Secrets,
-}
-
-impl PrePull<'_> {
-    /// The entries every working node gets.
-    fn requests(&self) -> Vec<EntryRequest> {
-        let owner = owner_ref(self.job);
-        let policy = entry_pull_policy(self.job);
-        let checks = Some(check_items(self.job)).filter(|c| !c.is_empty());
-        let secrets = match self.secrets {
-            Secrets::Copied(s) => s.clone(),
-            _ => vec![],
-        };
-        self.entries
-            .iter()
-            .map(|e| EntryRequest {
-                image: e.image.clone(),
-                tag: e.tag.clone(),
-                owner: owner.clone(),
-                pull_policy: policy.clone(),
-                image_pull_policy: Some("IfNotPresent".into()),
-                secrets: secrets.clone(),
-                sandbox: None,
-                check_items: checks.clone(),
-            })
-            .collect()
-    }
-}
-
-impl NodeTask for PrePull<'_> {
-    type Row = ImagePrePullStatus;
-    type Detail = Vec<EntryState>;
-    type Summary = Summary;
-    const WORKING: Working = Working {
-        state: state::PULLING,
-        event: event::PULL,
-        verb: "pulling",
-    };
-    const FAILURE_EVENTS: &'static [&'static str] = &[event::INIT, event::CHECK, event::TIMEOUT];
-    const MAX_REASON_CHARS: usize = MAX_REASON_CHARS;
-    const ANNOUNCE: Announce = Announce::AtFirstLook;
-
-    fn task(row: &ImagePrePullStatus) -> Option<&TaskStatus> {
-        row.node_status.as_ref()
-    }
-
-    fn task_mut(row: &mut ImagePrePullStatus) -> Option<&mut TaskStatus> {
-        row.node_status.as_mut()
-    }
-
-    fn row(task: TaskStatus) -> ImagePrePullStatus {
-        ImagePrePullStatus {
-            node_status: Some(task),
-            image_status: None,
-        }
-    }
-
-    fn started(&self, _: Option<usize>) -> String {
-        format!(
-            "Started pre-pulling {}",
-            self.job.spec.image_pre_pull_template.images.join(", ")
-        )
-    }
-
-    fn precheck(&self, _: &str) -> Option<Precheck> {
-        match self.secrets {
-            Secrets::Missing(why) => Some(Precheck::Reject(why.clone())),
-            _ => None,
-        }
-    }
-
-    fn detail(&self, _: &NodeImage, _: &[Entry], _: &str, states: &[EntryState]) -> Self::Detail {
-        states.to_vec()
-    }
-
-    fn fresh(&self, entries: usize, now: DateTime<Utc>) -> Self::Detail {
-        vec![EntryState::Active(Some(now)); entries]
-    }
-
-    fn render(
-        &self,
-        name: &str,
-        node_state: &NodeState,
-        states: &Vec<EntryState>,
-        timed_out: bool,
-    ) -> ImagePrePullStatus {
-        let by_entry: BTreeMap<&Entry, &EntryState> = self.entries.iter().zip(states).collect();
-        let image_status: Vec<PrePullImageStatus> = self
-            .images
-            .iter()
-            .filter_map(|(image, e)| {
-                let (st, reason) = match by_entry.get(e) {
-                    Some(EntryState::Succeeded) => (state::SUCCESSFUL, None),
-                    Some(EntryState::Failed(m)) => (state::FAILED, Some(m.clone())),
-                    _ if timed_out => (
-                        state::FAILED,
-                        Some("timed out before this image was pulled".to_string()),
-                    ),
-                    _ => return None,
-                };
-                Some(PrePullImageStatus {
-                    image: Some(image.clone()),
-                    state: Some(st.into()),
-                    reason: reason.map(|r| cap(&r, MAX_REASON_CHARS)),
-                })
-            })
-            .collect();
-        let node_status = match node_state {
-            NodeState::Active(since) => {
-                let mut s = nodetasks::task(name, state::PULLING, Some(event::PULL), None, None, 0);
-                s.phase.time = since.map(rfc3339);
-                s
-            }
-            NodeState::Succeeded => nodetasks::succeeded(name, event::PULL, None, 0),
-            NodeState::Failed(reason) if timed_out => {
-                nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
-            }
-            NodeState::Failed(_) | NodeState::NotStarted => {
-                let failures: Vec<&str> = states
-                    .iter()
-                    .filter_map(|s| match s {
-                        EntryState::Failed(m) => Some(m.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                let ev = failures
-                    .iter()
-                    .map(|m| failure_event(m))
-                    .find(|e| *e != event::PULL)
-                    .unwrap_or(event::PULL);
-                let reason = Some(distinct(&failures).join("; "));
-                let (st, act) = (state::FAILED, Some(action::FAILURE));
-                nodetasks::task(name, st, Some(ev), act, reason, MAX_REASON_CHARS)
-            }
-        };
-        ImagePrePullStatus {
-            node_status: Some(node_status),
-            image_status: (!image_status.is_empty()).then_some(image_status),
-        }
-    }
-
-    fn summarise(rows: &mut [ImagePrePullStatus], budget: usize) -> Summary {
-        summarise(rows, budget)
-    }
-
-    fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
-        (t.phase.state.as_deref() == Some(state::FAILED)).then(|| {
-            JobEvent::warning(
-                "NodeFailed",
-                format!(
-                    "Node {} failed ({}): {}",
-                    t.node_name.as_deref().unwrap_or_default(),
-                    t.phase.event.as_deref().unwrap_or_default(),
-                    t.phase.reason.as_deref().unwrap_or_default()
-                ),
-            )
-        })
-    }
-
-    fn more_nodes(n: usize) -> JobEvent {
-        JobEvent::warning("NodeFailed", format!("{n} more nodes failed; see status"))
-    }
-
-    fn all_done(&self, total: usize) -> String {
-        format!("all {total} nodes pulled")
-    }
-}
-
-/// The distinct messages, in order.
-fn distinct<'a>(messages: &[&'a str]) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for m in messages {
-        if !out.contains(m) {
-            out.push(m);
-        }
-    }
-    out
-}
-
-/// How far `taken` summarising steps go.
-fn summary_of(taken: usize) -> Summary {
-    match taken {
-        0 => Summary::Full,
-        1 => Summary::NoSuccessfulImages,
-        2 => Summary::NoImages,
-        3 => Summary::Minimal,
-        _ => Summary::Tiny,
-    }
-}
-
-/// Cuts per-node detail, step by step, until the rows fit
-/// `budget` bytes; returns how far it went.
-pub fn summarise(rows: &mut [ImagePrePullStatus], budget: usize) -> Summary {
-    let steps: [fn(&mut ImagePrePullStatus); 4] = [
-        |r| {
-            if r.node_status
-                .as_ref()
-                .and_then(|s| s.phase.state.as_deref())
-                == Some(state::SUCCESSFUL)
-            {
-                r.image_status = None;
-            }
-        },
-        |r| r.image_status = None,
-        |r| {
-            if let Some(s) = r.node_status.as_mut() {
-                s.phase.reason = None;
-                s.phase.time = None;
-            }
-        },
-        |r| {
-            if let Some(s) = r.node_status.as_mut() {
-                s.phase.event = None;
-                s.phase.action = None;
-            }
-        },
-    ];
-    // Both shapes count: the v1alpha1 rows and the v1alpha2 rows made from them.
-    let size = |r: &[ImagePrePullStatus], taken: usize| {
-        nodetasks::rows_size(r) + nodetasks::rows_size(&v1alpha2_rows(r, summary_of(taken)))
-    };
-    summary_of(nodetasks::fit(rows, &steps, budget, size))
 }
 
 #[cfg(test)]

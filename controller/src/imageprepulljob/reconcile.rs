@@ -3,7 +3,7 @@
 //! The skeleton (finalizer, errors, retries) is `jobshell`'s.
 
 use super::plan::{self, Inputs, Secrets};
-use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs};
+use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs, StateOf};
 use crate::pullsecrets;
 use crate::tagwrites;
 use chrono::Utc;
@@ -52,34 +52,30 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             secrets(&job, ctx).await?
         };
         let now = Utc::now();
-        // Dropped before any write is awaited (see ImagePullJob's reconcile).
-        let p = {
-            let (nodes, nodeimages) = self.snapshot();
+        let p = self.plan(|w| {
             plan::plan(Inputs {
                 job: &job,
-                nodes: &nodes,
-                nodeimages: &nodeimages,
-                edge_only: ctx.kubeedge_edge_only,
+                nodes: w.nodes,
+                nodeimages: w.nodeimages,
+                edge_only: w.edge_only,
                 secrets,
                 now,
             })
-        };
+        });
         jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now).await?;
         // A status that changes no job state waits for the pace (its events
         // with it: the next plan makes them again from the same old status).
         let key = job_key(&job);
-        if job.status.as_ref() != Some(&p.status) {
-            let state = |s: &ImagePrePullJobStatus| (s.job.state.clone(), s.phase.clone());
-            let changed = job.status.as_ref().map(state) != Some(state(&p.status));
-            if let Some(wait) = self.status_pace.hold(&key, changed) {
+        if p.status_changed {
+            if let Some(wait) = self.status_pace.hold(&key, p.state_changed) {
                 return Ok(Action::requeue(wait));
             }
             self.status_pace.wrote(&key);
         }
-        jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
-            (s.job.state.as_deref(), s.job.reason.as_deref())
-        })
-        .await?;
+        let state_of: StateOf<ImagePrePullJobStatus> =
+            |s| (s.job.state.as_deref(), s.job.reason.as_deref());
+        let old = job.status.as_ref();
+        jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of).await?;
         if p.summarised != plan::Summary::Full {
             tracing::debug!(job = %job.name_any(), summary = ?p.summarised, "per-node status summarised to fit the object size budget");
         }
@@ -89,10 +85,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             // crash between the status write and the release leaks nothing.
             pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(&job)).await?;
         }
-        Ok(match p.requeue_after {
-            Some(d) => Action::requeue(d),
-            None => Action::await_change(),
-        })
+        Ok(jobshell::after_success(p.requeue_after))
     }
 }
 

@@ -17,14 +17,14 @@ use crate::jobshell;
 use crate::nodeimages::Subscription;
 use crate::wakeups::{LabelChanges, TagChanges};
 use crate::watch::{self, SyncSignals, Synced};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodeimage_api::ImagePullJob;
+use nodeimage_api::{ImagePullJob, NodeImage};
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
@@ -41,37 +41,17 @@ pub async fn run(
 ) {
     jobshell::ensure_secrets_namespace(&ctx, "pull secrets").await;
     let client = ctx.client.clone();
-
     let pods_synced = Synced::default();
     let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = watch::reflect(
-        "imagepulljob-pods",
-        Api::all(client.clone()),
+    let pod_events = pod_events(
+        &client,
         pod_writer,
-        reconcile::trim_pod,
         SyncSignals {
             synced: pods_synced.clone(),
             check: readiness.check("pods-synced").await,
             relisted: None,
         },
-    )
-    .filter_map(|e| {
-        std::future::ready(match e {
-            watcher::Event::Apply(p) | watcher::Event::Delete(p) => Some(Ok(p)),
-            _ => None,
-        })
-    });
-
-    let secret_events = watcher(
-        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .filter_map(|r: Result<PartialObjectMeta<Secret>, watcher::Error>| {
-        std::future::ready(r.ok().map(Ok))
-    });
-
+    );
     let (jobs, job_writer) = reflector::store::<ImagePullJob>();
     let skipped = crate::skipped::Skipped::new(&ctx, KIND, Some("message"));
     let controller = Controller::for_stream(
@@ -79,8 +59,6 @@ pub async fn run(
         jobs.clone(),
     );
     let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
-    let jobs_for_pods = jobs.clone();
-    let jobs_for_secrets = jobs.clone();
     let state = Arc::new(reconcile::State {
         shared: crate::jobshell::Shared {
             ctx,
@@ -91,44 +69,95 @@ pub async fn run(
         pods_synced,
         jobs: jobs.clone(),
     });
-    let owners = jobshell::wake_owners(TagChanges::new(KIND, "apps.kruise.io"));
     let relabelled = LabelChanges::new(state.shared.nodeimages.clone());
-    let jobs_for_nodeimages = jobs.clone();
     let controller = controller
-        .watches_shared_stream(nodeimages.changes, move |ni| {
-            let mut wake = owners(ni.clone());
-            if relabelled.changed(&ni) {
-                let selecting = jobs_for_nodeimages.state();
-                let selecting = selecting.iter().filter(|j| plan::selects(j, &ni));
-                wake.extend(selecting.map(|j| ObjectRef::from_obj(j.as_ref())));
-            }
-            wake
-        })
-        .watches_stream(pod_events, move |pod: Pod| {
-            let ns = pod.namespace();
-            jobs_for_pods
-                .state()
-                .iter()
-                .filter(|j| j.namespace() == ns && j.spec.template.pod_selector.is_some())
-                .map(|j| ObjectRef::from_obj(j.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(secret_events, move |s: PartialObjectMeta<Secret>| {
-            let (ns, name) = (s.namespace(), s.name_any());
-            jobs_for_secrets
-                .state()
-                .iter()
-                .filter(|j| {
-                    j.namespace() == ns
-                        && j.spec
-                            .template
-                            .pull_secrets
-                            .iter()
-                            .flatten()
-                            .any(|p| *p == name)
-                })
-                .map(|j| ObjectRef::from_obj(j.as_ref()))
-                .collect::<Vec<_>>()
-        });
+        .watches_shared_stream(nodeimages.changes, on_nodeimage(jobs.clone(), relabelled))
+        .watches_stream(pod_events, on_pod(jobs.clone()))
+        .watches_stream(secret_events(&client), on_secret(jobs));
     jobshell::drive(controller, stop, state).await;
+}
+
+/// The pods, reflected into `writer` (trimmed to what selection reads),
+/// as a stream of the pods that changed or went.
+fn pod_events(
+    client: &kube::Client,
+    writer: reflector::store::Writer<Pod>,
+    signals: SyncSignals,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    let api = Api::all(client.clone());
+    watch::reflect(
+        "imagepulljob-pods",
+        api,
+        writer,
+        reconcile::trim_pod,
+        signals,
+    )
+    .filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(p) | watcher::Event::Delete(p) => Some(Ok(p)),
+            _ => None,
+        })
+    })
+}
+
+/// The Secrets that changed or went, by their metadata.
+fn secret_events(
+    client: &kube::Client,
+) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
+    let api = Api::<PartialObjectMeta<Secret>>::all(client.clone());
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|r: Result<PartialObjectMeta<Secret>, watcher::Error>| {
+            std::future::ready(r.ok().map(Ok))
+        })
+}
+
+/// A changed NodeImage wakes the jobs owning one of its tags and, when its
+/// labels changed, the jobs that now select it.
+fn on_nodeimage(
+    jobs: Store<ImagePullJob>,
+    relabelled: LabelChanges,
+) -> impl Fn(Arc<NodeImage>) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
+    let owners = jobshell::wake_owners(TagChanges::new(KIND, "apps.kruise.io"));
+    move |ni| {
+        let mut wake = owners(ni.clone());
+        if relabelled.changed(&ni) {
+            let selecting = jobs.state();
+            let selecting = selecting.iter().filter(|j| plan::selects(j, &ni));
+            wake.extend(selecting.map(|j| ObjectRef::from_obj(j.as_ref())));
+        }
+        wake
+    }
+}
+
+/// A changed pod wakes the podSelector jobs of its namespace.
+fn on_pod(
+    jobs: Store<ImagePullJob>,
+) -> impl Fn(Pod) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
+    move |pod| {
+        let ns = pod.namespace();
+        jobs.state()
+            .iter()
+            .filter(|j| j.namespace() == ns && plan::reads_pods(j))
+            .map(|j| ObjectRef::from_obj(j.as_ref()))
+            .collect()
+    }
+}
+
+/// A changed Secret wakes the jobs of its namespace that name it.
+fn on_secret(
+    jobs: Store<ImagePullJob>,
+) -> impl Fn(PartialObjectMeta<Secret>) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
+    move |s| {
+        let (ns, name) = (s.namespace(), s.name_any());
+        jobs.state()
+            .iter()
+            .filter(|j| {
+                let mut names = j.spec.template.pull_secrets.iter().flatten();
+                j.namespace() == ns && names.any(|p| *p == name)
+            })
+            .map(|j| ObjectRef::from_obj(j.as_ref()))
+            .collect()
+    }
 }

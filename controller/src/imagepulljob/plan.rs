@@ -1,23 +1,28 @@
 //! What an ImagePullJob should do next, decided from a snapshot of its
 //! NodeImages (and pods, for podSelector) and the clock. Pure.
 
+mod entry;
+mod select;
+
 use crate::clock::{api_time, instant};
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
-use crate::rollout::{self, NodeState, Tally};
+use crate::rollout::{self, Entry, NodeState, Tally};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::core::SelectorExt;
-use nodeimage_api::defaults;
-use nodeimage_api::kruise::{
-    CompletionPolicyType, ImagePullJob, ImagePullJobStatus, ImageTagPullPolicy, NodeImage,
-    ReferenceObject,
-};
+use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+#[cfg(test)]
+use entry::entry_pull_policy;
+#[cfg(test)]
+use k8s_openapi::api::core::v1::ObjectReference;
+#[cfg(test)]
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+#[cfg(test)]
+use nodeimage_api::kruise::CompletionPolicyType;
 
 /// How long a Never job's entry lives before it is re-added (re-pulled): a day.
 pub const NEVER_ENTRY_TTL_SECONDS: i32 = 86_400;
@@ -25,17 +30,10 @@ pub const NEVER_ENTRY_TTL_SECONDS: i32 = 86_400;
 pub const NEVER_MIN_DEADLINE_SECONDS: i64 = 1_800;
 /// How often a Never job looks for expired entries to add again.
 pub const NEVER_RESYNC: std::time::Duration = std::time::Duration::from_secs(300);
+/// How often a running job looks again even if nothing woke it (new nodes).
+pub const RUNNING_RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A pod, as far as node selection cares.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PodInfo {
-    /// Pod labels.
-    pub labels: BTreeMap<String, String>,
-    /// Node it is scheduled to, if any.
-    pub node_name: Option<String>,
-    /// Still running or about to (not Succeeded/Failed, not being deleted).
-    pub active: bool,
-}
+pub use select::{PodInfo, select_nodes, selects};
 
 /// Everything the plan reads.
 pub struct Inputs<'a> {
@@ -56,288 +54,151 @@ pub struct Inputs<'a> {
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// The job's new status.
+    /// The job's new status, its conditions at the plan's time.
     pub status: ImagePullJobStatus,
     /// The entry to write (same on every node).
     pub request: Option<EntryRequest>,
     /// Nodes to write the entry to: newly started, and started ones whose
     /// entry may need to follow a spec edit.
     pub write_to: Vec<String>,
-    /// Events to publish.
+    /// Events to publish (missing pull secrets first).
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
     pub requeue_after: Option<std::time::Duration>,
     /// The job's TTL after completion has passed: delete it.
     pub delete: bool,
+    /// The status differs from the one read: write it.
+    pub write_status: bool,
+    /// The job completed in this step: its secret copies are released.
+    pub completed_now: bool,
+    /// The job has completed: the upstream deletion-protection finalizer
+    /// goes, as OpenKruise lets it go once a job's secrets are released.
+    pub completed: bool,
 }
 
-fn parallelism(p: Option<&IntOrString>) -> usize {
-    match p {
-        None => 1,
-        Some(IntOrString::Int(n)) => (*n).max(0) as usize,
-        Some(IntOrString::String(s)) => s.trim().parse().unwrap_or(1),
-    }
-}
-
-/// The nodes a job selects, sorted by name; only nodes with a NodeImage count.
-pub fn select_nodes(
-    job: &ImagePullJob,
-    nodeimages: &[Arc<NodeImage>],
-    pods: &[PodInfo],
-) -> Result<Vec<String>, String> {
-    let t = &job.spec.template;
-    let mut out: BTreeSet<String> = BTreeSet::new();
-    let have: BTreeSet<String> = nodeimages.iter().map(|n| n.name_any()).collect();
-    if let Some(ps) = &t.pod_selector {
-        let sel = rollout::selector(ps.clone()).map_err(|e| format!("invalid podSelector: {e}"))?;
-        for p in pods.iter().filter(|p| p.active) {
-            if let Some(node) = &p.node_name
-                && sel.matches(&p.labels)
-                && have.contains(node)
-            {
-                out.insert(node.clone());
-            }
-        }
-        return Ok(out.into_iter().collect());
-    }
-    match &t.selector {
-        Some(s) if s.names.as_ref().is_some_and(|n| !n.is_empty()) => {
-            for n in s.names.iter().flatten() {
-                if have.contains(n) {
-                    out.insert(n.clone());
-                }
-            }
-        }
-        Some(s) => {
-            let sel = rollout::selector(LabelSelector {
-                match_labels: s.match_labels.clone(),
-                match_expressions: s.match_expressions.clone(),
-            })
-            .map_err(|e| format!("invalid selector: {e}"))?;
-            out.extend(
-                nodeimages
-                    .iter()
-                    .filter(|ni| sel.matches(ni.labels()))
-                    .map(|ni| ni.name_any()),
-            );
-        }
-        None => out.extend(have),
-    }
-    Ok(out.into_iter().collect())
-}
-
-/// Whether an unfinished job selects `ni` by name or labels (podSelector
-/// jobs are woken by their pods instead).
-pub fn selects(job: &ImagePullJob, ni: &Arc<NodeImage>) -> bool {
-    job.status
-        .as_ref()
-        .is_none_or(|s| s.completion_time.is_none())
-        && job.spec.template.pod_selector.is_none()
-        && select_nodes(job, std::slice::from_ref(ni), &[]).is_ok_and(|s| !s.is_empty())
-}
-
-/// The tag entry's pull policy, derived from the job as OpenKruise does: an
-/// Always job's entries outlive the job's own TTL (or deadline, or all its
-/// attempts) by a grace period; a Never job's entries live a day, then the
-/// job adds them again so nodes re-pull daily.
-pub fn entry_pull_policy(job: &ImagePullJob) -> ImageTagPullPolicy {
-    let t = &job.spec.template;
-    let timeout = t
-        .pull_policy
-        .as_ref()
-        .and_then(|p| p.timeout_seconds)
-        .unwrap_or(defaults::PULL_TIMEOUT_SECONDS);
-    let backoff = t
-        .pull_policy
-        .as_ref()
-        .and_then(|p| p.backoff_limit)
-        .unwrap_or(defaults::PULL_BACKOFF_LIMIT);
-    let cp = t.completion_policy.clone().unwrap_or_default();
-    match cp.type_.unwrap_or_default() {
-        CompletionPolicyType::Always => {
-            let base = cp
-                .ttl_seconds_after_finished
-                .map(i64::from)
-                .or(cp.active_deadline_seconds)
-                .unwrap_or(i64::from(timeout).saturating_mul(i64::from(backoff).saturating_add(1)));
-            ImageTagPullPolicy {
-                timeout_seconds: Some(timeout),
-                backoff_limit: Some(backoff),
-                ttl_seconds_after_finished: Some(
-                    i32::try_from(base.saturating_add(rollout::ENTRY_TTL_GRACE_SECONDS))
-                        .unwrap_or(i32::MAX),
-                ),
-                active_deadline_seconds: cp.active_deadline_seconds,
-            }
-        }
-        CompletionPolicyType::Never => ImageTagPullPolicy {
-            timeout_seconds: Some(timeout),
-            backoff_limit: Some(backoff),
-            ttl_seconds_after_finished: Some(NEVER_ENTRY_TTL_SECONDS),
-            active_deadline_seconds: Some(NEVER_MIN_DEADLINE_SECONDS.max(i64::from(timeout))),
-        },
-    }
-}
-
-/// The job as an owner of tag entries.
-pub fn owner_ref(job: &ImagePullJob) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("apps.kruise.io/v1alpha1".into()),
-        kind: Some("ImagePullJob".into()),
-        namespace: job.namespace(),
-        name: Some(job.name_any()),
-        uid: job.uid(),
-        ..Default::default()
-    }
-}
-
-/// Decides the job's next step.
+/// Decides the job's next step, its status with conditions (at `now`),
+/// and what its shell does besides writing: events, secret release,
+/// finalizers, deletion.
 pub fn plan(inp: Inputs<'_>) -> Plan {
     let job = inp.job;
     let old = job.status.clone().unwrap_or_default();
-    let now = inp.now;
-    let (cp, always) = crate::rollout::completion(&job.spec.template);
-    let mut events = Vec::new();
+    let mut p = decide(&inp, old.clone());
+    crate::conditions::apply(
+        job.status.as_ref(),
+        &mut p.status,
+        job.metadata.generation,
+        &api_time(inp.now),
+    );
+    let mut events = missing_secret_events(&inp.missing_secrets, &old);
+    events.append(&mut p.events);
+    p.events = events;
+    p.write_status = p.status != old;
+    p.completed_now = p.status.completion_time.is_some() && old.completion_time.is_none();
+    p.completed = p.status.completion_time.is_some();
+    p
+}
 
-    // A completed job only waits for its TTL.
-    if let Some(done) = old.completion_time.as_ref().map(instant) {
-        let (delete, requeue_after) = rollout::ttl_due(done, cp.ttl_seconds_after_finished, now);
-        return Plan {
-            status: old,
+/// A warning for each missing pull secret the status did not name yet.
+fn missing_secret_events(missing: &[String], old: &ImagePullJobStatus) -> Vec<JobEvent> {
+    let named = old.message.as_deref().unwrap_or_default();
+    missing
+        .iter()
+        .filter(|m| !named.contains(m.as_str()))
+        .map(|m| {
+            JobEvent::warning(
+                "PullSecretMissing",
+                format!("Pull secret {m} not found; pulling without it"),
+            )
+        })
+        .collect()
+}
+
+/// The pull secrets the shell copies for the daemons: none once the job
+/// completed (they are released then).
+pub fn secrets_to_copy(job: &ImagePullJob) -> &[String] {
+    let completed = job
+        .status
+        .as_ref()
+        .is_some_and(|s| s.completion_time.is_some());
+    match &job.spec.template.pull_secrets {
+        Some(names) if !completed => names,
+        _ => &[],
+    }
+}
+
+/// Whether the plan reads the pods of the job's namespace (podSelector jobs).
+pub fn reads_pods(job: &ImagePullJob) -> bool {
+    job.spec.template.pod_selector.is_some()
+}
+
+impl Plan {
+    /// When the job looks again: as the plan says, and a running job at
+    /// least every [`RUNNING_RESYNC`] (new nodes).
+    pub fn look_again(&self) -> Option<std::time::Duration> {
+        let running = self.status.completion_time.is_none();
+        match self.requeue_after {
+            Some(d) if running => Some(d.min(RUNNING_RESYNC)),
+            Some(d) => Some(d),
+            None if running => Some(RUNNING_RESYNC),
+            None => None,
+        }
+    }
+
+    /// A plan that writes nothing but `status` and `events`.
+    fn only(status: ImagePullJobStatus, events: Vec<JobEvent>) -> Self {
+        Plan {
+            status,
             request: None,
             write_to: vec![],
             events,
+            requeue_after: None,
+            delete: false,
+            write_status: false,
+            completed_now: false,
+            completed: false,
+        }
+    }
+}
+
+/// The step before the shell's concerns: a completed job waits for its
+/// TTL; a job whose image or selection is invalid says so; else the rollout.
+fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
+    let (job, now) = (inp.job, inp.now);
+    let (cp, always) = crate::rollout::completion(&job.spec.template);
+    if let Some(done) = old.completion_time.as_ref().map(instant) {
+        let (delete, requeue_after) = rollout::ttl_due(done, cp.ttl_seconds_after_finished, now);
+        return Plan {
             requeue_after,
             delete,
+            ..Plan::only(old, vec![])
         };
     }
-
     let start_time = old.start_time.as_ref().map(instant).unwrap_or(now);
+    let mut events = Vec::new();
     if old.start_time.is_none() {
-        events.push(JobEvent {
-            warning: false,
-            reason: "Started",
-            note: format!("Started pulling {}", job.spec.image),
-        });
+        events.push(JobEvent::normal(
+            "Started",
+            format!("Started pulling {}", job.spec.image),
+        ));
     }
-
-    let entry = match rollout::entry_for(&job.spec.image) {
-        Ok(e) => e,
-        Err(e) => {
+    let (entry, nodes) = match nodes_of(inp) {
+        Ok(found) => found,
+        Err(message) => {
             let status = ImagePullJobStatus {
                 start_time: Some(api_time(start_time)),
-                message: Some(format!("cannot pull {}: {e}", job.spec.image)),
+                message: Some(message),
                 ..old
             };
-            return Plan {
-                status,
-                request: None,
-                write_to: vec![],
-                events,
-                requeue_after: None,
-                delete: false,
-            };
+            return Plan::only(status, events);
         }
     };
-    let uid = job.uid().unwrap_or_default();
-    let selected = match select_nodes(job, inp.nodeimages, inp.pods) {
-        Ok(s) => s,
-        Err(e) => {
-            let status = ImagePullJobStatus {
-                start_time: Some(api_time(start_time)),
-                message: Some(e),
-                ..old
-            };
-            return Plan {
-                status,
-                request: None,
-                write_to: vec![],
-                events,
-                requeue_after: None,
-                delete: false,
-            };
-        }
-    };
-    let by_name: BTreeMap<String, &Arc<NodeImage>> =
-        inp.nodeimages.iter().map(|n| (n.name_any(), n)).collect();
-    let mut nodes: Vec<(String, NodeState)> = selected
-        .iter()
-        .filter_map(|n| by_name.get(n).map(|ni| (n.clone(), ni)))
-        .map(|(n, ni)| {
-            let states = rollout::entry_states(ni, std::slice::from_ref(&entry), &uid);
-            let pairs: Vec<_> = states.into_iter().map(|s| (entry.clone(), s)).collect();
-            (n, rollout::node_state(&pairs))
-        })
-        .collect();
-
     let deadline = cp
         .active_deadline_seconds
         .filter(|_| always)
         .map(|s| crate::clock::after(start_time, crate::clock::seconds(s)));
-    let past_deadline = deadline.is_some_and(|d| now >= d);
-    // Every node holding the job's entry keeps it in step with the job's spec
-    // (an edited pull policy or TTL reaches finished nodes too).
-    let holding: Vec<String> = nodes
-        .iter()
-        .filter(|(_, s)| *s != NodeState::NotStarted)
-        .map(|(n, _)| n.clone())
-        .collect();
-    if past_deadline {
-        nodes = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
-    }
-    let tally = rollout::tally(&nodes);
-    let limit = parallelism(job.spec.template.parallelism.as_ref());
-    let start = if past_deadline {
-        vec![]
-    } else {
-        rollout::to_start(&nodes, limit)
-    };
-    let mut write_to = holding;
-    write_to.extend(start.iter().cloned());
-
-    let complete = always && tally.finished();
-    let failed_nodes: Vec<String> = tally.failed.iter().map(|(n, _)| n.clone()).collect();
-    let old_failed: BTreeSet<&String> = old.failed_nodes.iter().flatten().collect();
-    for (n, reason) in &tally.failed {
-        if !old_failed.contains(n) {
-            events.push(JobEvent {
-                warning: true,
-                reason: "NodeFailed",
-                note: format!("Node {n} failed to pull {}: {reason}", job.spec.image),
-            });
-        }
-    }
-    let mut message = status_message(&tally, complete, past_deadline);
-    if !inp.missing_secrets.is_empty() {
-        message.push_str(&format!(
-            "; pull secret(s) not found, pulling without them: {}",
-            inp.missing_secrets.join(", ")
-        ));
-    }
-    if complete {
-        events.push(JobEvent {
-            warning: !tally.failed.is_empty(),
-            reason: "Completed",
-            note: format!(
-                "Completed: {} of {} node(s) pulled {}, {} failed",
-                tally.succeeded,
-                tally.desired,
-                job.spec.image,
-                tally.failed.len()
-            ),
-        });
-    }
-    let status = ImagePullJobStatus {
-        start_time: Some(api_time(start_time)),
-        completion_time: complete.then(|| api_time(now)),
-        desired: tally.desired as i32,
-        active: (tally.active + start.len()) as i32,
-        succeeded: tally.succeeded as i32,
-        failed: tally.failed.len() as i32,
-        message: Some(message),
-        failed_nodes: (!failed_nodes.is_empty()).then_some(failed_nodes),
-        conditions: old.conditions.clone(),
-    };
+    let r = roll_out(job, nodes, deadline, now);
+    let complete = always && r.tally.finished();
+    events.extend(node_events(job, &old, &r.tally, complete));
     let requeue_after = if complete {
         cp.ttl_seconds_after_finished
             .map(|t| std::time::Duration::from_secs(t.max(0) as u64))
@@ -346,27 +207,158 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     } else {
         deadline.and_then(|d| (d - now).to_std().ok())
     };
-    let request = (!write_to.is_empty()).then(|| EntryRequest {
-        image: entry.image.clone(),
-        tag: entry.tag.clone(),
-        owner: owner_ref(job),
-        pull_policy: entry_pull_policy(job),
-        image_pull_policy: job
-            .spec
-            .template
-            .image_pull_policy
-            .map(|p| format!("{p:?}")),
-        secrets: inp.secrets.clone(),
-        sandbox: job.spec.template.sandbox_config.clone(),
-        check_items: None,
-    });
+    let status = status_of(&r, &old, start_time, complete, &inp.missing_secrets, now);
     Plan {
         status,
-        request,
-        write_to,
+        request: (!r.write_to.is_empty()).then(|| entry::request(job, &entry, &inp.secrets)),
+        write_to: r.write_to,
         events,
         requeue_after,
-        delete: false,
+        ..Plan::only(Default::default(), vec![])
+    }
+}
+
+/// The job's entry and where each selected node stands with it, or why
+/// the job cannot pull (an invalid image or selector).
+fn nodes_of(inp: &Inputs<'_>) -> Result<(Entry, Vec<(String, NodeState)>), String> {
+    let job = inp.job;
+    let entry = rollout::entry_for(&job.spec.image)
+        .map_err(|e| format!("cannot pull {}: {e}", job.spec.image))?;
+    let selected = select_nodes(job, inp.nodeimages, inp.pods)?;
+    let uid = job.uid().unwrap_or_default();
+    let by_name: BTreeMap<String, &Arc<NodeImage>> =
+        inp.nodeimages.iter().map(|n| (n.name_any(), n)).collect();
+    let nodes = selected
+        .iter()
+        .filter_map(|n| by_name.get(n).map(|ni| (n.clone(), ni)))
+        .map(|(n, ni)| {
+            let states = rollout::entry_states(ni, std::slice::from_ref(&entry), &uid);
+            let pairs: Vec<_> = states.into_iter().map(|s| (entry.clone(), s)).collect();
+            (n, rollout::node_state(&pairs))
+        })
+        .collect();
+    Ok((entry, nodes))
+}
+
+/// Where the job's nodes stand after this step.
+struct Rollout {
+    /// The nodes by state (past the deadline, working ones failed).
+    tally: Tally,
+    /// Nodes that start now.
+    start: Vec<String>,
+    /// Nodes to write the entry to: every node holding it (so it follows
+    /// an edited spec) and those that start.
+    write_to: Vec<String>,
+    /// activeDeadlineSeconds has passed.
+    past_deadline: bool,
+}
+
+/// How many nodes pull at once: `parallelism`, 1 when unset.
+fn parallelism(p: Option<&IntOrString>) -> usize {
+    match p {
+        None => 1,
+        Some(IntOrString::Int(n)) => (*n).max(0) as usize,
+        Some(IntOrString::String(s)) => s.trim().parse().unwrap_or(1),
+    }
+}
+
+/// Starts nodes within `parallelism`, none past the job's `deadline`
+/// (which fails the working ones).
+fn roll_out(
+    job: &ImagePullJob,
+    nodes: Vec<(String, NodeState)>,
+    deadline: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Rollout {
+    let past_deadline = deadline.is_some_and(|d| now >= d);
+    // Every node holding the job's entry keeps it in step with the job's spec
+    // (an edited pull policy or TTL reaches finished nodes too).
+    let mut write_to: Vec<String> = nodes
+        .iter()
+        .filter(|(_, s)| *s != NodeState::NotStarted)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let (nodes, start) = if past_deadline {
+        let failed = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
+        (failed, vec![])
+    } else {
+        let limit = parallelism(job.spec.template.parallelism.as_ref());
+        let start = rollout::to_start(&nodes, limit);
+        (nodes, start)
+    };
+    write_to.extend(start.iter().cloned());
+    Rollout {
+        tally: rollout::tally(&nodes),
+        start,
+        write_to,
+        past_deadline,
+    }
+}
+
+/// NodeFailed for each node that failed since the status was written, and
+/// Completed when the job completes.
+fn node_events(
+    job: &ImagePullJob,
+    old: &ImagePullJobStatus,
+    tally: &Tally,
+    complete: bool,
+) -> Vec<JobEvent> {
+    let old_failed: BTreeSet<&String> = old.failed_nodes.iter().flatten().collect();
+    let image = &job.spec.image;
+    let mut events: Vec<JobEvent> = tally
+        .failed
+        .iter()
+        .filter(|(n, _)| !old_failed.contains(n))
+        .map(|(n, reason)| {
+            JobEvent::warning(
+                "NodeFailed",
+                format!("Node {n} failed to pull {image}: {reason}"),
+            )
+        })
+        .collect();
+    if complete {
+        events.push(JobEvent {
+            warning: !tally.failed.is_empty(),
+            reason: "Completed",
+            note: format!(
+                "Completed: {} of {} node(s) pulled {image}, {} failed",
+                tally.succeeded,
+                tally.desired,
+                tally.failed.len()
+            ),
+        });
+    }
+    events
+}
+
+/// The job's status after this step (conditions as they were).
+fn status_of(
+    r: &Rollout,
+    old: &ImagePullJobStatus,
+    start_time: DateTime<Utc>,
+    complete: bool,
+    missing_secrets: &[String],
+    now: DateTime<Utc>,
+) -> ImagePullJobStatus {
+    let tally = &r.tally;
+    let failed_nodes: Vec<String> = tally.failed.iter().map(|(n, _)| n.clone()).collect();
+    let mut message = status_message(tally, complete, r.past_deadline);
+    if !missing_secrets.is_empty() {
+        message.push_str(&format!(
+            "; pull secret(s) not found, pulling without them: {}",
+            missing_secrets.join(", ")
+        ));
+    }
+    ImagePullJobStatus {
+        start_time: Some(api_time(start_time)),
+        completion_time: complete.then(|| api_time(now)),
+        desired: tally.desired as i32,
+        active: (tally.active + r.start.len()) as i32,
+        succeeded: tally.succeeded as i32,
+        failed: tally.failed.len() as i32,
+        message: Some(message),
+        failed_nodes: (!failed_nodes.is_empty()).then_some(failed_nodes),
+        conditions: old.conditions.clone(),
     }
 }
 

@@ -15,12 +15,9 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use nodeimage_api::ImagePullJob;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Finalizer that lets a deleted job take its entries and secrets back.
 pub const FINALIZER: &str = "nodeimage.dev/imagepulljob-cleanup";
-/// How often a running job looks again even if nothing woke it (new nodes).
-const RUNNING_RESYNC: Duration = Duration::from_secs(60);
 
 impl JobKind for ImagePullJob {
     const KIND: &'static str = super::KIND;
@@ -120,36 +117,17 @@ impl JobReconciler for State {
 
     async fn apply(&self, job: Arc<ImagePullJob>) -> Result<Action, Error> {
         let ctx = &self.shared.ctx;
-        let ns = job.namespace().unwrap_or_default();
-        let name = job.name_any();
         let api = ImagePullJob::api(ctx.client.clone(), &job);
-        let completed = job
-            .status
-            .as_ref()
-            .is_some_and(|s| s.completion_time.is_some());
-        let names = job.spec.template.pull_secrets.clone().unwrap_or_default();
-        let (secrets, missing) = if completed || names.is_empty() {
+        let key = job_key(&job);
+        let names = plan::secrets_to_copy(&job);
+        let (secrets, missing) = if names.is_empty() {
             (vec![], vec![])
         } else {
-            pullsecrets::sync(
-                &ctx.client,
-                &ctx.secrets_namespace,
-                &ns,
-                &names,
-                &job_key(&job),
-            )
-            .await?
+            let ns = job.namespace().unwrap_or_default();
+            let client = &ctx.client;
+            pullsecrets::sync(client, &ctx.secrets_namespace, &ns, names, &key).await?
         };
-        let pods: Vec<PodInfo> = if job.spec.template.pod_selector.is_some() {
-            self.pods
-                .state()
-                .iter()
-                .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-                .map(|p| pod_info(p))
-                .collect()
-        } else {
-            vec![]
-        };
+        let pods = self.pods_of(&job);
         let now = Utc::now();
         // The snapshot goes before any write is awaited: held, it would keep
         // each NodeImage as it was here alive while the cache moves on (a
@@ -159,73 +137,62 @@ impl JobReconciler for State {
             nodeimages: &self.shared.nodeimages.state(),
             pods: &pods,
             secrets,
-            missing_secrets: missing.clone(),
+            missing_secrets: missing,
             now,
         });
         let requests: Vec<_> = p.request.iter().cloned().collect();
         jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now).await?;
-
-        let mut p = p;
-        crate::conditions::apply(
-            job.status.as_ref(),
-            &mut p.status,
-            job.metadata.generation,
-            &crate::clock::api_time(now),
-        );
-        let old = job.status.clone().unwrap_or_default();
-        let written = if old != p.status {
+        let written = if p.write_status {
             let body = serde_json::json!({"status": p.status});
             Some(jobshell::written_status(&api, job.as_ref(), &body).await?)
         } else {
             None
         };
-        let mut events: Vec<_> = missing
-            .iter()
-            .filter(|m| {
-                !old.message
-                    .as_deref()
-                    .unwrap_or_default()
-                    .contains(m.as_str())
-            })
-            .map(|m| {
-                crate::jobevents::JobEvent::warning(
-                    "PullSecretMissing",
-                    format!("Pull secret {m} not found; pulling without it"),
-                )
-            })
-            .collect();
-        events.extend(p.events.iter().cloned());
-        jobshell::publish(ctx, job.as_ref(), &events).await;
-        if p.status.completion_time.is_some() && old.completion_time.is_none() {
-            tracing::info!(job = %job_key(&job), succeeded = p.status.succeeded, failed = p.status.failed, "job completed");
-            pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(&job)).await?;
+        jobshell::publish(ctx, job.as_ref(), &p.events).await;
+        if p.completed_now {
+            let status = &p.status;
+            tracing::info!(job = %key, succeeded = status.succeeded, failed = status.failed, "job completed");
+            pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &key).await?;
         }
-        // As OpenKruise does once a job's secrets are released: a completed
-        // job it created loses its deletion-protection finalizer, once its
-        // completion is recorded. The job's own status writes do not wake it
-        // (see `mod.rs`), so this reads the job as last written here, whose
-        // resourceVersion also keeps the write from racing the status patch.
-        let latest = written.as_ref().unwrap_or(job.as_ref());
-        if latest
-            .status
-            .as_ref()
-            .is_some_and(|s| s.completion_time.is_some())
-        {
+        if p.completed {
+            // The job's own status writes do not wake it (see `mod.rs`): the
+            // job as last written here, whose resourceVersion also keeps
+            // this write from racing the status patch.
+            let latest = written.as_ref().unwrap_or(job.as_ref());
             tagwrites::edit_finalizers(&api, latest, None, Self::UPSTREAM_FINALIZERS).await?;
         }
         if p.delete {
-            tracing::info!(job = %job_key(&job), "deleting job: ttlSecondsAfterFinished passed");
+            let name = job.name_any();
+            tracing::info!(job = %key, "deleting job: ttlSecondsAfterFinished passed");
             api.delete(&name, &DeleteParams::background())
                 .await
-                .map_err(api_err(format!("deleting {ns}/{name}")))?;
+                .map_err(api_err(format!("deleting {}", key_path(&job))))?;
             return Ok(Action::await_change());
         }
-        let running = p.status.completion_time.is_none();
-        Ok(match p.requeue_after {
-            Some(d) if running => Action::requeue(d.min(RUNNING_RESYNC)),
-            Some(d) => Action::requeue(d),
-            None if running => Action::requeue(RUNNING_RESYNC),
-            None => Action::await_change(),
-        })
+        Ok(jobshell::after_success(p.look_again()))
     }
 }
+
+impl State {
+    /// The pods of the job's namespace, as the plan reads them (only for
+    /// podSelector jobs).
+    fn pods_of(&self, job: &ImagePullJob) -> Vec<PodInfo> {
+        if !plan::reads_pods(job) {
+            return vec![];
+        }
+        let ns = job.namespace().unwrap_or_default();
+        let pods = self.pods.state();
+        let in_ns = pods
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()));
+        in_ns.map(|p| pod_info(p)).collect()
+    }
+}
+
+/// `namespace/name` of a job, in error contexts.
+fn key_path(job: &ImagePullJob) -> String {
+    format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any())
+}
+
+#[cfg(test)]
+mod tests;

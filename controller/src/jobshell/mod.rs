@@ -1,18 +1,25 @@
 //! The one job shell of the kinds that write tag entries (ImagePullJob,
 //! ImagePrePullJob, NodeUpgradeJob): a kind plugs its plan and status in
 //! through [`JobKind`] and [`JobReconciler`]; the shell runs the controller
-//! (`run`), the reconcile skeleton and error policy (`reconcile`), and the
-//! writes every kind makes alike (`writes`: entries, status, events).
+//! (`run`), the reconcile skeleton and error policy (`reconcile`), the
+//! writes every kind makes alike (`writes`: entries, status, events), and
+//! the one requeue and retry policy of every controller (`requeue`).
 
 mod reconcile;
+pub mod requeue;
 mod run;
+#[cfg(test)]
+pub mod scripted;
 mod writes;
 
 pub use reconcile::{error_policy, reconcile, retry};
+pub use requeue::after_success;
 pub use run::{
     NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks, wake_owners,
 };
-pub use writes::{patch_status, publish, write_entries, write_guarded_status, written_status};
+pub use writes::{
+    StateOf, patch_status, publish, write_entries, write_guarded_status, written_status,
+};
 
 use crate::context::Context;
 use crate::tagwrites::WriteError;

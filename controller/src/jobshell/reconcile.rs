@@ -7,20 +7,13 @@
 //! where ours is a merge patch guarded by the resourceVersion that treats a
 //! job already gone as released.
 
+use super::requeue::{self, Failure, NOT_SYNCED_RETRY};
 use super::{Error, JobKind, JobReconciler};
 use crate::tagwrites;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How soon a job looks again while a cache is still being listed.
-const NOT_SYNCED_RETRY: Duration = Duration::from_secs(1);
-/// How soon a job looks again after a write conflicted (re-plan).
-const CONFLICT_RETRY: Duration = Duration::from_secs(1);
-/// How soon a job looks again after any other failure.
-const ERROR_RETRY: Duration = Duration::from_secs(5);
 
 /// Reconciles one job: the finalizer branch, then the kind's plan.
 pub async fn reconcile<R: JobReconciler>(job: Arc<R::Job>, r: Arc<R>) -> Result<Action, Error> {
@@ -68,15 +61,14 @@ pub fn error_policy<R: JobReconciler>(job: Arc<R::Job>, error: &Error, r: Arc<R>
     retry(job.as_ref(), error, &r.shared().ctx)
 }
 
-/// The error policy of every job kind: a conflict is retried soon
-/// (re-plan), any other failure is counted, logged and retried later.
+/// The error policy of every job kind, [`requeue::after_failure`]: a
+/// conflict is retried soon (re-plan), any other failure is counted,
+/// logged and retried later.
 pub fn retry<K: JobKind>(job: &K, error: &Error, ctx: &crate::context::Context) -> Action {
+    let failure = Failure::of(error.is_conflict());
     let job = ObjectRef::from_obj(job);
-    if error.is_conflict() {
-        tracing::debug!(kind = K::KIND, %job, %error, "write conflict; re-planning");
-        return Action::requeue(CONFLICT_RETRY);
-    }
-    ctx.metrics.error(K::KIND);
-    tracing::warn!(kind = K::KIND, %job, %error, "reconcile failed; retrying in 5s");
-    Action::requeue(ERROR_RETRY)
+    requeue::after_failure(&ctx.metrics, K::KIND, &job, error, failure)
 }
+
+#[cfg(test)]
+mod tests;

@@ -92,6 +92,28 @@ impl<K> NodeJobs<K> {
             nodeimages.map(|ni| (ni.name_any(), ni)).collect(),
         )
     }
+
+    /// Runs `plan` over a [`snapshot`](Self::snapshot) taken now, which is
+    /// dropped before any write is awaited: held, it would keep each
+    /// NodeImage as it was alive while the cache moves on.
+    pub fn plan<P>(&self, plan: impl FnOnce(&Snapshot<'_>) -> P) -> P {
+        let (nodes, nodeimages) = self.snapshot();
+        plan(&Snapshot {
+            nodes: &nodes,
+            nodeimages: &nodeimages,
+            edge_only: self.shared.ctx.kubeedge_edge_only,
+        })
+    }
+}
+
+/// What a KubeEdge plan reads of the cluster, by name.
+pub struct Snapshot<'a> {
+    /// Every Node, as the plans read them.
+    pub nodes: &'a BTreeMap<String, NodeInfo>,
+    /// Every NodeImage.
+    pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
+    /// Only KubeEdge edge nodes take part.
+    pub edge_only: bool,
 }
 
 impl<K> Caches for NodeJobs<K> {

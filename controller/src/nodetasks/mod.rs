@@ -2,8 +2,9 @@
 //! NodeUpgradeJob. Both kinds run a task on a fixed set of nodes, a budget
 //! of them at once, each node timed out on its own, the job judged by its
 //! failure tolerance, with a v1alpha1 status of state/event/action per node.
-//! A kind configures the engine ([`NodeTask`]): which entries a node gets,
-//! how its NodeImage report reads, how a node's row and events look. Pure.
+//! A kind configures the engine: what it reads of a node ([`NodeReader`]:
+//! whether it runs, how its NodeImage report reads) and how a node's row and
+//! the job's events look ([`NodeTask`]). Pure.
 //!
 //! Rules (the shared ones; each kind's module lists its own):
 //! - The nodes are fixed when the job starts: `nodeNames` in their order, or
@@ -26,12 +27,16 @@
 
 #[cfg(test)]
 pub mod fixtures;
+mod rows;
 mod step;
+mod track;
 pub mod v1alpha2;
+mod verdict;
 
+pub use rows::{succeeded, task, timed_out};
+pub use step::{Node, Planned, step};
 #[cfg(test)]
-pub use step::NOT_EDGE;
-pub use step::{Node, Planned, step, succeeded, task, timed_out};
+pub use track::NOT_EDGE;
 
 use crate::jobevents::JobEvent;
 use crate::rollout::{Entry, EntryState, NodeState};
@@ -39,7 +44,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodeimage_api::kruise::NodeImage;
-use nodeimage_api::kubeedge::TaskStatus;
+use nodeimage_api::kubeedge::{NodeTaskSpec, TaskStatus};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -139,6 +144,18 @@ pub struct Job<'a, R> {
     pub old_rows: &'a [R],
     /// The entries every node gets, or why the job cannot have any.
     pub entries: Result<Vec<Entry>, String>,
+    /// The node selection and rollout settings of the job's spec.
+    pub task: Task<'a>,
+    /// Room for the per-node rows ([`status_budget`]).
+    pub status_budget: usize,
+    /// Only KubeEdge edge nodes take part (the controller's default).
+    pub edge_only: bool,
+}
+
+/// The fields of a kind's `NodeTaskSpec` the engine reads, so that both
+/// kinds hand their spec over the same way.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Task<'a> {
     /// `nodeNames`.
     pub node_names: Option<&'a [String]>,
     /// `labelSelector`.
@@ -149,18 +166,50 @@ pub struct Job<'a, R> {
     pub concurrency: Option<i32>,
     /// `timeoutSeconds`.
     pub timeout_seconds: Option<i64>,
-    /// Room for the per-node rows ([`status_budget`]).
-    pub status_budget: usize,
-    /// Only KubeEdge edge nodes take part (the controller's default).
-    pub edge_only: bool,
 }
 
-/// How one KubeEdge kind configures the engine.
-pub trait NodeTask {
-    /// One node's row in the job's status.
-    type Row: Clone + Serialize;
+impl<'a> Task<'a> {
+    /// The engine's reading of a kind's task spec.
+    pub fn of<P>(spec: &'a NodeTaskSpec<P>) -> Self {
+        Task {
+            node_names: spec.node_names.as_deref(),
+            label_selector: spec.label_selector.as_ref(),
+            failure_tolerate: spec.failure_tolerate.as_deref(),
+            concurrency: spec.concurrency,
+            timeout_seconds: spec.timeout_seconds,
+        }
+    }
+}
+
+/// What a KubeEdge kind reads of a node without a result: whether it runs
+/// the task at all, and what its NodeImage tells of the job's entries.
+pub trait NodeReader {
     /// What the node's NodeImage tells of a working node, for its row.
     type Detail: Clone;
+
+    /// Whether a node that has not started is rejected or skipped.
+    fn precheck(&self, node: &str) -> Option<Precheck>;
+    /// What a node's NodeImage tells of the job's entries.
+    fn detail(
+        &self,
+        ni: &NodeImage,
+        entries: &[Entry],
+        uid: &str,
+        states: &[EntryState],
+    ) -> Self::Detail;
+    /// The detail of a node started in this plan.
+    fn fresh(&self, entries: usize, now: DateTime<Utc>) -> Self::Detail;
+    /// A working node's state as the kind reads it (default: as the entries say).
+    fn settle(&self, state: NodeState, _detail: &Self::Detail) -> NodeState {
+        state
+    }
+}
+
+/// How one KubeEdge kind shapes its job's status and events from what
+/// its [`NodeReader`] read of the nodes.
+pub trait NodeTask: NodeReader {
+    /// One node's row in the job's status.
+    type Row: Clone + Serialize;
     /// How far the rows were summarised to fit the status budget.
     type Summary: Clone + Copy + std::fmt::Debug + Default + PartialEq;
 
@@ -183,22 +232,6 @@ pub trait NodeTask {
 
     /// Note of the Started event (`nodes`: how many, once selected).
     fn started(&self, nodes: Option<usize>) -> String;
-    /// Whether a node that has not started is rejected or skipped.
-    fn precheck(&self, node: &str) -> Option<Precheck>;
-    /// What a node's NodeImage tells of the job's entries.
-    fn detail(
-        &self,
-        ni: &NodeImage,
-        entries: &[Entry],
-        uid: &str,
-        states: &[EntryState],
-    ) -> Self::Detail;
-    /// The detail of a node started in this plan.
-    fn fresh(&self, entries: usize, now: DateTime<Utc>) -> Self::Detail;
-    /// A working node's state as the kind reads it (default: as the entries say).
-    fn settle(&self, state: NodeState, _detail: &Self::Detail) -> NodeState {
-        state
-    }
     /// The row of a node the job tracks through its entries (working or done).
     fn render(
         &self,
@@ -207,9 +240,9 @@ pub trait NodeTask {
         detail: &Self::Detail,
         timed_out: bool,
     ) -> Self::Row;
-    /// The row of a node skipped by [`NodeTask::precheck`].
+    /// The row of a node skipped by [`NodeReader::precheck`].
     fn render_skipped(&self, name: &str) -> Self::Row {
-        Self::row(step::task(name, state::SUCCESSFUL, None, None, None, 0))
+        Self::row(rows::task(name, state::SUCCESSFUL, None, None, None, 0))
     }
     /// Cuts per-node detail until the rows fit `budget` bytes.
     fn summarise(rows: &mut [Self::Row], budget: usize) -> Self::Summary;

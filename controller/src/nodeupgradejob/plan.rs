@@ -20,29 +20,35 @@
 //!   `currentVersion` is the target once a node runs it.
 //! - Node events: NodeUpgraded, NodeRolledBack, NodeFailed.
 
+mod rows;
+mod task;
+
 use crate::entries::EntryRequest;
 use crate::jobevents::JobEvent;
 use crate::nodes::NodeInfo;
-use crate::nodetasks::{self, Announce, Job, Node, NodeTask, Precheck, Working, action, v1alpha2};
-use crate::rollout::{self, Entry, EntryState, NodeState, cap};
+use crate::nodetasks::{self, Job, Task, v1alpha2};
+use crate::rollout::Entry;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use nodeimage_api::kruise::{
-    ImageTagPullPolicy, ImageTagStatus, NodeImage, TagUpgrade, UpgradeState,
-};
+use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, TagUpgrade};
 use nodeimage_api::kubeedge::{
     CONFIRM_ANNOTATION, DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
-    UpgradeNodeStatus, is_version,
+    is_version,
 };
 use nodeimage_api::reference::ImageRef;
+pub use rows::summarise;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
+use task::Upgrade;
 
-use nodetasks::rows_size;
 #[cfg(test)]
-use rollout::rfc3339;
+use crate::rollout::{cap, rfc3339};
+#[cfg(test)]
+use nodeimage_api::kruise::{ImageTagStatus, UpgradeState};
+#[cfg(test)]
+use nodetasks::rows_size;
 
 /// Kind name in tag owner references.
 pub const KIND: &str = "NodeUpgradeJob";
@@ -101,7 +107,7 @@ pub struct Inputs<'a> {
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// The job's new status.
+    /// The job's new status, its conditions at the plan's time.
     pub status: NodeUpgradeJobStatus,
     /// The entry to write, with its upgrade (the same on every node).
     pub request: Option<(EntryRequest, TagUpgrade)>,
@@ -192,22 +198,8 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     let job = inp.job;
     let old = job.status.clone().unwrap_or_default();
     let uid = job.uid().unwrap_or_default();
-    let spec = &job.spec;
-    let version = spec.version.clone().unwrap_or_default();
     let entry = upgrade_entry(job);
-    let kind = Upgrade {
-        job,
-        versions: inp.versions,
-        image_ref: format!(
-            "{}:{version}",
-            entry.as_ref().map(|e| e.image.as_str()).unwrap_or_default()
-        ),
-        entry: entry.clone().unwrap_or(Entry {
-            image: String::new(),
-            tag: String::new(),
-        }),
-        version,
-    };
+    let kind = Upgrade::of(job, inp.versions, entry.as_ref().ok());
     let old_rows: Vec<TaskStatus> = old
         .node_status
         .iter()
@@ -221,13 +213,9 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
             entries: entry.map(|e| vec![e]),
-            node_names: spec.task.node_names.as_deref(),
-            label_selector: spec.task.label_selector.as_ref(),
-            failure_tolerate: spec.task.failure_tolerate.as_deref(),
-            concurrency: spec.task.concurrency,
-            timeout_seconds: spec.task.timeout_seconds,
+            task: Task::of(&job.spec.task),
             edge_only: inp.edge_only,
-            status_budget: nodetasks::status_budget(nodetasks::spec_bytes(spec)),
+            status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
         inp.nodes,
         inp.nodeimages,
@@ -244,32 +232,29 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         .filter(|n| awaits_confirmation(job, n))
         .cloned()
         .collect();
-    // Only results already recorded (in the status we read) release entries;
-    // a job that had finished releases every entry.
-    let recorded: BTreeSet<&str> = old_rows
-        .iter()
-        .filter(|t| nodetasks::is_final(t.phase.state.as_deref()))
-        .filter_map(|t| t.node_name.as_deref())
-        .collect();
-    let release_from: Vec<String> = owning_nodes(inp.nodeimages, &uid)
-        .into_iter()
-        .filter(|n| p.was_finished || (p.rows.is_some() && recorded.contains(n.as_str())))
-        .collect();
+    let release_from = release_from(&old_rows, owning_nodes(inp.nodeimages, &uid), &p);
     let node_status = match p.rows {
-        Some(rows) => Some(v1alpha2_rows(
+        Some(rows) => Some(rows::v1alpha2_rows(
             rows,
             &kind.version,
             historic_version.as_deref(),
         )),
         None => old.node_status.clone(),
     };
-    let status = NodeUpgradeJobStatus {
+    let mut status = NodeUpgradeJobStatus {
         phase: v1alpha2::job_phase(p.phase.state.as_deref()).or(old.phase.clone()),
         current_version,
         historic_version,
         node_status,
         ..with_phase(old, p.phase)
     };
+    let at = crate::clock::api_time(inp.now);
+    crate::conditions::apply(
+        job.status.as_ref(),
+        &mut status,
+        job.metadata.generation,
+        &at,
+    );
     Plan {
         status,
         request,
@@ -280,6 +265,25 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         requeue_after: p.requeue_after,
         finished: p.finished,
     }
+}
+
+/// The nodes, of those `owning` an entry of the job, to take it back from:
+/// only results already recorded (in the status the plan read) release
+/// entries; a job that had finished releases every entry.
+fn release_from(
+    old_rows: &[TaskStatus],
+    owning: Vec<String>,
+    p: &nodetasks::Planned<Upgrade<'_>>,
+) -> Vec<String> {
+    let recorded: BTreeSet<&str> = old_rows
+        .iter()
+        .filter(|t| nodetasks::is_final(t.phase.state.as_deref()))
+        .filter_map(|t| t.node_name.as_deref())
+        .collect();
+    owning
+        .into_iter()
+        .filter(|n| p.was_finished || (p.rows.is_some() && recorded.contains(n.as_str())))
+        .collect()
 }
 
 fn with_phase(old: NodeUpgradeJobStatus, p: nodetasks::Phase) -> NodeUpgradeJobStatus {
@@ -298,397 +302,6 @@ fn owning_nodes(nodeimages: &BTreeMap<String, Arc<NodeImage>>, uid: &str) -> Vec
         })
         .map(|(n, _)| n.clone())
         .collect()
-}
-
-/// NodeUpgradeJob as a node task.
-struct Upgrade<'a> {
-    job: &'a NodeUpgradeJob,
-    versions: &'a BTreeMap<String, String>,
-    entry: Entry,
-    version: String,
-    image_ref: String,
-}
-
-impl Upgrade<'_> {
-    /// The entry every working node gets.
-    fn request(&self) -> (EntryRequest, TagUpgrade) {
-        let checks = self
-            .job
-            .spec
-            .task
-            .check_items
-            .clone()
-            .filter(|c| !c.is_empty());
-        (
-            EntryRequest {
-                image: self.entry.image.clone(),
-                tag: self.entry.tag.clone(),
-                owner: owner_ref(self.job),
-                pull_policy: entry_pull_policy(self.job),
-                image_pull_policy: Some("IfNotPresent".into()),
-                secrets: vec![],
-                sandbox: None,
-                check_items: checks,
-            },
-            TagUpgrade {
-                version: self.version.clone(),
-                job: self.job.name_any(),
-                await_confirmation: false,
-            },
-        )
-    }
-
-    /// `currentVersion` and `historicVersion` after this step.
-    fn versions(
-        &self,
-        old: &NodeUpgradeJobStatus,
-        p: &nodetasks::Planned<Self>,
-    ) -> (Option<String>, Option<String>) {
-        let version = &self.version;
-        let mut historic: BTreeSet<String> = old
-            .historic_version
-            .iter()
-            .flat_map(|h| h.split(','))
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-            .collect();
-        for (name, row) in &p.nodes {
-            let from = match row {
-                Node::Tracked {
-                    detail: Some(t), ..
-                } => t.from_version().map(str::to_string),
-                _ => None,
-            };
-            let node_version = match row {
-                Node::Final(_) | Node::Skipped => None,
-                _ => self.versions.get(name).cloned(),
-            };
-            historic.extend(
-                from.into_iter()
-                    .chain(node_version)
-                    .filter(|v| v != version),
-            );
-        }
-        let any_successful = p
-            .rows
-            .iter()
-            .flatten()
-            .any(|t| t.phase.state.as_deref() == Some(state::SUCCESSFUL));
-        let current = if any_successful {
-            Some(version.clone())
-        } else {
-            old.current_version.clone()
-        };
-        let historic =
-            (!historic.is_empty()).then(|| historic.into_iter().collect::<Vec<_>>().join(","));
-        (current, historic)
-    }
-}
-
-fn task(
-    name: &str,
-    state: &str,
-    event: Option<&str>,
-    action: Option<&str>,
-    reason: Option<String>,
-) -> TaskStatus {
-    let reason = reason.filter(|r| !r.is_empty());
-    nodetasks::task(name, state, event, action, reason, MAX_REASON_CHARS)
-}
-
-/// The actions of NodeUpgradeJob's v1alpha2 flow, by the v1alpha1 event
-/// that reports each (nodeimage asks for no confirmation in between).
-const FLOW: &[v1alpha2::Step] = &[
-    (event::CHECK, "Check"),
-    (event::BACKUP, "BackUp"),
-    (event::UPGRADE, "Upgrade"),
-    (event::ROLLBACK, "RollBack"),
-];
-
-/// The rows with their v1alpha2 fields: phase, action flow (a rollback
-/// follows a failed upgrade) and, on a node that upgraded, its versions.
-fn v1alpha2_rows(
-    rows: Vec<TaskStatus>,
-    version: &str,
-    historic: Option<&str>,
-) -> Vec<UpgradeNodeStatus> {
-    rows.into_iter()
-        .map(|task| {
-            let mut flow = v1alpha2::action_flow(&task, FLOW);
-            let rolled_back = task.phase.event.as_deref() == Some(event::ROLLBACK);
-            if let Some(upgrade) = flow
-                .iter_mut()
-                .find(|a| rolled_back && a.action.as_deref() == Some("Upgrade"))
-            {
-                upgrade.status = Some(v1alpha2::condition_status(false));
-            }
-            let upgraded = task.phase.state.as_deref() == Some(state::SUCCESSFUL);
-            UpgradeNodeStatus {
-                phase: Some(v1alpha2::node_phase(&task)),
-                action_flow: (!flow.is_empty()).then_some(flow),
-                current_version: upgraded.then(|| version.to_string()),
-                historic_version: historic.filter(|_| upgraded).map(str::to_string),
-                task,
-            }
-        })
-        .collect()
-}
-
-impl NodeTask for Upgrade<'_> {
-    type Row = TaskStatus;
-    type Detail = Option<ImageTagStatus>;
-    type Summary = ();
-    const WORKING: Working = Working {
-        state: state::UPGRADING,
-        event: event::UPGRADE,
-        verb: "upgrading",
-    };
-    const FAILURE_EVENTS: &'static [&'static str] = &[
-        event::INIT,
-        event::CHECK,
-        event::BACKUP,
-        event::ROLLBACK,
-        event::TIMEOUT,
-    ];
-    const MAX_REASON_CHARS: usize = MAX_REASON_CHARS;
-    const ANNOUNCE: Announce = Announce::OnceSelected;
-
-    fn task(row: &TaskStatus) -> Option<&TaskStatus> {
-        Some(row)
-    }
-
-    fn task_mut(row: &mut TaskStatus) -> Option<&mut TaskStatus> {
-        Some(row)
-    }
-
-    fn row(task: TaskStatus) -> TaskStatus {
-        task
-    }
-
-    fn started(&self, nodes: Option<usize>) -> String {
-        format!(
-            "Started upgrading {} node(s) to {v} with {}:{v}",
-            nodes.unwrap_or_default(),
-            self.entry.image,
-            v = self.version
-        )
-    }
-
-    fn precheck(&self, node: &str) -> Option<Precheck> {
-        (self.versions.get(node) == Some(&self.version)).then_some(Precheck::Skip)
-    }
-
-    fn detail(
-        &self,
-        ni: &NodeImage,
-        entries: &[Entry],
-        uid: &str,
-        _: &[EntryState],
-    ) -> Option<ImageTagStatus> {
-        entries
-            .first()
-            .and_then(|e| rollout::entry_status(ni, e, uid))
-            .cloned()
-    }
-
-    fn fresh(&self, _: usize, _: DateTime<Utc>) -> Option<ImageTagStatus> {
-        None
-    }
-
-    /// A pull is not an upgrade: success needs the daemon's word.
-    fn settle(&self, state: NodeState, tag: &Option<ImageTagStatus>) -> NodeState {
-        if state == NodeState::Succeeded
-            && tag.as_ref().and_then(|t| t.upgrade_state()) != Some(UpgradeState::Successful)
-        {
-            NodeState::Failed(NO_UPGRADE_SUPPORT.into())
-        } else {
-            state
-        }
-    }
-
-    fn render(
-        &self,
-        name: &str,
-        node_state: &NodeState,
-        tag: &Option<ImageTagStatus>,
-        timed_out: bool,
-    ) -> TaskStatus {
-        let upgrade = tag.as_ref().and_then(|t| t.upgrade_state());
-        let message = tag
-            .as_ref()
-            .and_then(|t| t.message.as_deref().map(str::to_string));
-        match node_state {
-            NodeState::Active(_) => active_row(name, upgrade, tag.as_ref(), &self.image_ref),
-            NodeState::Succeeded => {
-                let t = tag.as_ref();
-                let reason = message.or_else(|| {
-                    match (
-                        t.and_then(|t| t.from_version()),
-                        t.and_then(|t| t.to_version()),
-                    ) {
-                        (Some(f), Some(to)) => Some(format!("upgraded from {f} to {to}")),
-                        (_, Some(to)) => Some(format!("upgraded to {to}")),
-                        _ => Some(format!("upgraded to {}", self.version)),
-                    }
-                });
-                let reason = reason.filter(|r| !r.is_empty());
-                nodetasks::succeeded(name, event::UPGRADE, reason, MAX_REASON_CHARS)
-            }
-            NodeState::Failed(reason) if timed_out => {
-                nodetasks::timed_out(name, reason, MAX_REASON_CHARS)
-            }
-            NodeState::Failed(reason) => {
-                let (ev, act) = failed_step(upgrade, reason);
-                task(
-                    name,
-                    state::FAILED,
-                    Some(ev),
-                    Some(act),
-                    Some(reason.clone()),
-                )
-            }
-            NodeState::NotStarted => task(name, state::INIT, None, None, None),
-        }
-    }
-
-    fn render_skipped(&self, name: &str) -> TaskStatus {
-        task(
-            name,
-            state::SUCCESSFUL,
-            Some(event::CHECK),
-            Some(action::SUCCESS),
-            Some(format!(
-                "already at {} (the Node's kubeletVersion); nothing to do",
-                self.version
-            )),
-        )
-    }
-
-    fn summarise(rows: &mut [TaskStatus], budget: usize) {
-        summarise(rows, budget)
-    }
-
-    fn node_event(&self, t: &TaskStatus) -> Option<JobEvent> {
-        let name = t.node_name.clone().unwrap_or_default();
-        let reason = t.phase.reason.clone().unwrap_or_default();
-        Some(if t.phase.state.as_deref() == Some(state::SUCCESSFUL) {
-            JobEvent::normal("NodeUpgraded", format!("Node {name}: {reason}"))
-        } else if t.phase.event.as_deref() == Some(event::ROLLBACK)
-            && t.phase.action.as_deref() == Some(action::SUCCESS)
-        {
-            JobEvent::warning(
-                "NodeRolledBack",
-                format!("Node {name} rolled back: {reason}"),
-            )
-        } else {
-            JobEvent::warning(
-                "NodeFailed",
-                format!(
-                    "Node {name} failed ({}): {reason}",
-                    t.phase.event.as_deref().unwrap_or_default()
-                ),
-            )
-        })
-    }
-
-    fn more_nodes(n: usize) -> JobEvent {
-        JobEvent::normal(
-            "NodesFinished",
-            format!("{n} more nodes finished; see status"),
-        )
-    }
-
-    fn all_done(&self, total: usize) -> String {
-        format!("all {total} nodes run {}", self.version)
-    }
-}
-
-/// A working node's state, event and reason from the daemon's upgradeState.
-fn active_row(
-    name: &str,
-    upgrade: Option<UpgradeState>,
-    tag: Option<&ImageTagStatus>,
-    image_ref: &str,
-) -> TaskStatus {
-    let message = tag.and_then(|t| t.message.as_deref().map(str::to_string));
-    let (st, ev, reason) = match upgrade {
-        None | Some(UpgradeState::Checking) => (state::CHECKING, event::CHECK, message),
-        Some(UpgradeState::Pulling) => {
-            let progress = tag
-                .and_then(|t| t.progress)
-                .filter(|p| *p > 0)
-                .map(|p| format!(" ({p}%)"))
-                .unwrap_or_default();
-            let pulling = format!("pulling {image_ref}{progress}");
-            (
-                state::CHECKING,
-                event::CHECK,
-                Some(match message {
-                    Some(m) => format!("{pulling}: {m}"),
-                    None => pulling,
-                }),
-            )
-        }
-        Some(UpgradeState::WaitingConfirmation) => (
-            state::WAITING_CONFIRMATION,
-            event::CHECK,
-            Some(format!(
-                "checked and pulled; waiting for confirmation (annotate the job {CONFIRM_ANNOTATION}={name} or '*')"
-            )),
-        ),
-        Some(UpgradeState::BackingUp) => (state::BACKING_UP, event::BACKUP, message),
-        Some(UpgradeState::Upgrading) => (state::UPGRADING, event::UPGRADE, message),
-        Some(UpgradeState::RollingBack | UpgradeState::RolledBack) => {
-            (state::ROLLING_BACK, event::ROLLBACK, message)
-        }
-        Some(UpgradeState::Successful) => (state::UPGRADING, event::UPGRADE, message),
-    };
-    task(name, st, Some(ev), None, reason)
-}
-
-/// The event and action of a failed node, from the step its upgrade ended in.
-fn failed_step(upgrade: Option<UpgradeState>, reason: &str) -> (&'static str, &'static str) {
-    match upgrade {
-        Some(UpgradeState::RolledBack) => (event::ROLLBACK, action::SUCCESS),
-        Some(UpgradeState::RollingBack) => (event::ROLLBACK, action::FAILURE),
-        Some(UpgradeState::Upgrading | UpgradeState::Successful) => {
-            (event::UPGRADE, action::FAILURE)
-        }
-        Some(UpgradeState::BackingUp) => (event::BACKUP, action::FAILURE),
-        Some(
-            UpgradeState::Checking | UpgradeState::Pulling | UpgradeState::WaitingConfirmation,
-        ) => (event::CHECK, action::FAILURE),
-        None => {
-            let ev =
-                if reason.contains("did not respond") || reason.contains("activeDeadlineSeconds") {
-                    event::TIMEOUT
-                } else {
-                    event::CHECK
-                };
-            (ev, action::FAILURE)
-        }
-    }
-}
-
-/// Shortens reasons until the rows fit `budget` bytes: successful
-/// nodes lose theirs, then failure reasons are cut to 64 characters, then
-/// every reason and time goes.
-pub fn summarise(rows: &mut [TaskStatus], budget: usize) {
-    let steps: [fn(&mut TaskStatus); 3] = [
-        |r| {
-            if r.phase.state.as_deref() == Some(state::SUCCESSFUL) {
-                r.phase.reason = None;
-            }
-        },
-        |r| r.phase.reason = r.phase.reason.as_deref().map(|s| cap(s, 64)),
-        |r| {
-            r.phase.reason = None;
-            r.phase.time = None;
-        },
-    ];
-    // The v1alpha2 fields ride on the same rows, about doubling them.
-    nodetasks::fit(rows, &steps, budget, |r, _| 2 * rows_size(r));
 }
 
 #[cfg(test)]

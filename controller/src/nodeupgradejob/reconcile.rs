@@ -4,7 +4,7 @@
 //! retries) is `jobshell`'s.
 
 use super::plan::{self, Inputs};
-use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs};
+use crate::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs, StateOf};
 use crate::tagwrites;
 use chrono::Utc;
 use kube::ResourceExt;
@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use nodeimage_api::NodeUpgradeJob;
 use nodeimage_api::kruise::TagUpgrade;
+use nodeimage_api::kubeedge::NodeUpgradeJobStatus;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -47,18 +48,16 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             .filter_map(|n| Some((n.name_any(), crate::nodes::kubeedge_version(n)?)))
             .collect();
         let now = Utc::now();
-        // Dropped before any write is awaited (see ImagePullJob's reconcile).
-        let p = {
-            let (nodes, nodeimages) = self.snapshot();
+        let p = self.plan(|w| {
             plan::plan(Inputs {
                 job: &job,
-                nodes: &nodes,
+                nodes: w.nodes,
                 versions: &versions,
-                nodeimages: &nodeimages,
-                edge_only: ctx.kubeedge_edge_only,
+                nodeimages: w.nodeimages,
+                edge_only: w.edge_only,
                 now,
             })
-        };
+        });
         if let Some((req, upgrade)) = &p.request {
             let reqs = std::slice::from_ref(req);
             // Nodes still waiting for confirmation get the entry that says so.
@@ -77,10 +76,10 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
                 }
             }
         }
-        jobshell::write_guarded_status(ctx, job.as_ref(), job.status.as_ref(), &p.status, |s| {
-            (s.job.state.as_deref(), s.job.reason.as_deref())
-        })
-        .await?;
+        let state_of: StateOf<NodeUpgradeJobStatus> =
+            |s| (s.job.state.as_deref(), s.job.reason.as_deref());
+        let old = job.status.as_ref();
+        jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of).await?;
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
         // Recorded results: the entries go, so no later pull of the tag runs
         // the upgrade again (and an unfinished node that timed out stops waiting).
@@ -93,9 +92,6 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
                 tracing::debug!(job = %job.name_any(), %node, "entry released");
             }
         }
-        Ok(match p.requeue_after {
-            Some(d) => Action::requeue(d),
-            None => Action::await_change(),
-        })
+        Ok(jobshell::after_success(p.requeue_after))
     }
 }

@@ -149,3 +149,35 @@ fn never_jobs_do_not_complete_and_template_changes_recreate() {
     assert_eq!(p.delete, vec!["list-a"]);
     assert_eq!(p.create[0].spec.image, "b:1");
 }
+
+#[test]
+fn completion_is_announced_once_with_conditions_at_the_plan_time() {
+    let j = list(&["a:1", "b:1"], CompletionPolicy::default());
+    let kids = vec![
+        made(&j, "a:1", "list-a", st(3, 0, 3, 0, true)),
+        made(&j, "b:1", "list-b", st(4, 0, 3, 1, true)),
+    ];
+    let p = plan(&j, &kids, now(60));
+    assert!(p.write_status);
+    let notes: Vec<(bool, &str, &str)> = p
+        .events
+        .iter()
+        .map(|e| (e.warning, e.reason, e.note.as_str()))
+        .collect();
+    assert_eq!(
+        notes,
+        vec![(
+            true,
+            "Completed",
+            "Completed: 1 of 2 image(s) pulled on every node"
+        )]
+    );
+    assert_eq!(
+        crate::conditions::condition_of(p.status.conditions.as_ref(), "Failed"),
+        Some(("True".into(), api_time(now(60))))
+    );
+    let mut done = j.clone();
+    done.status = Some(p.status);
+    let p = plan(&done, &kids, now(70));
+    assert!(!p.write_status && p.events.is_empty());
+}

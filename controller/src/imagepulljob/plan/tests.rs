@@ -333,3 +333,87 @@ fn messages_are_openkruise_words() {
         );
     }
 }
+
+#[test]
+fn look_again_table() {
+    use std::time::Duration;
+    let secs = Duration::from_secs;
+    let done = Some(api_time(now(1)));
+    // (completed, the plan's due time, when the job looks again)
+    let cases = [
+        (None, None, Some(RUNNING_RESYNC)),
+        (None, Some(secs(10)), Some(secs(10))),
+        (None, Some(NEVER_RESYNC), Some(RUNNING_RESYNC)),
+        (done.clone(), None, None),
+        (done.clone(), Some(secs(300)), Some(secs(300))),
+    ];
+    for (completion_time, requeue_after, want) in cases {
+        let p = Plan {
+            requeue_after,
+            ..Plan::only(
+                ImagePullJobStatus {
+                    completion_time: completion_time.clone(),
+                    ..Default::default()
+                },
+                vec![],
+            )
+        };
+        assert_eq!(
+            p.look_again(),
+            want,
+            "{completion_time:?} {requeue_after:?}"
+        );
+    }
+}
+
+#[test]
+fn the_shell_copies_secrets_only_for_a_running_job() {
+    let mut j = job(1, CompletionPolicy::default());
+    assert!(secrets_to_copy(&j).is_empty());
+    j.spec.template.pull_secrets = Some(vec!["reg".into()]);
+    assert_eq!(secrets_to_copy(&j), ["reg".to_string()]);
+    j.status = Some(ImagePullJobStatus {
+        completion_time: Some(api_time(now(1))),
+        ..Default::default()
+    });
+    assert!(secrets_to_copy(&j).is_empty(), "released once completed");
+}
+
+#[test]
+fn a_missing_secret_is_announced_once() {
+    let mut j = job(1, CompletionPolicy::default());
+    let inputs = |j: &ImagePullJob| {
+        plan(Inputs {
+            job: j,
+            nodeimages: &[],
+            pods: &[],
+            secrets: vec![],
+            missing_secrets: vec!["ns/absent".into()],
+            now: now(1),
+        })
+    };
+    let p = inputs(&j);
+    assert_eq!(p.events[0].reason, "PullSecretMissing", "{:?}", p.events);
+    assert!(p.events[0].warning);
+    j.status = Some(p.status);
+    let again = inputs(&j);
+    assert!(again.events.iter().all(|e| e.reason != "PullSecretMissing"));
+}
+
+#[test]
+fn the_status_carries_conditions_at_the_plan_time() {
+    use ImagePullPhase::*;
+    let j = job(1, CompletionPolicy::default());
+    let p = run(&j, &[node("n1", &[], Some(Succeeded))], 200);
+    assert!(p.completed_now && p.completed && p.write_status);
+    assert_eq!(
+        crate::conditions::condition_of(p.status.conditions.as_ref(), "Complete"),
+        Some(("True".into(), api_time(now(200))))
+    );
+    // Planned again from what it wrote: nothing to write, nothing new.
+    let mut done = j.clone();
+    done.status = Some(p.status.clone());
+    let p = run(&done, &[node("n1", &[], Some(Succeeded))], 230);
+    assert!(!p.write_status && !p.completed_now && p.completed);
+    assert!(p.events.is_empty());
+}

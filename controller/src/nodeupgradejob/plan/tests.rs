@@ -785,3 +785,17 @@ fn confirmation_table() {
     assert_eq!(p.write_to, vec!["n1", "n2"]);
     assert_eq!(p.awaiting, vec!["n1"]);
 }
+
+#[test]
+fn conditions_follow_the_job_at_the_plan_time() {
+    let j = job(&["n1"]);
+    let w = world(&["n1"]);
+    let p = w.plan(&j, 5);
+    let since =
+        |p: &Plan, t: &str| crate::conditions::condition_of(p.status.conditions.as_ref(), t);
+    let at5 = crate::clock::api_time(at(5));
+    assert_eq!(since(&p, "Progressing"), Some(("True".into(), at5.clone())));
+    // Still working later: the condition keeps its transition time.
+    let p = w.plan(&recorded(j, &p), 9);
+    assert_eq!(since(&p, "Progressing"), Some(("True".into(), at5)));
+}

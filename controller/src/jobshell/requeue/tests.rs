@@ -1,0 +1,23 @@
+use super::*;
+
+#[test]
+fn retry_table() {
+    let cases = [
+        (true, Failure::Conflict, Duration::from_secs(1)),
+        (false, Failure::Other, Duration::from_secs(5)),
+    ];
+    for (conflict, failure, wait) in cases {
+        assert_eq!(Failure::of(conflict), failure);
+        assert_eq!(retry_after(failure), wait);
+        let metrics = Metrics::default();
+        let action = after_failure(&metrics, "Test", &"obj", &"boom", failure);
+        assert_eq!(action, Action::requeue(wait));
+    }
+}
+
+#[test]
+fn success_table() {
+    let ten = Duration::from_secs(10);
+    assert_eq!(after_success(Some(ten)), Action::requeue(ten));
+    assert_eq!(after_success(None), Action::await_change());
+}
