@@ -2,6 +2,7 @@
 //! through containerd and reports status.
 
 mod checks;
+mod containerd_runtime;
 mod credentials;
 mod credproviders;
 mod cri;

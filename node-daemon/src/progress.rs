@@ -6,6 +6,7 @@
 //! ingests are summed.
 
 use crate::cri::namespaced;
+use crate::runtime::PullProbe;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::{
     Info, InfoRequest, ListContentRequest, ListStatusesRequest, ReadContentRequest,
@@ -305,6 +306,16 @@ impl Probe {
             }
         }
         Some(out)
+    }
+}
+
+impl PullProbe for Probe {
+    fn sample(&mut self, alone: bool) -> impl Future<Output = Option<i32>> + Send {
+        Probe::sample(self, alone)
+    }
+
+    fn ingests(&self) -> &[String] {
+        Probe::ingests(self)
     }
 }
 

@@ -26,6 +26,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::cri::namespaced;
+use crate::runtime::BlobKeeper;
 
 /// What every lease of the daemon's is named with, and only they.
 const LEASE_PREFIX: &str = "nodeimage-resume-";
@@ -347,6 +348,12 @@ async fn delete(client: &mut LeasesClient<Channel>, id: String) {
         Err(s) => {
             tracing::debug!(lease = %id, error = %s.message(), "could not end a resume lease; it expires on its own");
         }
+    }
+}
+
+impl BlobKeeper for Keeper {
+    fn hold(&mut self, ingests: &[String]) -> impl Future<Output = ()> + Send {
+        Keeper::hold(self, ingests)
     }
 }
 
