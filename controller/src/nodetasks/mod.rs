@@ -27,14 +27,16 @@
 
 #[cfg(test)]
 pub mod fixtures;
+mod outcome;
 mod rows;
 mod step;
 mod track;
 pub mod v1alpha2;
 mod verdict;
 
+pub use outcome::{Node, Planned};
 pub use rows::{succeeded, task, timed_out};
-pub use step::{Node, Planned, step};
+pub use step::step;
 #[cfg(test)]
 pub use track::NOT_EDGE;
 

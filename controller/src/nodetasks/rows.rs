@@ -1,7 +1,7 @@
 //! The per-node rows of a KubeEdge job's status: the shared row shapes,
 //! the row of each node's situation, and how a row keeps its time. Pure.
 
-use super::step::Node;
+use super::outcome::Node;
 use super::{NodeTask, Phase, action, event, is_final, state};
 use crate::rollout::{NodeState, cap, rfc3339};
 use chrono::{DateTime, Utc};

@@ -2,7 +2,7 @@
 //! before it starts, skipped, waiting for its NodeImage, or tracked through
 //! its entries (timed out when past the node timeout). Pure.
 
-use super::step::Node;
+use super::outcome::Node;
 use super::{NodeTask, Precheck};
 use crate::nodes::NodeInfo;
 use crate::rollout::{self, Entry, EntryState};

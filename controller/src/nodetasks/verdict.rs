@@ -2,7 +2,7 @@
 //! from how its nodes stand, the time of that phase, and the Finished
 //! event. Pure.
 
-use super::step::Planned;
+use super::outcome::Planned;
 use super::{NodeTask, Phase, Working, action, event, state};
 use crate::jobevents::JobEvent;
 use crate::rollout::{Tally, rfc3339};
