@@ -31,17 +31,11 @@ pub struct Context {
     pub kubeedge_edge_only: bool,
     /// Reconcile metrics and the caches read at scrape time.
     pub metrics: crate::metrics::Metrics,
-    /// Writes every job's tag entries, batched per node.
-    pub writer: crate::tagwrites::NodeWriter,
 }
 
 impl Context {
     /// Builds the context from the client and the parsed flags.
-    pub fn new(
-        client: kube::Client,
-        flags: &Flags,
-        nodeimages: kube::runtime::reflector::Store<nodeimage_api::NodeImage>,
-    ) -> Result<Self, ContextError> {
+    pub fn new(client: kube::Client, flags: &Flags) -> Result<Self, ContextError> {
         let response_timeout = TimeDelta::from_std(flags.response_timeout)
             .map_err(|_| ContextError::ResponseTimeout(flags.response_timeout))?;
         let reporter = Reporter {
@@ -50,7 +44,6 @@ impl Context {
         };
         Ok(Self {
             reporter,
-            writer: crate::tagwrites::NodeWriter::new(client.clone(), nodeimages),
             client,
             response_timeout,
             secrets_namespace: flags.secrets_namespace.clone(),

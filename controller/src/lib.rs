@@ -67,53 +67,21 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             .collect(),
     );
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
-    // One NodeImage cache for all; every reader subscribes before it runs.
-    let nodeimages = nodeimages::NodeImages::new();
-    let ctx = context::Context::new(client, &flags, nodeimages.store.clone())?;
+    let ctx = context::Context::new(client, &flags)?;
     tracing::info!(
         response_timeout_s = flags.response_timeout.as_secs(),
         "controller starting"
     );
-    let mut registry = nodeimage_ops::metrics::registry("controller");
-    ctx.metrics.register(&mut registry);
-    let registry = std::sync::Arc::new(registry);
-    let render: health::MetricsFn =
-        std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
     let readiness = health::Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let health_addr = flags.health_addr;
-    let health = tokio::spawn(health::serve(
-        health_addr,
-        readiness.clone(),
-        Some(render),
-        lifecycle::stopped(stop_rx.clone()),
-    ));
+    let health = serve_health(&ctx, &flags, readiness.clone(), stop_rx.clone());
 
     // With leader election, wait (as a ready standby) until we hold the lease.
-    let mut leading = if flags.leader_elect {
-        let election = leader::Election {
-            namespace: flags.leader_election_namespace.clone(),
-            lease: flags.leader_election_lease.clone(),
-            identity: std::env::var("POD_NAME")
-                .unwrap_or_else(|_| format!("nodeimage-controller-{}", std::process::id())),
-            duration_s: flags.leader_election_lease_seconds,
-        };
-        let mut rx = leader::start(ctx.client.clone(), &election).await?;
-        tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
-        tokio::select! {
-            r = rx.wait_for(|l| *l) => { if r.is_err() { return Err(Error::LostLease); } }
-            _ = shutdown::signal_received() => {
-                let _ = stop_tx.send(true);
-                let _ = health.await;
-                return Ok(());
-            }
-        }
-        tracing::info!(identity = %election.identity, "leading: starting the controllers");
-        ctx.metrics.leader.set(1);
-        Some(rx)
-    } else {
-        ctx.metrics.leader.set(1);
-        None
+    let Some(mut leading) = lead(&ctx, &flags).await? else {
+        let _ = stop_tx.send(true);
+        let _ = health.await;
+        return Ok(());
     };
     let lost = async {
         match leading.as_mut() {
@@ -123,64 +91,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             None => std::future::pending::<()>().await,
         }
     };
-
-    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
-    let for_writer = nodeimages.subscribe();
-    let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
-        nodeimages.subscribe(),
-        nodeimages.subscribe(),
-        nodeimages.subscribe(),
-        nodeimages.subscribe(),
-    );
-    // One Node cache for all; every reader subscribes before it runs.
-    let mut nodes = nodecache::Nodes::new();
-    let (nodes_for_mirror, nodes_for_housekeeping, nodes_for_prepull, nodes_for_upgrade) = (
-        nodes.subscribe(),
-        nodes.subscribe(),
-        nodes.subscribe(),
-        nodes.subscribe(),
-    );
-    let work = async {
-        tokio::join!(
-            nodeimages.run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            nodes.run(ctx.client.clone(), readiness.clone(), stop_rx.clone()),
-            ctx.writer.clone().follow(
-                for_writer
-                    .changes
-                    .take_until(lifecycle::stopped(stop_rx.clone()))
-                    .boxed()
-            ),
-            nodemirror::run(
-                ctx.clone(),
-                readiness.clone(),
-                stop_rx.clone(),
-                nodes_for_mirror
-            ),
-            housekeeping::run(
-                ctx.clone(),
-                readiness.clone(),
-                stop_rx.clone(),
-                for_housekeeping,
-                nodes_for_housekeeping
-            ),
-            imagepulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone(), for_pull),
-            jobshell::run_node_tasks(
-                imageprepulljob::WIRING,
-                ctx.clone(),
-                stop_rx.clone(),
-                for_prepull,
-                nodes_for_prepull
-            ),
-            imagelistpulljob::run(ctx.clone(), readiness.clone(), stop_rx.clone()),
-            jobshell::run_node_tasks(
-                nodeupgradejob::WIRING,
-                ctx.clone(),
-                stop_rx.clone(),
-                for_upgrade,
-                nodes_for_upgrade
-            ),
-        )
-    };
+    let work = controllers(ctx.clone(), readiness, stop_rx);
     let mut work = std::pin::pin!(work);
     let mut lost_lease = false;
     tokio::select! {
@@ -200,14 +111,139 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         }
     }
     let _ = stop_tx.send(true);
+    stopped(health, health_addr, lost_lease).await
+}
+
+/// Starts the health and metrics server; it ends when `stop` turns true.
+fn serve_health(
+    ctx: &context::Context,
+    flags: &Flags,
+    readiness: health::Readiness,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let mut registry = nodeimage_ops::metrics::registry("controller");
+    ctx.metrics.register(&mut registry);
+    let registry = std::sync::Arc::new(registry);
+    let render: health::MetricsFn =
+        std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
+    tokio::spawn(health::serve(
+        flags.health_addr,
+        readiness,
+        Some(render),
+        lifecycle::stopped(stop),
+    ))
+}
+
+/// Waits until this process may run the controllers: `Some(None)` without
+/// leader election, `Some(Some(lease))` once it holds the lease, `None` if
+/// a stop signal came first.
+async fn lead(
+    ctx: &context::Context,
+    flags: &Flags,
+) -> Result<Option<Option<tokio::sync::watch::Receiver<bool>>>, Error> {
+    if !flags.leader_elect {
+        ctx.metrics.leader.set(1);
+        return Ok(Some(None));
+    }
+    let election = leader::Election {
+        namespace: flags.leader_election_namespace.clone(),
+        lease: flags.leader_election_lease.clone(),
+        identity: std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("nodeimage-controller-{}", std::process::id())),
+        duration_s: flags.leader_election_lease_seconds,
+    };
+    let mut rx = leader::start(ctx.client.clone(), &election).await?;
+    tracing::info!(identity = %election.identity, lease = %election.lease, "waiting to lead");
+    tokio::select! {
+        r = rx.wait_for(|l| *l) => { if r.is_err() { return Err(Error::LostLease); } }
+        _ = shutdown::signal_received() => return Ok(None),
+    }
+    tracing::info!(identity = %election.identity, "leading: starting the controllers");
+    ctx.metrics.leader.set(1);
+    Ok(Some(Some(rx)))
+}
+
+/// Every controller of this binary over the shared caches and the one entry
+/// writer, until `stop` turns true. Every reader subscribes to a cache
+/// before the cache runs.
+async fn controllers(
+    ctx: context::Context,
+    readiness: health::Readiness,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let nodeimages = nodeimages::NodeImages::new();
+    let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
+    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
+    let for_writer = nodeimages.subscribe();
+    let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+        nodeimages.subscribe(),
+    );
+    let mut nodes = nodecache::Nodes::new();
+    let (nodes_for_mirror, nodes_for_housekeeping, nodes_for_prepull, nodes_for_upgrade) = (
+        nodes.subscribe(),
+        nodes.subscribe(),
+        nodes.subscribe(),
+        nodes.subscribe(),
+    );
+    let writes_seen = for_writer
+        .changes
+        .take_until(lifecycle::stopped(stop.clone()));
+    tokio::join!(
+        nodeimages.run(ctx.clone(), readiness.clone(), stop.clone()),
+        nodes.run(ctx.client.clone(), readiness.clone(), stop.clone()),
+        writer.clone().follow(writes_seen.boxed()),
+        nodemirror::run(
+            ctx.clone(),
+            readiness.clone(),
+            stop.clone(),
+            nodes_for_mirror
+        ),
+        housekeeping::run(
+            ctx.clone(),
+            readiness.clone(),
+            stop.clone(),
+            for_housekeeping,
+            nodes_for_housekeeping
+        ),
+        imagepulljob::run(
+            ctx.clone(),
+            writer.clone(),
+            readiness.clone(),
+            stop.clone(),
+            for_pull
+        ),
+        jobshell::run_node_tasks(
+            imageprepulljob::WIRING,
+            ctx.clone(),
+            writer.clone(),
+            stop.clone(),
+            for_prepull,
+            nodes_for_prepull
+        ),
+        imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone()),
+        jobshell::run_node_tasks(
+            nodeupgradejob::WIRING,
+            ctx,
+            writer,
+            stop,
+            for_upgrade,
+            nodes_for_upgrade
+        ),
+    );
+}
+
+/// Waits for the health server and says how the run ended.
+async fn stopped(
+    health: tokio::task::JoinHandle<std::io::Result<()>>,
+    addr: std::net::SocketAddr,
+    lost_lease: bool,
+) -> Result<(), Error> {
     match health.await {
         Ok(Ok(())) => {}
-        Ok(Err(source)) => {
-            return Err(Error::Health {
-                addr: health_addr,
-                source,
-            });
-        }
+        Ok(Err(source)) => return Err(Error::Health { addr, source }),
         Err(e) => tracing::warn!(error = %e, "health server task failed"),
     }
     if lost_lease {

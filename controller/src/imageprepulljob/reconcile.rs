@@ -37,7 +37,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
     async fn cleanup(&self, job: &ImagePrePullJob) -> Result<(), Error> {
         let ctx = &self.shared.ctx;
         if let Some(uid) = job.uid() {
-            tagwrites::release_all(&ctx.writer, &self.shared.nodeimages, &[uid]).await?;
+            tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &[uid]).await?;
         }
         pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(job)).await?;
         Ok(())

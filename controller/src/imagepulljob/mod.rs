@@ -35,6 +35,7 @@ pub const KIND: &str = "ImagePullJob";
 /// Runs the ImagePullJob controller until `stop` turns true.
 pub async fn run(
     ctx: Context,
+    writer: crate::tagwrites::NodeWriter,
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
@@ -62,6 +63,7 @@ pub async fn run(
     let state = Arc::new(reconcile::State {
         shared: crate::jobshell::Shared {
             ctx,
+            writer,
             nodeimages: nodeimages.store,
             nodeimages_synced: nodeimages.synced,
         },

@@ -109,7 +109,7 @@ impl JobReconciler for State {
                 .filter(|u| *u != uid)
                 .collect();
             uids.push(uid);
-            tagwrites::release_all(&ctx.writer, &self.shared.nodeimages, &uids).await?;
+            tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &uids).await?;
         }
         pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(job)).await?;
         Ok(())

@@ -65,10 +65,13 @@ pub fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     }
 }
 
-/// What every job reconciler reads: the context and the NodeImage cache.
+/// What every job reconciler reads and writes through: the context, the
+/// NodeImage cache and the one writer of tag entries.
 pub struct Shared {
     /// Client, recorder, settings.
     pub ctx: Context,
+    /// Writes every job's tag entries, batched per node.
+    pub writer: crate::tagwrites::NodeWriter,
     /// Every NodeImage.
     pub nodeimages: Store<NodeImage>,
     /// Set once `nodeimages` holds a complete list.

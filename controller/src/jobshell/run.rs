@@ -143,6 +143,7 @@ pub struct NodeTaskWiring<K: JobKind, Key> {
 pub async fn run_node_tasks<K, Key>(
     w: NodeTaskWiring<K, Key>,
     ctx: Context,
+    writer: crate::tagwrites::NodeWriter,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
     nodes: NodeSubscription,
@@ -171,6 +172,7 @@ pub async fn run_node_tasks<K, Key>(
     let state = Arc::new(NodeJobs {
         shared: Shared {
             ctx,
+            writer,
             nodeimages: nodeimages.store,
             nodeimages_synced: nodeimages.synced,
         },

@@ -74,7 +74,7 @@ impl Script {
         let (client, script) = Script::client(replies);
         let (store, _writer) = reflector::store::<NodeImage>();
         let flags = Flags::parse_from(["nodeimage-controller"]);
-        let ctx = Context::new(client, &flags, store.clone()).expect("default flags are valid");
+        let ctx = Context::new(client, &flags).expect("default flags are valid");
         (ctx, store, script)
     }
 

@@ -47,7 +47,7 @@ pub async fn write_entries(
             let edit: tagwrites::Edit = Box::new(move |current, images| {
                 entries::apply_requests(current, images, &reqs, upgrade.as_ref(), now)
             });
-            shared.ctx.writer.edit(ni, edit)
+            shared.writer.edit(ni, edit)
         })
         .buffer_unordered(WRITE_CONCURRENCY)
         .collect()

@@ -33,8 +33,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
 
     async fn cleanup(&self, job: &NodeUpgradeJob) -> Result<(), Error> {
         if let Some(uid) = job.uid() {
-            let ctx = &self.shared.ctx;
-            tagwrites::release_all(&ctx.writer, &self.shared.nodeimages, &[uid]).await?;
+            tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &[uid]).await?;
         }
         Ok(())
     }
@@ -88,7 +87,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
                 let Some(ni) = self.shared.nodeimages.get(&ObjectRef::new(node)) else {
                     continue;
                 };
-                tagwrites::release(&ctx.writer, ni, std::slice::from_ref(&uid)).await?;
+                tagwrites::release(&self.shared.writer, ni, std::slice::from_ref(&uid)).await?;
                 tracing::debug!(job = %job.name_any(), %node, "entry released");
             }
         }

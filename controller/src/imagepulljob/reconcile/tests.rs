@@ -29,6 +29,7 @@ fn job(rv: &str) -> ImagePullJob {
 fn state(replies: Vec<Reply>) -> (State, Script) {
     let (ctx, nodeimages, api) = Script::context(replies);
     let shared = Shared {
+        writer: crate::tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.clone()),
         ctx,
         nodeimages,
         nodeimages_synced: Synced::done(),

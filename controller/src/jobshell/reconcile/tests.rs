@@ -52,6 +52,7 @@ impl JobReconciler for Fake {
 fn fake(replies: Vec<Reply>, nodeimages_listed: bool, caches_listed: bool) -> (Arc<Fake>, Script) {
     let (ctx, store, script) = Script::context(replies);
     let shared = Shared {
+        writer: crate::tagwrites::NodeWriter::new(ctx.client.clone(), store.clone()),
         ctx,
         nodeimages: store,
         nodeimages_synced: if nodeimages_listed {
