@@ -4,11 +4,11 @@
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
+use nodeimage_api::interned::{Owners, SharedStr};
 use nodeimage_api::kruise::{
     ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, ReferenceObject, SandboxConfig,
     TagUpgrade,
 };
-use nodeimage_api::shared::{Owners, SharedStr};
 use std::collections::BTreeMap;
 
 use crate::clock::api_time;

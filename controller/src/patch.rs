@@ -81,7 +81,7 @@ pub use nodeimage_api::kruise::nodeimage::patch::clearing_managed_fields;
 pub fn images_tested(
     old: &nodeimage_api::kruise::NodeImageSpec,
     new: &std::collections::BTreeMap<
-        nodeimage_api::shared::SharedStr,
+        nodeimage_api::interned::SharedStr,
         nodeimage_api::kruise::ImageSpec,
     >,
 ) -> Result<json_patch::Patch, PatchError> {

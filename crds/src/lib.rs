@@ -10,12 +10,12 @@
 pub mod conditions;
 pub mod crdgen;
 pub mod defaults;
+pub mod interned;
 pub mod kruise;
 pub mod kubeedge;
 pub mod lenient;
 pub mod limits;
 pub mod reference;
-pub mod shared;
 pub mod validation;
 
 pub use kruise::{ImageListPullJob, ImagePullJob, NodeImage};

@@ -4,11 +4,11 @@
 //! becomes a task that fails with the decoder's reason. Pure: no I/O here.
 
 use crate::desired::{PullTask, TagKey};
+use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
 };
 use nodeimage_api::lenient::Lenient;
-use nodeimage_api::shared::SharedStr;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -361,10 +361,10 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeimage_api::interned::SharedStr;
     use nodeimage_api::kruise::{
         ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImageSpec, ReferenceObject,
     };
-    use nodeimage_api::shared::SharedStr;
 
     fn ni(entries: &[(&str, ImageTagSpec)]) -> NodeImage {
         let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();

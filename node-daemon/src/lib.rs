@@ -7,6 +7,7 @@ mod credentials;
 mod credproviders;
 mod cri;
 mod decode;
+mod deps;
 mod desired;
 pub mod flags;
 mod metrics;
@@ -19,7 +20,6 @@ mod resume;
 mod retry;
 mod runtime;
 mod runtime_info;
-mod shared;
 mod status;
 mod sync;
 mod upgrade;
@@ -207,8 +207,8 @@ fn deps(
     status: writer::StatusHandle,
     metrics: metrics::Metrics,
     providers: Option<Arc<credproviders::Providers>>,
-) -> shared::Deps {
-    shared::Deps {
+) -> deps::Deps {
+    deps::Deps {
         node: flags.node_name.clone(),
         runtime,
         client,
@@ -253,7 +253,7 @@ fn upgrade_settings(flags: &Flags) -> Arc<upgrade::Settings> {
 /// `runtime_info` metric, an event on the NodeImage once it is read) and,
 /// where it honours pins, keeps the wanted images pinned (`pins`).
 async fn pin_when_able(
-    deps: Arc<shared::Deps>,
+    deps: Arc<deps::Deps>,
     mut info: tokio::sync::watch::Receiver<Option<runtime_info::RuntimeInfo>>,
     enabled: bool,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -289,7 +289,7 @@ async fn pin_when_able(
 }
 
 /// Says what the runtime can do: a log line and the `runtime_info` metric.
-fn record_runtime(deps: &shared::Deps, info: &runtime_info::RuntimeInfo) {
+fn record_runtime(deps: &deps::Deps, info: &runtime_info::RuntimeInfo) {
     let missing = info.missing();
     if missing.is_empty() {
         tracing::info!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), "container runtime supports every daemon feature");
@@ -309,7 +309,7 @@ fn record_runtime(deps: &shared::Deps, info: &runtime_info::RuntimeInfo) {
 /// Records what the runtime can do as an event on the NodeImage, once the
 /// NodeImage is known.
 async fn announce_runtime(
-    deps: Arc<shared::Deps>,
+    deps: Arc<deps::Deps>,
     info: runtime_info::RuntimeInfo,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {

@@ -4,9 +4,9 @@
 //! upgrade flow report through here.
 
 use crate::cri::Runtime;
+use crate::deps::Deps;
 use crate::desired::TagKey;
 use crate::metrics::{Metrics, PullLabels, ResultLabels};
-use crate::shared::Deps;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType, Recorder};

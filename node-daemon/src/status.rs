@@ -34,9 +34,9 @@ pub use nodeimage_api::kruise::nodeimage::patch::guarded_status_patch_with as gu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeimage_api::interned::SharedStr;
     use nodeimage_api::kruise::ImageStatus;
     use nodeimage_api::kruise::{ImageSpec, ImageTagSpec, NodeImageSpec};
-    use nodeimage_api::shared::SharedStr;
 
     fn ni(tags: &[(&str, &str, i64)], status: &[(&str, &str, i64, ImagePullPhase)]) -> NodeImage {
         let mut images: BTreeMap<SharedStr, ImageSpec> = BTreeMap::new();

@@ -3,10 +3,10 @@
 //! through the pull path (`pull::in_slot`) and finishes Succeeded or Failed
 //! with its status, event and metrics.
 
+use crate::deps::Deps;
 use crate::desired::PullTask;
 use crate::pull;
 use crate::report::{self, Outcome, Reporter, now};
-use crate::shared::Deps;
 use crate::upgrade;
 use nodeimage_api::kruise::ImagePullPhase;
 use std::sync::Arc;

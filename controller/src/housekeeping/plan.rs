@@ -26,11 +26,11 @@ mod tag;
 use crate::clock::{after, api_time};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
+use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::{
     ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec,
     NodeImageStatus,
 };
-use nodeimage_api::shared::SharedStr;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -4,11 +4,11 @@ use crate::nodes::NodeInfo;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
+use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
 };
 use nodeimage_api::kubeedge::{NodeTaskSpec, TaskStatus};
-use nodeimage_api::shared::SharedStr;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

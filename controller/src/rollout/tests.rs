@@ -1,10 +1,10 @@
 use super::*;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::{
     ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
 };
-use nodeimage_api::shared::SharedStr;
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

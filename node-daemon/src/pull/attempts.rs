@@ -7,11 +7,11 @@
 use super::{deadline_message, secrets, unavailable_past_deadline, wait_for_runtime};
 use crate::credentials::{self, Credential};
 use crate::cri::CriError;
+use crate::deps::Deps;
 use crate::desired::Target;
 use crate::report::{Outcome, Reporter};
 use crate::retry::{self, Next};
 use crate::runtime::{BlobKeeper, ContainerRuntime, PullProbe, PullRequest};
-use crate::shared::Deps;
 use k8s_cri::v1::AuthConfig;
 use nodeimage_api::kruise::ImagePullPhase;
 use std::time::{Duration, SystemTime};

@@ -10,11 +10,11 @@ mod tests;
 
 use crate::checks;
 use crate::cri::CriError;
+use crate::deps::Deps;
 use crate::desired::{PullMode, PullTask, Target};
 use crate::metrics::{GaugeGuard, ItemLabels};
 use crate::report::{Outcome, Reporter};
 use crate::runtime::ContainerRuntime;
-use crate::shared::Deps;
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::ImagePullPhase;
 use std::sync::Arc;

@@ -6,9 +6,9 @@
 use super::steps::{self, Next, Step, Verdict};
 use super::{RECORD_TIMEOUT, Settings, UpgradeReport, already_at, finish, recorded, set};
 use super::{still_wanted, take, tool};
+use crate::deps::Deps;
 use crate::desired::TagKey;
 use crate::report::Reporter;
-use crate::shared::Deps;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
 use nodeimage_api::reference::ImageRef;

@@ -27,11 +27,11 @@ mod take;
 pub mod tool;
 pub mod version;
 
+use crate::deps::Deps;
 use crate::desired::{PullTask, TagKey, Target};
 use crate::pull;
 pub use crate::report::UpgradeReport;
 use crate::report::{self, Outcome, Reporter};
-use crate::shared::Deps;
 use kube::runtime::events::{Event, EventType, Recorder};
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 
 use super::{Settings, content, extract, overlay, snapshot};
 use crate::cri::CriError;
-use crate::shared::Deps;
+use crate::deps::Deps;
 use nodeimage_api::kruise::TagUpgrade;
 use nodeimage_api::reference::ImageRef;
 use std::path::{Path, PathBuf};

@@ -1,8 +1,8 @@
 //! Table tests of the housekeeping plan.
 
 use super::*;
+use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::ImageTagPullPolicy;
-use nodeimage_api::shared::SharedStr;
 
 /// The instant the fixtures are written relative to.
 fn t0() -> DateTime<Utc> {

@@ -9,8 +9,8 @@
 
 use super::spec::{ImageTagSpec, NodeImage, NodeImageSpec};
 use super::status::{ImagePullPhase, ImageStatus, ImageTagStatus, NodeImageStatus};
+use crate::interned::SharedStr;
 use crate::kubeedge::state;
-use crate::shared::SharedStr;
 use std::collections::BTreeMap;
 
 impl ImageTagStatus {

@@ -5,7 +5,7 @@
 
 use super::spec::{ImageSpec, NodeImage, NodeImageSpec};
 use super::status::NodeImageStatus;
-use crate::shared::SharedStr;
+use crate::interned::SharedStr;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 

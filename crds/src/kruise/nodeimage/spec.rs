@@ -1,8 +1,8 @@
 //! What the cluster asks of a node: the NodeImage kind and its `spec`, one
 //! tag entry per image tag the node should hold.
 
+use crate::interned::{Owners, Shared, SharedStr};
 use crate::kruise::common::SandboxConfig;
-use crate::shared::{Owners, Shared, SharedStr};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;

@@ -1,6 +1,6 @@
 //! What a node reports: the NodeImage `status`, one entry per spec tag.
 
-use crate::shared::SharedStr;
+use crate::interned::SharedStr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

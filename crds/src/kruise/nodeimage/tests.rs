@@ -1,7 +1,7 @@
 //! Fixtures the NodeImage tests share, and the tests of the status types.
 
 use super::*;
-use crate::shared::SharedStr;
+use crate::interned::SharedStr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::BTreeMap;
 

@@ -130,9 +130,9 @@ static OWNERS: LazyLock<Mutex<Pool<Vec<ObjectReference>>>> = LazyLock::new(Mutex
 #[macro_export]
 macro_rules! interned_pool {
     ($t:ty) => {
-        impl $crate::shared::Interned for $t {
-            fn pool() -> &'static std::sync::Mutex<$crate::shared::Pool<Self>> {
-                static POOL: std::sync::LazyLock<std::sync::Mutex<$crate::shared::Pool<$t>>> =
+        impl $crate::interned::Interned for $t {
+            fn pool() -> &'static std::sync::Mutex<$crate::interned::Pool<Self>> {
+                static POOL: std::sync::LazyLock<std::sync::Mutex<$crate::interned::Pool<$t>>> =
                     std::sync::LazyLock::new(std::sync::Mutex::default);
                 &POOL
             }
