@@ -14,9 +14,6 @@ use nodeimage_api::NodeImage;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Wait before retrying a failed write.
-const RETRY: Duration = Duration::from_secs(5);
-
 /// Wait while the NodeImage cache has not synced yet.
 const NOT_SYNCED: Duration = Duration::from_secs(1);
 
@@ -115,7 +112,11 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
 
 /// Logs the failure and retries the Node after a short wait.
 pub fn error_policy(node: Arc<Node>, error: &Error, state: Arc<State>) -> Action {
-    state.ctx.metrics.error("Node");
-    tracing::warn!(node = %node.name_any(), %error, retry_s = RETRY.as_secs(), "node mirror failed");
-    Action::requeue(RETRY)
+    crate::jobshell::requeue::after_failure(
+        &state.ctx.metrics,
+        "Node",
+        &node.name_any(),
+        error,
+        crate::jobshell::requeue::Failure::Other,
+    )
 }
