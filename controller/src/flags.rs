@@ -6,6 +6,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The labels of Nodes that get no NodeImage unless the controller is told
+/// otherwise (`--skip-nodes-labelled`): virtual nodes (virtual-kubelet, EKS
+/// Fargate) and Windows nodes, where no node daemon runs, so a job over
+/// all nodes would wait for them until its response timeout.
+pub const DEFAULT_SKIPPED_NODE_LABELS: &str =
+    "type=virtual-kubelet,eks.amazonaws.com/compute-type=fargate,kubernetes.io/os=windows";
+
 /// Mirrors Nodes into NodeImages and turns image pull jobs (OpenKruise
 /// ImagePullJob/ImageListPullJob, KubeEdge ImagePrePullJob/NodeUpgradeJob)
 /// into per-node tag entries, aggregating results into job status.
@@ -69,7 +76,7 @@ pub struct Flags {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = crate::nodes::DEFAULT_SKIPPED_NODE_LABELS,
+        default_value = DEFAULT_SKIPPED_NODE_LABELS,
         value_parser = parse_label
     )]
     pub skip_nodes_labelled: Vec<Option<(String, String)>>,

@@ -1,38 +1,30 @@
 //! nodeimage-controller: mirrors Nodes into NodeImages, turns every job kind
 //! into per-node tag entries and aggregates what the daemons report.
+//!
+//! Its modules are grouped by role, from the bottom up: `flags`, `messages`,
+//! `runtime` (the process), `nodeimage` (the model), `cluster` (what it
+//! remembers and the one entry writer), `engine` (what every job kind
+//! shares), `controllers`. Each uses only those before it;
+//! tests/lint/modcycles.py checks that no two lean on each other.
 
-mod clock;
-mod conditions;
-mod context;
-mod entries;
+mod cluster;
+mod controllers;
+mod engine;
 pub mod flags;
-mod housekeeping;
-mod imagelistpulljob;
-mod imageprepulljob;
-mod imagepulljob;
-mod jobevents;
-mod jobshell;
-mod leader;
-mod lifecycle;
-mod metrics;
-mod nodecache;
-mod nodeimages;
-mod nodemirror;
-mod nodes;
-mod nodetasks;
-mod nodeupgradejob;
-mod pace;
-mod patch;
-mod pullsecrets;
-mod rollout;
-mod skipped;
-mod tagwrites;
-mod wakeups;
-mod watch;
+mod messages;
+mod nodeimage;
+mod runtime;
 
+use cluster::{nodecache, nodeimages, tagwrites};
+use controllers::{
+    housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, nodemirror, nodeupgradejob,
+};
+use engine::jobshell;
 use flags::Flags;
 use futures::StreamExt;
+use nodeimage::nodes;
 use nodeimage_ops::{client, health, shutdown};
+use runtime::{context, leader, lifecycle};
 use std::time::Duration;
 
 /// How long in-flight reconciles may take to finish after a stop signal.

@@ -1,0 +1,494 @@
+//! The writes a job controller makes outside its own status: edits of a
+//! NodeImage's `spec.images` (its tag entries) guarded by the spec the edit
+//! was computed from, and its finalizer.
+//! Shared shell for the job kinds; the edits themselves are in `entries`.
+
+use crate::nodeimage::entries;
+use crate::nodeimage::patch::{self, PatchError};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use nodeimage_api::interned::SharedStr;
+use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
+use nodeimage_api::kruise::{ImageSpec, NodeImage};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Semaphore, oneshot};
+
+/// Why a write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Someone wrote the object between our read and our write; re-plan.
+    #[error("{0} changed while writing; retrying")]
+    Conflict(String),
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was being done.
+        action: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The patch could not be built.
+    #[error(transparent)]
+    Patch(#[from] PatchError),
+    /// The write that carried this edit together with others failed.
+    #[error(transparent)]
+    Shared(Arc<WriteError>),
+}
+
+/// Tries an entry write makes before giving up with a conflict: the first
+/// from the cache, the rest from fresh reads, the last guarded by
+/// resourceVersion (in case the spec read back never compares equal).
+const ATTEMPTS: usize = 4;
+
+/// Applies `edit` to a copy of `ni`'s `spec.images` and, if it reports a
+/// change, writes the images it changed, each guarded by that image as it
+/// was read (JSON Patch `test`s, so the node's status writes and entry
+/// writes for other images do not void it). When an image moved (another
+/// writer), the edit is redone on a fresh read. A
+/// NodeImage that is gone is not an error (its node left). Returns the
+/// object as written, if a write was made.
+async fn edit_images(
+    client: &kube::Client,
+    ni: &NodeImage,
+    what: &str,
+    edit: impl Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool,
+) -> Result<Option<NodeImage>, WriteError> {
+    let node = ni.name_any();
+    let api: Api<NodeImage> = Api::all(client.clone());
+    let api_err = |source| WriteError::Api {
+        action: format!("{what} in NodeImage {node}"),
+        source,
+    };
+    let mut fresh: Option<NodeImage> = None;
+    for attempt in 1..=ATTEMPTS {
+        let current = fresh.as_ref().unwrap_or(ni);
+        let old = current.spec.images.clone().unwrap_or_default();
+        let mut new = old.clone();
+        if !edit(current, &mut new) || old == new {
+            return Ok(None);
+        }
+        let result = if attempt < ATTEMPTS {
+            let body = patch::images_tested(&current.spec, &new)?;
+            api.patch(&node, &PatchParams::default(), &Patch::Json::<()>(body))
+                .await
+        } else {
+            tracing::info!(nodeimage = %node, attempts = ATTEMPTS - 1, "spec kept moving under an entry write; guarding the last try by resourceVersion");
+            let Some(body) = patch::guarded(
+                "spec.images",
+                current.resource_version().as_deref(),
+                &["spec", "images"],
+                &old,
+                &new,
+            )?
+            else {
+                return Ok(None);
+            };
+            let body = patch::clearing_managed_fields(body);
+            api.patch(&node, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+        };
+        match result {
+            Ok(written) => return Ok(Some(written)),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(kube::Error::Api(e)) if is_stale_write(&e) => {
+                tracing::debug!(nodeimage = %node, attempt, "spec moved under an entry write; reading it again");
+            }
+            Err(source) => return Err(api_err(source)),
+        }
+        match api.get_opt(&node).await {
+            Ok(Some(n)) => fresh = Some(n),
+            Ok(None) => return Ok(None),
+            Err(source) => return Err(api_err(source)),
+        }
+    }
+    Err(WriteError::Conflict(format!("NodeImage {node}")))
+}
+
+/// Takes the entries owned by any of `uids` out of `ni` (see
+/// [`entries::release`]).
+pub async fn release(
+    writer: &NodeWriter,
+    ni: Arc<NodeImage>,
+    uids: &[String],
+) -> Result<(), WriteError> {
+    // Borrowed, not cloned: a cleanup looks at every NodeImage, and most
+    // hold nothing of the job (a copy of each spec multiplied the
+    // controller's memory while many jobs were deleted: docs/benchmarks.md,
+    // "Controller memory").
+    let uids: Vec<String> = match ni.spec.images.as_ref() {
+        Some(images) => uids
+            .iter()
+            .filter(|u| entries::owns_any(images, u))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
+    if uids.is_empty() {
+        return Ok(());
+    }
+    let edit: Edit = Box::new(move |_, images| {
+        uids.iter().fold(false, |changed, uid| {
+            entries::release(images, uid) | changed
+        })
+    });
+    writer.edit(ni, edit).await
+}
+
+/// Releases in flight at once when a job leaves every node.
+const RELEASE_CONCURRENCY: usize = 32;
+
+/// Takes the entries owned by any of `uids` out of every NodeImage in
+/// `nodeimages`, several nodes at a time (a deleted job may hold entries on
+/// thousands). Passing every job of the kind that is being deleted, not
+/// just one, lets the first of them clear a node for all in one write.
+/// Each node is read from the cache when its turn comes: a list of every
+/// NodeImage taken up front kept each as it was then alive for the whole
+/// cleanup, beside the cache's newer copies.
+pub async fn release_all(
+    writer: &NodeWriter,
+    nodeimages: &Store<NodeImage>,
+    uids: &[String],
+) -> Result<(), WriteError> {
+    let holding: Vec<String> = nodeimages
+        .state()
+        .iter()
+        .filter(|ni| {
+            let images = ni.spec.images.as_ref();
+            images.is_some_and(|images| uids.iter().any(|u| entries::owns_any(images, u)))
+        })
+        .map(|ni| ni.name_any())
+        .collect();
+    let results: Vec<Result<(), WriteError>> = futures::stream::iter(holding)
+        .filter_map(|node| std::future::ready(nodeimages.get(&ObjectRef::new(&node))))
+        .map(|ni| release(writer, ni, uids))
+        .buffer_unordered(RELEASE_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// An edit of a NodeImage's `spec.images` given the object it applies to;
+/// returns whether it changed anything.
+pub type Edit = Box<dyn Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool + Send + Sync>;
+
+/// The one writer of tag entries for the whole binary. Each job hands its
+/// edits for a node to it; the edits that arrive while a write to that node
+/// is in flight go out together in the next write, from the newest spec
+/// known: the shared cache's, or our own last write's while the cache has
+/// not caught up with it. (Jobs writing on their own void each other's
+/// writes: a hundred jobs starting together all add entries to the same
+/// first nodes.)
+#[derive(Clone)]
+pub struct NodeWriter {
+    client: kube::Client,
+    cache: Store<NodeImage>,
+    slots: Arc<Mutex<HashMap<String, Slot>>>,
+    in_flight: Arc<Semaphore>,
+}
+
+/// NodeImage writes in flight at once, over all nodes. Each write sends and
+/// re-stores a whole NodeImage (its whole spec); a thousand at once
+/// (a deleted job leaving every node) swamp the API server, while edits that
+/// wait for a slot are batched into fewer writes.
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// One node's queue.
+#[derive(Default)]
+struct Slot {
+    pending: Vec<(Edit, oneshot::Sender<Result<(), WriteError>>)>,
+    /// Whether a task is writing this node's edits.
+    running: bool,
+    /// Our last write (without status), until the cache holds it.
+    written: Option<Arc<NodeImage>>,
+}
+
+impl NodeWriter {
+    /// A writer with no queues, reading the shared NodeImage cache.
+    pub fn new(client: kube::Client, cache: Store<NodeImage>) -> Self {
+        Self {
+            client,
+            cache,
+            slots: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `edit` to NodeImage `ni` (a cached copy) in the next write to
+    /// that node, and waits for that write.
+    pub async fn edit(&self, ni: Arc<NodeImage>, edit: Edit) -> Result<(), WriteError> {
+        let node = ni.name_any();
+        let (done, result) = oneshot::channel();
+        let start = {
+            let mut slots = self.lock();
+            let slot = slots.entry(node.clone()).or_default();
+            slot.pending.push((edit, done));
+            !std::mem::replace(&mut slot.running, true)
+        };
+        if start {
+            tokio::spawn(self.clone().drain(node.clone(), ni));
+        } else {
+            // The running drain reads the cache; this copy would only keep
+            // an older generation alive while the edit waits.
+            drop(ni);
+        }
+        result
+            .await
+            .unwrap_or_else(|_| Err(WriteError::Conflict(format!("NodeImage {node}"))))
+    }
+
+    /// Writes the node's pending edits, a batch at a time, until none are
+    /// left.
+    async fn drain(self, node: String, mut seen: Arc<NodeImage>) {
+        loop {
+            // Wait for a slot before taking the batch, so edits queue up meanwhile.
+            let _permit = self.in_flight.clone().acquire_owned().await;
+            // The cache applies watch events in order, so its copy is never
+            // older than the one a job handed in (which came from it).
+            if let Some(cached) = self.cache.get(&ObjectRef::new(&node)) {
+                seen = cached;
+            }
+            let (batch, base) = {
+                let mut slots = self.lock();
+                let Some(slot) = slots.get_mut(&node) else {
+                    return;
+                };
+                if slot.written.as_ref().is_some_and(|w| caught_up(w, &seen)) {
+                    slot.written = None;
+                }
+                if slot.pending.is_empty() {
+                    slot.running = false;
+                    if slot.written.is_none() {
+                        slots.remove(&node);
+                    }
+                    return;
+                }
+                // Our write is newer than the cache: its spec, the cache's status.
+                let base = match &slot.written {
+                    Some(w) => {
+                        let mut base = seen.as_ref().clone();
+                        base.spec = w.spec.clone();
+                        base.metadata.resource_version = w.metadata.resource_version.clone();
+                        Arc::new(base)
+                    }
+                    None => seen.clone(),
+                };
+                (std::mem::take(&mut slot.pending), base)
+            };
+            let (edits, waiters): (Vec<Edit>, Vec<_>) = batch.into_iter().unzip();
+            let result = edit_images(&self.client, &base, "writing entries", |current, images| {
+                edits
+                    .iter()
+                    .fold(false, |changed, edit| edit(current, images) | changed)
+            })
+            .await;
+            let outcome = match result {
+                Ok(written) => {
+                    if let Some(mut written) = written {
+                        // Only its spec and version are read; the status is the
+                        // cache's. Trimmed as the cache's copies are (decoded
+                        // managed fields outweigh the spec): every node written
+                        // waits here until the watch catches up.
+                        written.status = None;
+                        crate::cluster::nodeimages::compact(&mut written);
+                        if let Some(slot) = self.lock().get_mut(&node) {
+                            slot.written = Some(Arc::new(written));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(Arc::new(e)),
+            };
+            for waiter in waiters {
+                let _ = waiter.send(match &outcome {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(match e.as_ref() {
+                        WriteError::Conflict(n) => WriteError::Conflict(n.clone()),
+                        _ => WriteError::Shared(e.clone()),
+                    }),
+                });
+            }
+        }
+    }
+}
+
+impl NodeWriter {
+    /// Forgets each node's last write as soon as the shared cache holds it,
+    /// until `changes` ends: a node's spec is then kept twice only while the
+    /// watch lags behind our write (kept until the node's next edit, these
+    /// copies were a large share of the controller's peak memory:
+    /// docs/benchmarks.md, "Controller memory").
+    pub async fn follow(self, changes: futures::stream::BoxStream<'static, Arc<NodeImage>>) {
+        changes
+            .for_each(|ni| {
+                self.forget_if_cached(&ni);
+                std::future::ready(())
+            })
+            .await;
+    }
+
+    fn forget_if_cached(&self, cached: &NodeImage) {
+        forget_if_cached(&mut self.lock(), cached);
+    }
+}
+
+/// Drops the last write of `cached`'s node once `cached` holds it, and the
+/// node's queue with it when nothing is being written there.
+fn forget_if_cached(slots: &mut HashMap<String, Slot>, cached: &NodeImage) {
+    let Some(node) = cached.metadata.name.as_deref() else {
+        return;
+    };
+    let Some(slot) = slots.get_mut(node) else {
+        return;
+    };
+    if slot.written.as_ref().is_some_and(|w| caught_up(w, cached)) {
+        slot.written = None;
+        if !slot.running {
+            slots.remove(node);
+        }
+    }
+}
+
+/// Whether the cache holds our last write: the cached copy is that write
+/// (same resourceVersion) or carries the spec we wrote (a status write came
+/// on top). resourceVersions are opaque: compared for equality only.
+fn caught_up(written: &NodeImage, cached: &NodeImage) -> bool {
+    written.resource_version() == cached.resource_version() || written.spec == cached.spec
+}
+
+/// Adds (`present`) or removes `finalizer` on `obj`, guarded by its
+/// resourceVersion. A removal from an object that is gone succeeds.
+pub async fn set_finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    present: bool,
+) -> Result<(), WriteError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if present {
+        edit_finalizers(api, obj, Some(finalizer), &[]).await
+    } else {
+        edit_finalizers(api, obj, None, &[finalizer]).await
+    }
+}
+
+/// Adds `add` and removes `remove` from `obj`'s finalizers in one write,
+/// guarded by its resourceVersion; nothing when nothing changes. A removal
+/// from an object that is gone succeeds.
+pub async fn edit_finalizers<K>(
+    api: &Api<K>,
+    obj: &K,
+    add: Option<&str>,
+    remove: &[&str],
+) -> Result<(), WriteError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut fins: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| !remove.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    if let Some(f) = add.filter(|f| !fins.iter().any(|x| x == f)) {
+        fins.push(f.to_string());
+    }
+    if fins == obj.finalizers() {
+        return Ok(());
+    }
+    let name = obj.name_any();
+    let body = serde_json::json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": fins}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 && add.is_none() => Ok(()),
+        Err(kube::Error::Api(e)) if is_stale_write(&e) => Err(WriteError::Conflict(name)),
+        Err(source) => Err(WriteError::Api {
+            action: match add {
+                Some(f) => format!("adding finalizer {f} to {name}"),
+                None => format!("removing finalizers {} of {name}", remove.join(", ")),
+            },
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NodeImage at resourceVersion `rv` whose spec holds image `image`.
+    fn at(rv: &str, image: &str) -> NodeImage {
+        let mut ni = NodeImage::new("node-1", Default::default());
+        ni.metadata.resource_version = Some(rv.into());
+        ni.spec.images = Some([(image.into(), ImageSpec::default())].into());
+        ni
+    }
+
+    #[test]
+    fn a_write_is_forgotten_once_the_cache_holds_it() {
+        let slot = |running| Slot {
+            pending: Vec::new(),
+            running,
+            written: Some(Arc::new(at("5", "a"))),
+        };
+        let cases = [
+            ("cache behind: kept", slot(false), at("4", "b"), true, true),
+            (
+                "cache holds it, idle: queue dropped",
+                slot(false),
+                at("9", "a"),
+                false,
+                false,
+            ),
+            (
+                "cache holds it, writing: write dropped",
+                slot(true),
+                at("5", "a"),
+                true,
+                false,
+            ),
+        ];
+        for (name, slot, cached, queue_kept, write_kept) in cases {
+            let mut slots = HashMap::from([("node-1".to_string(), slot)]);
+            forget_if_cached(&mut slots, &cached);
+            assert_eq!(slots.contains_key("node-1"), queue_kept, "{name}");
+            assert_eq!(
+                slots.get("node-1").is_some_and(|s| s.written.is_some()),
+                write_kept,
+                "{name}"
+            );
+        }
+        let mut other = HashMap::from([("node-2".to_string(), slot(false))]);
+        forget_if_cached(&mut other, &at("5", "a"));
+        assert!(other["node-2"].written.is_some(), "another node's write");
+    }
+
+    #[test]
+    fn caught_up_compares_resource_versions_for_equality_only() {
+        let cases = [
+            ("same version", at("5", "a"), at("5", "a"), true),
+            ("same version, other spec", at("5", "a"), at("5", "b"), true),
+            ("a status write on top", at("5", "a"), at("9", "a"), true),
+            ("cache behind", at("5", "a"), at("4", "b"), false),
+            ("another writer after us", at("5", "a"), at("9", "b"), false),
+            ("not numbers", at("x", "a"), at("y", "b"), false),
+        ];
+        for (name, written, cached, want) in cases {
+            assert_eq!(caught_up(&written, &cached), want, "{name}");
+        }
+    }
+}

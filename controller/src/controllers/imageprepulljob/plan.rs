@@ -1,0 +1,296 @@
+//! What an ImagePrePullJob should do next, decided from a snapshot of the
+//! Nodes, the NodeImages, the job (its status is the record of what it
+//! decided before) and the clock, by the KubeEdge node-task engine
+//! (`nodetasks`, which holds the shared rules). Pure.
+//!
+//! What is ImagePrePullJob's own:
+//! - Every node gets one entry per image (`IfNotPresent`, the job's
+//!   `checkItems`, the copy of `imageSecrets`); a node whose image secret is
+//!   missing fails at once (event Init).
+//! - A working node is `Pulling`; it finishes when it reports every image,
+//!   and `imageStatus[]` lists each image it finished. A failed check is
+//!   event `Check`, a deadline event `TimeOut`, any other failure `Pull`.
+//! - Node events: one `NodeFailed` per failed node.
+
+mod rows;
+mod task;
+
+use crate::engine::jobevents::JobEvent;
+use crate::engine::nodetasks::{self, Job, Task, v1alpha2};
+use crate::engine::rollout::{self, Entry};
+use crate::nodeimage::entries::EntryRequest;
+pub use crate::nodeimage::nodes::NodeInfo;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, ReferenceObject};
+use nodeimage_api::kubeedge::{ImagePrePullJob, ImagePrePullJobStatus};
+pub use rows::summarise;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use task::PrePull;
+
+#[cfg(test)]
+use crate::engine::rollout::rfc3339;
+#[cfg(test)]
+use nodeimage_api::kubeedge::{ImagePrePullStatus, TaskStatus};
+#[cfg(test)]
+use nodetasks::{API_VERSION, NODEIMAGE_WAIT};
+
+/// Kind name in tag owner references.
+pub const KIND: &str = "ImagePrePullJob";
+
+/// Job, node and image states, spelled as KubeEdge writes them (the guide
+/// shows `"state":"Successful"`).
+pub mod state {
+    pub use crate::engine::nodetasks::state::{FAILED, SUCCESSFUL};
+    /// Checking and pulling.
+    pub const PULLING: &str = "Pulling";
+}
+
+/// The step a state refers to.
+pub mod event {
+    pub use crate::engine::nodetasks::event::{INIT, TIMEOUT};
+    /// The node checks (checkItems).
+    pub const CHECK: &str = "Check";
+    /// Pulling the images.
+    pub const PULL: &str = "Pull";
+}
+
+/// Longest reason kept in status (longer ones are cut with an ellipsis).
+pub const MAX_REASON_CHARS: usize = 256;
+
+/// The job's image secret, as the shell found it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Secrets {
+    /// No imageSecrets.
+    #[default]
+    None,
+    /// Copies the daemons may read.
+    Copied(Vec<ReferenceObject>),
+    /// The secret cannot be used; why.
+    Missing(String),
+}
+
+/// Everything the plan reads.
+pub struct Inputs<'a> {
+    /// The job.
+    pub job: &'a ImagePrePullJob,
+    /// Every Node, by name.
+    pub nodes: &'a BTreeMap<String, NodeInfo>,
+    /// Every NodeImage, by name.
+    pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
+    /// Only KubeEdge edge nodes take part.
+    pub edge_only: bool,
+    /// The job's image secret.
+    pub secrets: Secrets,
+    /// The time.
+    pub now: DateTime<Utc>,
+}
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The job's new status, its conditions at the plan's time.
+    pub status: ImagePrePullJobStatus,
+    /// The entries to write (the same on every node).
+    pub requests: Vec<EntryRequest>,
+    /// Nodes to write the entries to: newly started ones, and working ones
+    /// whose entries may need to follow a spec edit.
+    pub write_to: Vec<String>,
+    /// Events to publish once the status is written.
+    pub events: Vec<JobEvent>,
+    /// When to look again, if nothing wakes the job before.
+    pub requeue_after: Option<Duration>,
+    /// The job has finished (now or before).
+    pub finished: bool,
+    /// How much of the per-node detail was summarised to fit the budget.
+    pub summarised: Summary,
+    /// The status changed beyond its conditions (a status that changes
+    /// only its conditions is written at once, not paced).
+    pub status_changed: bool,
+    /// The job's state or phase changed (such a write is not held back).
+    pub state_changed: bool,
+}
+
+/// How far per-node detail was cut to keep the status within budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Summary {
+    /// Everything listed.
+    #[default]
+    Full,
+    /// Successful nodes list no imageStatus (every image succeeded).
+    NoSuccessfulImages,
+    /// No node lists imageStatus; the node reason names the failures.
+    NoImages,
+    /// Nodes list only name, state, event and action.
+    Minimal,
+    /// Nodes list only name and state (v1alpha2: name and phase).
+    Tiny,
+}
+
+/// The node timeout: `timeoutSeconds`, where unset or 0 means 300.
+pub fn node_timeout(job: &ImagePrePullJob) -> i64 {
+    nodetasks::node_timeout(job.spec.image_pre_pull_template.task.timeout_seconds)
+}
+
+/// The job as an owner of tag entries (cluster-scoped: no namespace).
+pub fn owner_ref(job: &ImagePrePullJob) -> ObjectReference {
+    nodetasks::owner_ref(KIND, job.name_any(), job.uid())
+}
+
+/// The tag entry's pull policy: attempts of `timeoutSeconds` each,
+/// `retryTimes` retries, the whole pull bounded by the node timeout, and
+/// the finished entry kept for the node timeout plus a grace period.
+pub fn entry_pull_policy(job: &ImagePrePullJob) -> ImageTagPullPolicy {
+    let timeout = node_timeout(job);
+    let retries = job
+        .spec
+        .image_pre_pull_template
+        .retry_times
+        .unwrap_or(0)
+        .max(0);
+    ImageTagPullPolicy {
+        timeout_seconds: Some(i32::try_from(timeout).unwrap_or(i32::MAX)),
+        backoff_limit: Some(retries),
+        ttl_seconds_after_finished: Some(nodetasks::entry_ttl(timeout)),
+        active_deadline_seconds: Some(timeout),
+    }
+}
+
+/// The checks each node runs: the job's `checkItems` (KubeEdge documents
+/// `disk` as the default but runs none when unset, and neither do we).
+pub fn check_items(job: &ImagePrePullJob) -> Vec<String> {
+    job.spec
+        .image_pre_pull_template
+        .task
+        .check_items
+        .clone()
+        .unwrap_or_default()
+}
+
+/// The nodes a new job selects: `nodeNames` in order (duplicates dropped),
+/// or the Nodes matching `labelSelector`, sorted (as the engine selects them).
+#[cfg(test)]
+fn select_nodes(
+    job: &ImagePrePullJob,
+    nodes: &BTreeMap<String, NodeInfo>,
+) -> Result<Vec<String>, String> {
+    let t = &job.spec.image_pre_pull_template;
+    rollout::select_nodes(
+        t.task.node_names.as_deref(),
+        t.task.label_selector.as_ref(),
+        nodes,
+        true,
+    )
+}
+
+/// The step a node's failure message belongs to: the daemon's checks say
+/// `check …`, deadlines (the node timeout as the daemon or housekeeping
+/// applies it) name activeDeadlineSeconds or a node that did not respond.
+pub fn failure_event(message: &str) -> &'static str {
+    if message.starts_with("check ") {
+        event::CHECK
+    } else if message.contains("activeDeadlineSeconds") || message.contains("did not respond") {
+        event::TIMEOUT
+    } else {
+        event::PULL
+    }
+}
+
+/// Whether a job status is final.
+pub fn is_finished(status: &ImagePrePullJobStatus) -> bool {
+    nodetasks::is_final(status.job.state.as_deref())
+}
+
+#[cfg(test)]
+fn row_name(row: &ImagePrePullStatus) -> Option<&str> {
+    row.node_status.as_ref()?.node_name.as_deref()
+}
+
+/// Decides the job's next step.
+pub fn plan(inp: Inputs<'_>) -> Plan {
+    let job = inp.job;
+    let old = job.status.clone().unwrap_or_default();
+    let t = &job.spec.image_pre_pull_template;
+    // Images → entries (distinct), and each image's entry.
+    let images: Result<Vec<(String, Entry)>, String> = t
+        .images
+        .iter()
+        .map(|image| {
+            rollout::entry_for(image)
+                .map(|e| (image.clone(), e))
+                .map_err(|e| format!("cannot pull {image}: {e}"))
+        })
+        .collect();
+    let mut entries: Vec<Entry> = Vec::new();
+    for (_, e) in images.iter().flatten() {
+        if !entries.contains(e) {
+            entries.push(e.clone());
+        }
+    }
+    let kind = PrePull {
+        job,
+        images: images.clone().unwrap_or_default(),
+        entries: entries.clone(),
+        secrets: &inp.secrets,
+    };
+    let old_rows = old.status.clone().unwrap_or_default();
+    let step = nodetasks::step(
+        &kind,
+        Job {
+            uid: job.uid().unwrap_or_default(),
+            old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
+            old_rows: &old_rows,
+            entries: images.map(|_| entries.clone()),
+            task: Task::of(&t.task),
+            edge_only: inp.edge_only,
+            status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
+        },
+        inp.nodes,
+        inp.nodeimages,
+        inp.now,
+    );
+    let mut status = with_phase(old, step.phase);
+    if let Some(node_rows) = step.rows {
+        status.node_status = Some(rows::v1alpha2_rows(&node_rows, step.summarised));
+        status.status = Some(node_rows);
+    }
+    let requests = if step.write_to.is_empty() {
+        vec![]
+    } else {
+        kind.requests()
+    };
+    let state = |s: &ImagePrePullJobStatus| (s.job.state.clone(), s.phase.clone());
+    let status_changed = job.status.as_ref() != Some(&status);
+    let state_changed = job.status.as_ref().map(state) != Some(state(&status));
+    crate::engine::conditions::apply(
+        job.status.as_ref(),
+        &mut status,
+        job.metadata.generation,
+        &crate::runtime::clock::api_time(inp.now),
+    );
+    Plan {
+        status_changed,
+        state_changed,
+        status,
+        requests,
+        write_to: step.write_to,
+        events: step.events,
+        requeue_after: step.requeue_after,
+        finished: step.finished,
+        summarised: step.summarised,
+    }
+}
+
+fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJobStatus {
+    ImagePrePullJobStatus {
+        phase: v1alpha2::job_phase(p.state.as_deref()).or(old.phase.clone()),
+        job: p,
+        ..old
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+//! ImagePullJob: one image onto the nodes a job selects, a bounded number at
+//! a time, through tag entries in their NodeImages. The decisions are in
+//! `plan`; `reconcile` reads, calls the plan, and writes narrow patches.
+//!
+//! A job is woken when it changes (not by its own status writes: with a
+//! hundred jobs rolling out, each status write woke its job to plan again
+//! and, counts having moved meanwhile, write again), when one of its tags changes in a
+//! NodeImage (see `wakeups`), when a NodeImage appears or its labels change
+//! so that the job now selects it, when a pod in its namespace changes (podSelector jobs), when one
+//! of its source pull secrets changes, and when its plan's due time comes.
+
+pub mod plan;
+mod reconcile;
+
+use crate::cluster::nodeimages::Subscription;
+use crate::cluster::wakeups::{LabelChanges, TagChanges};
+use crate::cluster::watch::{self, SyncSignals, Synced};
+use crate::engine::jobshell;
+use crate::runtime::context::Context;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodeimage_api::{ImagePullJob, NodeImage};
+use nodeimage_ops::health::Readiness;
+use std::sync::Arc;
+use tokio::sync::watch as signal;
+
+/// Kind name in tag owner references.
+pub const KIND: &str = "ImagePullJob";
+
+/// Runs the ImagePullJob controller until `stop` turns true.
+pub async fn run(
+    ctx: Context,
+    writer: crate::cluster::tagwrites::NodeWriter,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodeimages: Subscription,
+) {
+    jobshell::ensure_secrets_namespace(&ctx, "pull secrets").await;
+    let client = ctx.client.clone();
+    let pods_synced = Synced::default();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let pod_events = pod_events(
+        &client,
+        pod_writer,
+        SyncSignals {
+            synced: pods_synced.clone(),
+            check: readiness.check("pods-synced").await,
+            relisted: None,
+        },
+    );
+    let (jobs, job_writer) = reflector::store::<ImagePullJob>();
+    let skipped = crate::cluster::skipped::Skipped::new(&ctx, KIND, Some("message"));
+    let controller = Controller::for_stream(
+        watch::spec_trigger(client.clone(), job_writer, skipped),
+        jobs.clone(),
+    );
+    let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
+    let state = Arc::new(reconcile::State {
+        shared: crate::engine::jobshell::Shared {
+            ctx,
+            writer,
+            nodeimages: nodeimages.store,
+            nodeimages_synced: nodeimages.synced,
+        },
+        pods,
+        pods_synced,
+        jobs: jobs.clone(),
+    });
+    let relabelled = LabelChanges::new(state.shared.nodeimages.clone());
+    let controller = controller
+        .watches_shared_stream(nodeimages.changes, on_nodeimage(jobs.clone(), relabelled))
+        .watches_stream(pod_events, on_pod(jobs.clone()))
+        .watches_stream(secret_events(&client), on_secret(jobs));
+    jobshell::drive(controller, stop, state).await;
+}
+
+/// The pods, reflected into `writer` (trimmed to what selection reads),
+/// as a stream of the pods that changed or went.
+fn pod_events(
+    client: &kube::Client,
+    writer: reflector::store::Writer<Pod>,
+    signals: SyncSignals,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    let api = Api::all(client.clone());
+    watch::reflect(
+        "imagepulljob-pods",
+        api,
+        writer,
+        reconcile::trim_pod,
+        signals,
+    )
+    .filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(p) | watcher::Event::Delete(p) => Some(Ok(p)),
+            _ => None,
+        })
+    })
+}
+
+/// The Secrets that changed or went, by their metadata.
+fn secret_events(
+    client: &kube::Client,
+) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
+    let api = Api::<PartialObjectMeta<Secret>>::all(client.clone());
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|r: Result<PartialObjectMeta<Secret>, watcher::Error>| {
+            std::future::ready(r.ok().map(Ok))
+        })
+}
+
+/// A changed NodeImage wakes the jobs owning one of its tags and, when its
+/// labels changed, the jobs that now select it.
+fn on_nodeimage(
+    jobs: Store<ImagePullJob>,
+    relabelled: LabelChanges,
+) -> impl Fn(Arc<NodeImage>) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
+    let owners = jobshell::wake_owners(TagChanges::new(KIND, "apps.kruise.io"));
+    move |ni| {
+        let mut wake = owners(ni.clone());
+        if relabelled.changed(&ni) {
+            let selecting = jobs.state();
+            let selecting = selecting.iter().filter(|j| plan::selects(j, &ni));
+            wake.extend(selecting.map(|j| ObjectRef::from_obj(j.as_ref())));
+        }
+        wake
+    }
+}
+
+/// A changed pod wakes the podSelector jobs of its namespace.
+fn on_pod(
+    jobs: Store<ImagePullJob>,
+) -> impl Fn(Pod) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
+    move |pod| {
+        let ns = pod.namespace();
+        jobs.state()
+            .iter()
+            .filter(|j| j.namespace() == ns && plan::reads_pods(j))
+            .map(|j| ObjectRef::from_obj(j.as_ref()))
+            .collect()
+    }
+}
+
+/// A changed Secret wakes the jobs of its namespace that name it.
+fn on_secret(
+    jobs: Store<ImagePullJob>,
+) -> impl Fn(PartialObjectMeta<Secret>) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
+    move |s| {
+        let (ns, name) = (s.namespace(), s.name_any());
+        jobs.state()
+            .iter()
+            .filter(|j| {
+                let mut names = j.spec.template.pull_secrets.iter().flatten();
+                j.namespace() == ns && names.any(|p| *p == name)
+            })
+            .map(|j| ObjectRef::from_obj(j.as_ref()))
+            .collect()
+    }
+}

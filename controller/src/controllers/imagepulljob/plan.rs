@@ -1,0 +1,381 @@
+//! What an ImagePullJob should do next, decided from a snapshot of its
+//! NodeImages (and pods, for podSelector) and the clock. Pure.
+
+mod entry;
+mod select;
+
+use crate::engine::jobevents::JobEvent;
+use crate::engine::rollout::{self, Entry, NodeState, Tally};
+use crate::nodeimage::entries::EntryRequest;
+use crate::runtime::clock::{api_time, instant};
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+#[cfg(test)]
+use entry::entry_pull_policy;
+#[cfg(test)]
+use k8s_openapi::api::core::v1::ObjectReference;
+#[cfg(test)]
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+#[cfg(test)]
+use nodeimage_api::kruise::CompletionPolicyType;
+
+/// How long a Never job's entry lives before it is re-added (re-pulled): a day.
+pub const NEVER_ENTRY_TTL_SECONDS: i32 = 86_400;
+/// Smallest per-entry deadline of a Never job.
+pub const NEVER_MIN_DEADLINE_SECONDS: i64 = 1_800;
+/// How often a Never job looks for expired entries to add again.
+pub const NEVER_RESYNC: std::time::Duration = std::time::Duration::from_secs(300);
+/// How often a running job looks again even if nothing woke it (new nodes).
+pub const RUNNING_RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub use select::{PodInfo, select_nodes, selects};
+
+/// Everything the plan reads.
+pub struct Inputs<'a> {
+    /// The job.
+    pub job: &'a ImagePullJob,
+    /// Every NodeImage.
+    pub nodeimages: &'a [Arc<NodeImage>],
+    /// Pods of the job's namespace (used with podSelector).
+    pub pods: &'a [PodInfo],
+    /// Copies of the job's pull secrets the daemons may read.
+    pub secrets: Vec<ReferenceObject>,
+    /// Pull secrets named by the job that do not exist.
+    pub missing_secrets: Vec<String>,
+    /// The time.
+    pub now: DateTime<Utc>,
+}
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The job's new status, its conditions at the plan's time.
+    pub status: ImagePullJobStatus,
+    /// The entry to write (same on every node).
+    pub request: Option<EntryRequest>,
+    /// Nodes to write the entry to: newly started, and started ones whose
+    /// entry may need to follow a spec edit.
+    pub write_to: Vec<String>,
+    /// Events to publish (missing pull secrets first).
+    pub events: Vec<JobEvent>,
+    /// When to look again, if nothing wakes the job before.
+    pub requeue_after: Option<std::time::Duration>,
+    /// The job's TTL after completion has passed: delete it.
+    pub delete: bool,
+    /// The status differs from the one read: write it.
+    pub write_status: bool,
+    /// The job completed in this step: its secret copies are released.
+    pub completed_now: bool,
+    /// The job has completed: the upstream deletion-protection finalizer
+    /// goes, as OpenKruise lets it go once a job's secrets are released.
+    pub completed: bool,
+}
+
+/// Decides the job's next step, its status with conditions (at `now`),
+/// and what its shell does besides writing: events, secret release,
+/// finalizers, deletion.
+pub fn plan(inp: Inputs<'_>) -> Plan {
+    let job = inp.job;
+    let old = job.status.clone().unwrap_or_default();
+    let mut p = decide(&inp, old.clone());
+    crate::engine::conditions::apply(
+        job.status.as_ref(),
+        &mut p.status,
+        job.metadata.generation,
+        &api_time(inp.now),
+    );
+    let mut events = missing_secret_events(&inp.missing_secrets, &old);
+    events.append(&mut p.events);
+    p.events = events;
+    p.write_status = p.status != old;
+    p.completed_now = p.status.completion_time.is_some() && old.completion_time.is_none();
+    p.completed = p.status.completion_time.is_some();
+    p
+}
+
+/// A warning for each missing pull secret the status did not name yet.
+fn missing_secret_events(missing: &[String], old: &ImagePullJobStatus) -> Vec<JobEvent> {
+    let named = old.message.as_deref().unwrap_or_default();
+    missing
+        .iter()
+        .filter(|m| !named.contains(m.as_str()))
+        .map(|m| {
+            JobEvent::warning(
+                "PullSecretMissing",
+                format!("Pull secret {m} not found; pulling without it"),
+            )
+        })
+        .collect()
+}
+
+/// The pull secrets the shell copies for the daemons: none once the job
+/// completed (they are released then).
+pub fn secrets_to_copy(job: &ImagePullJob) -> &[String] {
+    let completed = job
+        .status
+        .as_ref()
+        .is_some_and(|s| s.completion_time.is_some());
+    match &job.spec.template.pull_secrets {
+        Some(names) if !completed => names,
+        _ => &[],
+    }
+}
+
+/// Whether the plan reads the pods of the job's namespace (podSelector jobs).
+pub fn reads_pods(job: &ImagePullJob) -> bool {
+    job.spec.template.pod_selector.is_some()
+}
+
+impl Plan {
+    /// When the job looks again: as the plan says, and a running job at
+    /// least every [`RUNNING_RESYNC`] (new nodes).
+    pub fn look_again(&self) -> Option<std::time::Duration> {
+        let running = self.status.completion_time.is_none();
+        match self.requeue_after {
+            Some(d) if running => Some(d.min(RUNNING_RESYNC)),
+            Some(d) => Some(d),
+            None if running => Some(RUNNING_RESYNC),
+            None => None,
+        }
+    }
+
+    /// A plan that writes nothing but `status` and `events`.
+    fn only(status: ImagePullJobStatus, events: Vec<JobEvent>) -> Self {
+        Plan {
+            status,
+            request: None,
+            write_to: vec![],
+            events,
+            requeue_after: None,
+            delete: false,
+            write_status: false,
+            completed_now: false,
+            completed: false,
+        }
+    }
+}
+
+/// The step before the shell's concerns: a completed job waits for its
+/// TTL; a job whose image or selection is invalid says so; else the rollout.
+fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
+    let (job, now) = (inp.job, inp.now);
+    let (cp, always) = crate::engine::rollout::completion(&job.spec.template);
+    if let Some(done) = old.completion_time.as_ref().map(instant) {
+        let (delete, requeue_after) = rollout::ttl_due(done, cp.ttl_seconds_after_finished, now);
+        return Plan {
+            requeue_after,
+            delete,
+            ..Plan::only(old, vec![])
+        };
+    }
+    let start_time = old.start_time.as_ref().map(instant).unwrap_or(now);
+    let mut events = Vec::new();
+    if old.start_time.is_none() {
+        events.push(JobEvent::normal(
+            "Started",
+            format!("Started pulling {}", job.spec.image),
+        ));
+    }
+    let (entry, nodes) = match nodes_of(inp) {
+        Ok(found) => found,
+        Err(message) => {
+            let status = ImagePullJobStatus {
+                start_time: Some(api_time(start_time)),
+                message: Some(message),
+                ..old
+            };
+            return Plan::only(status, events);
+        }
+    };
+    let deadline = cp
+        .active_deadline_seconds
+        .filter(|_| always)
+        .map(|s| crate::runtime::clock::after(start_time, crate::runtime::clock::seconds(s)));
+    let r = roll_out(job, nodes, deadline, now);
+    let complete = always && r.tally.finished();
+    events.extend(node_events(job, &old, &r.tally, complete));
+    let requeue_after = if complete {
+        cp.ttl_seconds_after_finished
+            .map(|t| std::time::Duration::from_secs(t.max(0) as u64))
+    } else if !always {
+        Some(NEVER_RESYNC)
+    } else {
+        deadline.and_then(|d| (d - now).to_std().ok())
+    };
+    let status = status_of(&r, &old, start_time, complete, &inp.missing_secrets, now);
+    Plan {
+        status,
+        request: (!r.write_to.is_empty()).then(|| entry::request(job, &entry, &inp.secrets)),
+        write_to: r.write_to,
+        events,
+        requeue_after,
+        ..Plan::only(Default::default(), vec![])
+    }
+}
+
+/// The job's entry and where each selected node stands with it, or why
+/// the job cannot pull (an invalid image or selector).
+fn nodes_of(inp: &Inputs<'_>) -> Result<(Entry, Vec<(String, NodeState)>), String> {
+    let job = inp.job;
+    let entry = rollout::entry_for(&job.spec.image)
+        .map_err(|e| format!("cannot pull {}: {e}", job.spec.image))?;
+    let selected = select_nodes(job, inp.nodeimages, inp.pods)?;
+    let uid = job.uid().unwrap_or_default();
+    let by_name: BTreeMap<String, &Arc<NodeImage>> =
+        inp.nodeimages.iter().map(|n| (n.name_any(), n)).collect();
+    let nodes = selected
+        .iter()
+        .filter_map(|n| by_name.get(n).map(|ni| (n.clone(), ni)))
+        .map(|(n, ni)| {
+            let states = rollout::entry_states(ni, std::slice::from_ref(&entry), &uid);
+            let pairs: Vec<_> = states.into_iter().map(|s| (entry.clone(), s)).collect();
+            (n, rollout::node_state(&pairs))
+        })
+        .collect();
+    Ok((entry, nodes))
+}
+
+/// Where the job's nodes stand after this step.
+struct Rollout {
+    /// The nodes by state (past the deadline, working ones failed).
+    tally: Tally,
+    /// Nodes that start now.
+    start: Vec<String>,
+    /// Nodes to write the entry to: every node holding it (so it follows
+    /// an edited spec) and those that start.
+    write_to: Vec<String>,
+    /// activeDeadlineSeconds has passed.
+    past_deadline: bool,
+}
+
+/// How many nodes pull at once: `parallelism`, 1 when unset.
+fn parallelism(p: Option<&IntOrString>) -> usize {
+    match p {
+        None => 1,
+        Some(IntOrString::Int(n)) => (*n).max(0) as usize,
+        Some(IntOrString::String(s)) => s.trim().parse().unwrap_or(1),
+    }
+}
+
+/// Starts nodes within `parallelism`, none past the job's `deadline`
+/// (which fails the working ones).
+fn roll_out(
+    job: &ImagePullJob,
+    nodes: Vec<(String, NodeState)>,
+    deadline: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Rollout {
+    let past_deadline = deadline.is_some_and(|d| now >= d);
+    // Every node holding the job's entry keeps it in step with the job's spec
+    // (an edited pull policy or TTL reaches finished nodes too).
+    let mut write_to: Vec<String> = nodes
+        .iter()
+        .filter(|(_, s)| *s != NodeState::NotStarted)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let (nodes, start) = if past_deadline {
+        let failed = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
+        (failed, vec![])
+    } else {
+        let limit = parallelism(job.spec.template.parallelism.as_ref());
+        let start = rollout::to_start(&nodes, limit);
+        (nodes, start)
+    };
+    write_to.extend(start.iter().cloned());
+    Rollout {
+        tally: rollout::tally(&nodes),
+        start,
+        write_to,
+        past_deadline,
+    }
+}
+
+/// NodeFailed for each node that failed since the status was written, and
+/// Completed when the job completes.
+fn node_events(
+    job: &ImagePullJob,
+    old: &ImagePullJobStatus,
+    tally: &Tally,
+    complete: bool,
+) -> Vec<JobEvent> {
+    let old_failed: BTreeSet<&String> = old.failed_nodes.iter().flatten().collect();
+    let image = &job.spec.image;
+    let mut events: Vec<JobEvent> = tally
+        .failed
+        .iter()
+        .filter(|(n, _)| !old_failed.contains(n))
+        .map(|(n, reason)| {
+            JobEvent::warning(
+                "NodeFailed",
+                format!("Node {n} failed to pull {image}: {reason}"),
+            )
+        })
+        .collect();
+    if complete {
+        events.push(JobEvent {
+            warning: !tally.failed.is_empty(),
+            reason: "Completed",
+            note: format!(
+                "Completed: {} of {} node(s) pulled {image}, {} failed",
+                tally.succeeded,
+                tally.desired,
+                tally.failed.len()
+            ),
+        });
+    }
+    events
+}
+
+/// The job's status after this step (conditions as they were).
+fn status_of(
+    r: &Rollout,
+    old: &ImagePullJobStatus,
+    start_time: DateTime<Utc>,
+    complete: bool,
+    missing_secrets: &[String],
+    now: DateTime<Utc>,
+) -> ImagePullJobStatus {
+    let tally = &r.tally;
+    let failed_nodes: Vec<String> = tally.failed.iter().map(|(n, _)| n.clone()).collect();
+    let mut message = status_message(tally, complete, r.past_deadline);
+    if !missing_secrets.is_empty() {
+        message.push_str(&format!(
+            "; pull secret(s) not found, pulling without them: {}",
+            missing_secrets.join(", ")
+        ));
+    }
+    ImagePullJobStatus {
+        start_time: Some(api_time(start_time)),
+        completion_time: complete.then(|| api_time(now)),
+        desired: tally.desired as i32,
+        active: (tally.active + r.start.len()) as i32,
+        succeeded: tally.succeeded as i32,
+        failed: tally.failed.len() as i32,
+        message: Some(message),
+        failed_nodes: (!failed_nodes.is_empty()).then_some(failed_nodes),
+        conditions: old.conditions.clone(),
+    }
+}
+
+/// `status.message`, word for word as OpenKruise writes it (scripts and the
+/// MESSAGE column match it); the counts are in the status fields.
+fn status_message(t: &Tally, complete: bool, past_deadline: bool) -> String {
+    if complete && past_deadline {
+        return "job exceeds activeDeadlineSeconds".into();
+    }
+    if complete {
+        return "job has completed".into();
+    }
+    if t.desired == 0 {
+        return "job is running, no progress".into();
+    }
+    format!("job is running, progress {:.1}%", t.percent_done())
+}
+
+#[cfg(test)]
+mod tests;

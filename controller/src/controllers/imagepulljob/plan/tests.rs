@@ -1,0 +1,419 @@
+use super::*;
+use nodeimage_api::kruise::{
+    CompletionPolicy, ImagePullJobNodeSelector, ImagePullJobSpec, ImagePullPhase, ImageSpec,
+    ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
+};
+
+fn now(s: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(s, 0).unwrap_or_default()
+}
+
+fn job(par: i32, cp: CompletionPolicy) -> ImagePullJob {
+    let mut j = ImagePullJob::new(
+        "j",
+        ImagePullJobSpec {
+            image: "127.0.0.1:5000/test:v1".into(),
+            template: Default::default(),
+        },
+    );
+    j.metadata.namespace = Some("ns".into());
+    j.metadata.uid = Some("uid-j".into());
+    j.spec.template.parallelism = Some(IntOrString::Int(par));
+    j.spec.template.completion_policy = Some(cp);
+    j
+}
+
+fn node(name: &str, labels: &[(&str, &str)], phase: Option<ImagePullPhase>) -> Arc<NodeImage> {
+    let mut ni = NodeImage::new(name, NodeImageSpec::default());
+    ni.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    if let Some(phase) = phase {
+        let tag = ImageTagSpec {
+            tag: "v1".into(),
+            version: Some(0),
+            owner_references: Some(
+                vec![ObjectReference {
+                    uid: Some("uid-j".into()),
+                    ..Default::default()
+                }]
+                .into(),
+            ),
+            created_at: Some(api_time(now(100))),
+            ..Default::default()
+        };
+        ni.spec.images = Some(BTreeMap::from([(
+            "127.0.0.1:5000/test".into(),
+            ImageSpec {
+                tags: vec![tag],
+                ..Default::default()
+            },
+        )]));
+        ni.status = Some(NodeImageStatus {
+            image_statuses: Some(BTreeMap::from([(
+                "127.0.0.1:5000/test".into(),
+                ImageStatus {
+                    tags: vec![ImageTagStatus {
+                        tag: "v1".into(),
+                        phase,
+                        version: Some(0),
+                        message: (phase == ImagePullPhase::Failed)
+                            .then(|| "401 Unauthorized".into()),
+                        ..Default::default()
+                    }],
+                },
+            )])),
+            ..Default::default()
+        });
+    }
+    Arc::new(ni)
+}
+
+fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
+    plan(Inputs {
+        job: j,
+        nodeimages: nodes,
+        pods: &[],
+        secrets: vec![],
+        missing_secrets: vec![],
+        now: now(at),
+    })
+}
+
+#[test]
+fn selection_table() {
+    let nodes = vec![
+        node("n1", &[("zone", "a")], None),
+        node("n2", &[("zone", "b")], None),
+        node("n3", &[("zone", "a")], None),
+    ];
+    let mut j = job(1, CompletionPolicy::default());
+    assert_eq!(
+        select_nodes(&j, &nodes, &[]),
+        Ok(vec!["n1".into(), "n2".into(), "n3".into()])
+    );
+    j.spec.template.selector = Some(ImagePullJobNodeSelector {
+        names: Some(vec!["n3".into(), "missing".into(), "n1".into()]),
+        ..Default::default()
+    });
+    assert_eq!(
+        select_nodes(&j, &nodes, &[]),
+        Ok(vec!["n1".into(), "n3".into()])
+    );
+    j.spec.template.selector = Some(ImagePullJobNodeSelector {
+        match_labels: Some(BTreeMap::from([("zone".into(), "b".into())])),
+        ..Default::default()
+    });
+    assert_eq!(select_nodes(&j, &nodes, &[]), Ok(vec!["n2".into()]));
+    j.spec.template.selector = None;
+    j.spec.template.pod_selector = Some(LabelSelector {
+        match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+        ..Default::default()
+    });
+    let pod = |labels: &[(&str, &str)], node: Option<&str>, active: bool| PodInfo {
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        node_name: node.map(str::to_string),
+        active,
+    };
+    let pods = vec![
+        pod(&[("app", "web")], Some("n3"), true),
+        pod(&[("app", "web")], None, true),
+        pod(&[("app", "web")], Some("n1"), false),
+        pod(&[("app", "db")], Some("n2"), true),
+        pod(&[("app", "web")], Some("gone"), true),
+    ];
+    assert_eq!(select_nodes(&j, &nodes, &pods), Ok(vec!["n3".into()]));
+}
+
+#[test]
+fn rollout_respects_parallelism_and_completes() {
+    use ImagePullPhase::*;
+    let j = job(1, CompletionPolicy::default());
+    let fresh = vec![
+        node("n1", &[], None),
+        node("n2", &[], None),
+        node("n3", &[], None),
+    ];
+    let p = run(&j, &fresh, 200);
+    assert_eq!(p.write_to, vec!["n1"]);
+    assert_eq!((p.status.desired, p.status.active), (3, 1));
+    assert!(p.events.iter().any(|e| e.reason == "Started"));
+
+    let one_pulling = vec![
+        node("n1", &[], Some(Pulling)),
+        node("n2", &[], None),
+        node("n3", &[], None),
+    ];
+    let p = run(&j, &one_pulling, 200);
+    assert_eq!(p.write_to, vec!["n1"], "no new node while one pulls");
+
+    let one_done = vec![
+        node("n1", &[], Some(Succeeded)),
+        node("n2", &[], None),
+        node("n3", &[], None),
+    ];
+    let p = run(&j, &one_done, 200);
+    assert_eq!(
+        p.write_to,
+        vec!["n1", "n2"],
+        "n1 keeps its entry in step; n2 starts"
+    );
+    assert_eq!(p.status.succeeded, 1);
+
+    let mut j2 = job(
+        3,
+        CompletionPolicy {
+            ttl_seconds_after_finished: Some(30),
+            ..Default::default()
+        },
+    );
+    j2.status = Some(ImagePullJobStatus {
+        start_time: Some(api_time(now(150))),
+        ..Default::default()
+    });
+    let all_done = vec![
+        node("n1", &[], Some(Succeeded)),
+        node("n2", &[], Some(Failed)),
+        node("n3", &[], Some(Succeeded)),
+    ];
+    let p = run(&j2, &all_done, 200);
+    assert!(p.status.completion_time.is_some());
+    assert_eq!((p.status.succeeded, p.status.failed), (2, 1));
+    assert_eq!(p.status.failed_nodes, Some(vec!["n2".to_string()]));
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == "NodeFailed" && e.note.contains("401"))
+    );
+    assert!(p.events.iter().any(|e| e.reason == "Completed"));
+    assert_eq!(p.requeue_after, Some(std::time::Duration::from_secs(30)));
+
+    // After completion: wait for the TTL, then delete.
+    let mut done = j2.clone();
+    done.status = Some(p.status);
+    assert!(!run(&done, &all_done, 210).delete);
+    assert!(run(&done, &all_done, 230).delete);
+}
+
+#[test]
+fn paused_deadline_and_never() {
+    use ImagePullPhase::*;
+    let fresh = vec![node("n1", &[], None), node("n2", &[], None)];
+    let p = run(&job(0, CompletionPolicy::default()), &fresh, 10);
+    assert!(p.write_to.is_empty());
+    // OpenKruise's words: a paused job is running with no progress yet.
+    assert_eq!(
+        p.status.message.as_deref(),
+        Some("job is running, progress 0.0%")
+    );
+
+    let mut j = job(
+        1,
+        CompletionPolicy {
+            active_deadline_seconds: Some(700),
+            ..Default::default()
+        },
+    );
+    j.status = Some(ImagePullJobStatus {
+        start_time: Some(api_time(now(0))),
+        ..Default::default()
+    });
+    let p = run(
+        &j,
+        &[
+            node("n1", &[], Some(Succeeded)),
+            node("n2", &[], Some(Pulling)),
+        ],
+        700,
+    );
+    assert!(p.status.completion_time.is_some());
+    assert_eq!(p.status.failed, 1);
+    assert_eq!(
+        p.status.message.as_deref(),
+        Some("job exceeds activeDeadlineSeconds")
+    );
+
+    let never = job(
+        5,
+        CompletionPolicy {
+            type_: Some(CompletionPolicyType::Never),
+            ..Default::default()
+        },
+    );
+    let p = run(&never, &[node("n1", &[], Some(Succeeded))], 10);
+    assert!(
+        p.status.completion_time.is_none(),
+        "Never jobs never complete"
+    );
+    assert_eq!(p.requeue_after, Some(NEVER_RESYNC));
+    let pol = entry_pull_policy(&never);
+    assert_eq!(
+        pol.ttl_seconds_after_finished,
+        Some(NEVER_ENTRY_TTL_SECONDS)
+    );
+    assert_eq!(
+        pol.active_deadline_seconds,
+        Some(NEVER_MIN_DEADLINE_SECONDS)
+    );
+}
+
+#[test]
+fn entry_ttl_follows_job_settings() {
+    let j = job(
+        1,
+        CompletionPolicy {
+            ttl_seconds_after_finished: Some(20),
+            ..Default::default()
+        },
+    );
+    assert_eq!(entry_pull_policy(&j).ttl_seconds_after_finished, Some(320));
+    let j = job(
+        1,
+        CompletionPolicy {
+            active_deadline_seconds: Some(1200),
+            ..Default::default()
+        },
+    );
+    assert_eq!(entry_pull_policy(&j).ttl_seconds_after_finished, Some(1500));
+    assert_eq!(entry_pull_policy(&j).active_deadline_seconds, Some(1200));
+    let j = job(1, CompletionPolicy::default());
+    assert_eq!(
+        entry_pull_policy(&j).ttl_seconds_after_finished,
+        Some(600 * 4 + 300)
+    );
+}
+
+#[test]
+fn missing_secrets_are_named() {
+    let j = job(1, CompletionPolicy::default());
+    let p = plan(Inputs {
+        job: &j,
+        nodeimages: &[node("n1", &[], None)],
+        pods: &[],
+        secrets: vec![],
+        missing_secrets: vec!["ns/absent".into()],
+        now: now(1),
+    });
+    assert!(
+        p.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("ns/absent"))
+    );
+}
+
+#[test]
+fn messages_are_openkruise_words() {
+    let t = |desired: usize, succeeded: usize, failed: usize| Tally {
+        desired,
+        succeeded,
+        failed: (0..failed).map(|i| (format!("f{i}"), "x".into())).collect(),
+        ..Default::default()
+    };
+    let cases = [
+        (t(3, 1, 1), false, false, "job is running, progress 66.7%"),
+        (t(3, 0, 0), false, false, "job is running, progress 0.0%"),
+        (t(0, 0, 0), false, false, "job is running, no progress"),
+        (t(2, 2, 0), true, false, "job has completed"),
+        (t(2, 1, 1), true, false, "job has completed"),
+        (t(0, 0, 0), true, false, "job has completed"),
+        (t(2, 1, 1), true, true, "job exceeds activeDeadlineSeconds"),
+    ];
+    for (tally, complete, deadline, want) in cases {
+        assert_eq!(
+            status_message(&tally, complete, deadline),
+            want,
+            "{tally:?}"
+        );
+    }
+}
+
+#[test]
+fn look_again_table() {
+    use std::time::Duration;
+    let secs = Duration::from_secs;
+    let done = Some(api_time(now(1)));
+    // (completed, the plan's due time, when the job looks again)
+    let cases = [
+        (None, None, Some(RUNNING_RESYNC)),
+        (None, Some(secs(10)), Some(secs(10))),
+        (None, Some(NEVER_RESYNC), Some(RUNNING_RESYNC)),
+        (done.clone(), None, None),
+        (done.clone(), Some(secs(300)), Some(secs(300))),
+    ];
+    for (completion_time, requeue_after, want) in cases {
+        let p = Plan {
+            requeue_after,
+            ..Plan::only(
+                ImagePullJobStatus {
+                    completion_time: completion_time.clone(),
+                    ..Default::default()
+                },
+                vec![],
+            )
+        };
+        assert_eq!(
+            p.look_again(),
+            want,
+            "{completion_time:?} {requeue_after:?}"
+        );
+    }
+}
+
+#[test]
+fn the_shell_copies_secrets_only_for_a_running_job() {
+    let mut j = job(1, CompletionPolicy::default());
+    assert!(secrets_to_copy(&j).is_empty());
+    j.spec.template.pull_secrets = Some(vec!["reg".into()]);
+    assert_eq!(secrets_to_copy(&j), ["reg".to_string()]);
+    j.status = Some(ImagePullJobStatus {
+        completion_time: Some(api_time(now(1))),
+        ..Default::default()
+    });
+    assert!(secrets_to_copy(&j).is_empty(), "released once completed");
+}
+
+#[test]
+fn a_missing_secret_is_announced_once() {
+    let mut j = job(1, CompletionPolicy::default());
+    let inputs = |j: &ImagePullJob| {
+        plan(Inputs {
+            job: j,
+            nodeimages: &[],
+            pods: &[],
+            secrets: vec![],
+            missing_secrets: vec!["ns/absent".into()],
+            now: now(1),
+        })
+    };
+    let p = inputs(&j);
+    assert_eq!(p.events[0].reason, "PullSecretMissing", "{:?}", p.events);
+    assert!(p.events[0].warning);
+    j.status = Some(p.status);
+    let again = inputs(&j);
+    assert!(again.events.iter().all(|e| e.reason != "PullSecretMissing"));
+}
+
+#[test]
+fn the_status_carries_conditions_at_the_plan_time() {
+    use ImagePullPhase::*;
+    let j = job(1, CompletionPolicy::default());
+    let p = run(&j, &[node("n1", &[], Some(Succeeded))], 200);
+    assert!(p.completed_now && p.completed && p.write_status);
+    assert_eq!(
+        crate::engine::conditions::condition_of(p.status.conditions.as_ref(), "Complete"),
+        Some(("True".into(), api_time(now(200))))
+    );
+    // Planned again from what it wrote: nothing to write, nothing new.
+    let mut done = j.clone();
+    done.status = Some(p.status.clone());
+    let p = run(&done, &[node("n1", &[], Some(Succeeded))], 230);
+    assert!(!p.write_status && !p.completed_now && p.completed);
+    assert!(p.events.is_empty());
+}

@@ -1,0 +1,198 @@
+//! The ImagePullJob reconciler: read the job's world, call the plan, write
+//! tag entries and status with narrow patches, publish events. The skeleton
+//! (finalizer, errors, retries) is `jobshell`'s.
+
+use super::plan::{self, Inputs, PodInfo};
+use crate::cluster::tagwrites;
+use crate::cluster::watch::Synced;
+use crate::engine::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
+use crate::engine::pullsecrets;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use nodeimage_api::ImagePullJob;
+use std::sync::Arc;
+
+/// Finalizer that lets a deleted job take its entries and secrets back.
+pub const FINALIZER: &str = "nodeimage.dev/imagepulljob-cleanup";
+
+impl JobKind for ImagePullJob {
+    const KIND: &'static str = super::KIND;
+    const NAME: &'static str = "imagepulljob";
+    const EVENT_ACTION: &'static str = "Reconcile";
+
+    fn api(client: kube::Client, job: &Self) -> Api<Self> {
+        Api::namespaced(client, &job.namespace().unwrap_or_default())
+    }
+}
+
+/// What the reconciler reads from.
+pub struct State {
+    /// Context and NodeImages.
+    pub shared: Shared,
+    /// Every pod, trimmed to what selection needs.
+    pub pods: Store<Pod>,
+    /// Set once `pods` holds a complete list.
+    pub pods_synced: Synced,
+    /// Every ImagePullJob (the controller's own cache).
+    pub jobs: Store<ImagePullJob>,
+}
+
+/// Keeps only what node selection reads of a pod.
+pub fn trim_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    p.metadata.annotations = None;
+    p.metadata.owner_references = None;
+    if let Some(spec) = p.spec.as_mut() {
+        let node = spec.node_name.take();
+        *spec = Default::default();
+        spec.node_name = node;
+    }
+    if let Some(st) = p.status.as_mut() {
+        let phase = st.phase.take();
+        *st = Default::default();
+        st.phase = phase;
+    }
+}
+
+fn pod_info(p: &Pod) -> PodInfo {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    PodInfo {
+        labels: p.labels().clone(),
+        node_name: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        active: p.metadata.deletion_timestamp.is_none()
+            && !matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
+fn job_key(job: &ImagePullJob) -> String {
+    format!(
+        "{}/{}/{}",
+        super::KIND,
+        job.namespace().unwrap_or_default(),
+        job.name_any()
+    )
+}
+
+impl Caches for State {
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn synced(&self) -> bool {
+        self.shared.nodeimages_synced.get() && self.pods_synced.get()
+    }
+}
+
+impl JobReconciler for State {
+    type Job = ImagePullJob;
+    const FINALIZER: &'static str = FINALIZER;
+    const UPSTREAM_FINALIZERS: &'static [&'static str] =
+        &[nodeimage_api::kruise::DELETION_PROTECTION_FINALIZER];
+
+    /// Takes the job's entries out of every NodeImage and releases its
+    /// secrets. The entries of every other ImagePullJob being deleted go in
+    /// the same writes: deleting a hundred jobs then costs about one write
+    /// per node, not one per job and node.
+    async fn cleanup(&self, job: &ImagePullJob) -> Result<(), Error> {
+        let ctx = &self.shared.ctx;
+        if let Some(uid) = job.uid() {
+            let mut uids: Vec<String> = self
+                .jobs
+                .state()
+                .iter()
+                .filter(|j| j.meta().deletion_timestamp.is_some())
+                .filter_map(|j| j.uid())
+                .filter(|u| *u != uid)
+                .collect();
+            uids.push(uid);
+            tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &uids).await?;
+        }
+        pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(job)).await?;
+        Ok(())
+    }
+
+    async fn apply(&self, job: Arc<ImagePullJob>) -> Result<Action, Error> {
+        let ctx = &self.shared.ctx;
+        let api = ImagePullJob::api(ctx.client.clone(), &job);
+        let key = job_key(&job);
+        let names = plan::secrets_to_copy(&job);
+        let (secrets, missing) = if names.is_empty() {
+            (vec![], vec![])
+        } else {
+            let ns = job.namespace().unwrap_or_default();
+            let client = &ctx.client;
+            pullsecrets::sync(client, &ctx.secrets_namespace, &ns, names, &key).await?
+        };
+        let pods = self.pods_of(&job);
+        let now = Utc::now();
+        // The snapshot goes before any write is awaited: held, it would keep
+        // each NodeImage as it was here alive while the cache moves on (a
+        // hundred jobs waiting on writes held that many generations).
+        let p = plan::plan(Inputs {
+            job: &job,
+            nodeimages: &self.shared.nodeimages.state(),
+            pods: &pods,
+            secrets,
+            missing_secrets: missing,
+            now,
+        });
+        let requests: Vec<_> = p.request.iter().cloned().collect();
+        jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now).await?;
+        let written = if p.write_status {
+            let body = serde_json::json!({"status": p.status});
+            Some(jobshell::written_status(&api, job.as_ref(), &body).await?)
+        } else {
+            None
+        };
+        jobshell::publish(ctx, job.as_ref(), &p.events).await;
+        if p.completed_now {
+            let status = &p.status;
+            tracing::info!(job = %key, succeeded = status.succeeded, failed = status.failed, "job completed");
+            pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &key).await?;
+        }
+        if p.completed {
+            // The job's own status writes do not wake it (see `mod.rs`): the
+            // job as last written here, whose resourceVersion also keeps
+            // this write from racing the status patch.
+            let latest = written.as_ref().unwrap_or(job.as_ref());
+            tagwrites::edit_finalizers(&api, latest, None, Self::UPSTREAM_FINALIZERS).await?;
+        }
+        if p.delete {
+            let name = job.name_any();
+            tracing::info!(job = %key, "deleting job: ttlSecondsAfterFinished passed");
+            api.delete(&name, &DeleteParams::background())
+                .await
+                .map_err(api_err(format!("deleting {}", key_path(&job))))?;
+            return Ok(Action::await_change());
+        }
+        Ok(jobshell::after_success(p.look_again()))
+    }
+}
+
+impl State {
+    /// The pods of the job's namespace, as the plan reads them (only for
+    /// podSelector jobs).
+    fn pods_of(&self, job: &ImagePullJob) -> Vec<PodInfo> {
+        if !plan::reads_pods(job) {
+            return vec![];
+        }
+        let ns = job.namespace().unwrap_or_default();
+        let pods = self.pods.state();
+        let in_ns = pods
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()));
+        in_ns.map(|p| pod_info(p)).collect()
+    }
+}
+
+/// `namespace/name` of a job, in error contexts.
+fn key_path(job: &ImagePullJob) -> String {
+    format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any())
+}
+
+#[cfg(test)]
+mod tests;

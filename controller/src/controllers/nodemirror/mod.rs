@@ -1,0 +1,174 @@
+//! The node mirror: every Node gets a NodeImage of the same name carrying
+//! the Node's labels. (Deleting the NodeImage of a gone Node is done by
+//! housekeeping, which reconciles NodeImages; a controller of Nodes is never
+//! called for a Node that no longer exists.)
+
+pub mod decide;
+mod reconcile;
+
+use crate::cluster::nodecache::NodeSubscription;
+use crate::cluster::watch::{self, SyncSignals, Synced};
+use crate::runtime::context::Context;
+use crate::runtime::lifecycle;
+use decide::Ownership;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
+use nodeimage_api::NodeImage;
+use nodeimage_ops::health::Readiness;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch as signal;
+
+/// Runs the node mirror until `stop` turns true.
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodes: NodeSubscription,
+) {
+    let client = ctx.client.clone();
+
+    let NodeSubscription {
+        store: nodes,
+        events,
+        ..
+    } = nodes;
+    let node_events = NodeSubscription::event_stream(events).filter_map(|event| {
+        std::future::ready(match event {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                Some(Ok::<_, watcher::Error>(n))
+            }
+            _ => None,
+        })
+    });
+
+    let nodeimages_synced = Synced::default();
+    let (nodeimages, nodeimage_writer) = reflector::store::<PartialObjectMeta<NodeImage>>();
+    // Node status writes change a NodeImage all the time; only a change of
+    // what the mirror compares (labels, its record of them, deletion) or a
+    // deletion wakes the Node.
+    let owned = Owned::default();
+    let (record, forget, key_of) = (owned.clone(), owned.clone(), owned.clone());
+    let listed = nodeimages.clone();
+    let nodeimage_events = watch::reflect(
+        "nodeimages (mirror)",
+        Api::all(client),
+        nodeimage_writer,
+        move |ni: &mut PartialObjectMeta<NodeImage>| record.take_from(ni),
+        SyncSignals {
+            synced: nodeimages_synced.clone(),
+            check: readiness.check("mirror-nodeimages-synced").await,
+            relisted: None,
+        },
+    )
+    .inspect(move |event| match event {
+        watcher::Event::Delete(ni) => forget.remove(&ni.name_any()),
+        watcher::Event::InitDone => {
+            forget.retain(|name| listed.get(&ObjectRef::new(name)).is_some())
+        }
+        _ => {}
+    })
+    .filter_map(watch::changes_only(
+        move |ni: &PartialObjectMeta<NodeImage>| MirrorKey::of(ni, &key_of),
+    ));
+
+    let state = Arc::new(reconcile::State {
+        ctx,
+        nodeimages,
+        nodeimages_synced,
+        owned,
+    });
+    tracing::info!("node mirror starting");
+    Controller::for_stream(node_events, nodes)
+        .with_config(lifecycle::controller_config())
+        .watches_stream(nodeimage_events, |ni: PartialObjectMeta<NodeImage>| {
+            Some(ObjectRef::<Node>::new(&ni.name_any()))
+        })
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome("node mirror", result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("node mirror stopped");
+}
+
+/// What each NodeImage records of the mirror's labels (its annotation, and
+/// keys an earlier version applied), taken out of the metadata as each
+/// NodeImage arrives: the cached metadata keeps no annotations or managed
+/// fields (both cost more than the rest of the metadata: docs/benchmarks.md,
+/// "Controller memory"). Only NodeImages that record something have an entry.
+#[derive(Clone, Default)]
+pub struct Owned(Arc<Mutex<HashMap<String, Ownership>>>);
+
+impl Owned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Ownership>> {
+        // Plain data: a panic elsewhere cannot leave it half-written.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records what `ni` says the mirror owns and drops its annotations
+    /// and managed fields, which the cache then does not hold.
+    fn take_from(&self, ni: &mut PartialObjectMeta<NodeImage>) {
+        let now = Ownership::of(&ni.metadata);
+        let cleared = ni
+            .metadata
+            .managed_fields
+            .as_ref()
+            .is_none_or(Vec::is_empty);
+        ni.metadata.managed_fields = None;
+        ni.metadata.annotations = None;
+        let mut all = self.lock();
+        let owned = match ni.metadata.name.as_ref() {
+            Some(name) => now.carried_over(all.get(name), cleared),
+            None => now,
+        };
+        match ni.metadata.name.as_ref() {
+            Some(name) if owned.is_empty() => {
+                all.remove(name);
+            }
+            Some(name) => {
+                all.insert(name.clone(), owned);
+            }
+            None => {}
+        }
+    }
+
+    /// What NodeImage `name` records of the mirror's labels.
+    pub fn of(&self, name: &str) -> Ownership {
+        self.lock().get(name).cloned().unwrap_or_default()
+    }
+
+    fn remove(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// Keeps only the NodeImages `keep` says still exist (after a relist).
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(|name, _| keep(name));
+    }
+}
+
+/// What the mirror reads of a NodeImage.
+#[derive(Hash)]
+struct MirrorKey {
+    labels: BTreeMap<String, String>,
+    owned: Ownership,
+    deleting: bool,
+}
+
+impl MirrorKey {
+    fn of(ni: &PartialObjectMeta<NodeImage>, owned: &Owned) -> Self {
+        Self {
+            labels: ni.labels().clone(),
+            owned: owned.of(&ni.name_any()),
+            deleting: ni.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The imperative shell of the node mirror: read the caches, decide, and
+//! create the NodeImage or merge-patch its labels when they differ.
+
+use super::Owned;
+use super::decide::{self, Mirror};
+use crate::cluster::watch::Synced;
+use crate::runtime::context::Context;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use nodeimage_api::NodeImage;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Wait while the NodeImage cache has not synced yet.
+const NOT_SYNCED: Duration = Duration::from_secs(1);
+
+/// What the mirror's reconciler reads.
+pub struct State {
+    /// Client and settings.
+    pub ctx: Context,
+    /// NodeImage metadata, without managed fields and annotations.
+    pub nodeimages: Store<PartialObjectMeta<NodeImage>>,
+    /// What each NodeImage records of the mirror's labels.
+    pub owned: Owned,
+    /// Whether `nodeimages` has been listed.
+    pub nodeimages_synced: Synced,
+}
+
+/// Why mirroring one Node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Creating or relabelling the NodeImage was refused or failed.
+    #[error("{action} NodeImage {name}: {source}")]
+    Write {
+        /// What was being done.
+        action: &'static str,
+        /// NodeImage name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The NodeImage to create did not decode (a bug, not input).
+    #[error("building NodeImage {name}: {source}")]
+    Build {
+        /// NodeImage name.
+        name: String,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Creates or relabels the NodeImage of one Node.
+pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Error> {
+    let _timer = state.ctx.metrics.reconcile("Node");
+    if !state.nodeimages_synced.get() {
+        return Ok(Action::requeue(NOT_SYNCED));
+    }
+    let name = node.name_any();
+    let current = state.nodeimages.get(&ObjectRef::new(&name));
+    let owned = state.owned.of(&name);
+    let decision = decide::mirror(
+        &node.metadata,
+        current.as_ref().map(|ni| &ni.metadata),
+        &owned,
+    );
+    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
+    let write_err = |action, source| Error::Write {
+        action,
+        name: name.clone(),
+        source,
+    };
+    match decision {
+        Mirror::NotWanted | Mirror::InSync => {}
+        Mirror::Create(labels) => {
+            let ni: NodeImage = serde_json::from_value(decide::create_body(&name, &labels))
+                .map_err(|source| Error::Build {
+                    name: name.clone(),
+                    source,
+                })?;
+            match api.create(&PostParams::default(), &ni).await {
+                Ok(_) => {
+                    tracing::info!(node = %name, labels = labels.len(), "created NodeImage for node")
+                }
+                // Made meanwhile (or not yet in the cache): its watch event
+                // wakes this Node again.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    return Ok(Action::requeue(NOT_SYNCED));
+                }
+                Err(source) => return Err(write_err("creating", source)),
+            }
+        }
+        Mirror::Relabel(patch) => {
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => tracing::info!(node = %name, "mirrored node labels to NodeImage"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Ok(Action::requeue(NOT_SYNCED));
+                }
+                Err(source) => return Err(write_err("relabelling", source)),
+            }
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// Logs the failure and retries the Node after a short wait.
+pub fn error_policy(node: Arc<Node>, error: &Error, state: Arc<State>) -> Action {
+    crate::engine::jobshell::requeue::after_failure(
+        &state.ctx.metrics,
+        "Node",
+        &node.name_any(),
+        error,
+        crate::engine::jobshell::requeue::Failure::Other,
+    )
+}

@@ -1,0 +1,197 @@
+//! Running a job kind's controller: the wakeups every kind shares (a
+//! NodeImage tag it owns changed), the KubeEdge kinds' Node watch, and the
+//! controller loop with the shell's reconcile and error policy.
+
+use super::{Caches, JobKind, JobReconciler, Shared};
+use crate::cluster::nodecache::NodeSubscription;
+use crate::cluster::nodeimages::Subscription;
+use crate::cluster::wakeups::TagChanges;
+use crate::cluster::watch::{self, Synced};
+use crate::nodeimage::nodes::{NodeInfo, node_info};
+use crate::runtime::context::Context;
+use crate::runtime::lifecycle;
+use crate::runtime::metrics::Metrics;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use nodeimage_api::NodeImage;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::watch as signal;
+
+/// Makes sure the namespace of the daemons' secret copies exists; without
+/// it, `what` fails until it does (logged, not fatal).
+pub async fn ensure_secrets_namespace(ctx: &Context, what: &'static str) {
+    if let Err(e) =
+        crate::engine::pullsecrets::ensure_namespace(&ctx.client, &ctx.secrets_namespace).await
+    {
+        tracing::warn!(namespace = %ctx.secrets_namespace, error = %e, what, "cannot ensure the daemons' secrets namespace; these secrets will fail until it exists");
+    }
+}
+
+/// Maps a NodeImage change to the jobs of kind `K` owning a changed tag.
+pub fn wake_owners<K: JobKind>(
+    changes: TagChanges,
+) -> impl Fn(Arc<NodeImage>) -> Vec<ObjectRef<K>> + Send + Sync + 'static {
+    move |ni| {
+        changes
+            .owners(&ni)
+            .into_iter()
+            .map(|(ns, name)| match ns {
+                Some(ns) => ObjectRef::new(&name).within(&ns),
+                None => ObjectRef::new(&name),
+            })
+            .collect()
+    }
+}
+
+/// Runs `controller` with the shell's reconcile and error policy until
+/// `stop` turns true.
+pub async fn drive<R: JobReconciler>(
+    controller: Controller<R::Job>,
+    stop: signal::Receiver<bool>,
+    state: Arc<R>,
+) {
+    let name = R::Job::NAME;
+    tracing::info!("{name} controller starting");
+    controller
+        .graceful_shutdown_on(lifecycle::stopped(stop))
+        .run(super::reconcile, super::error_policy, state)
+        .for_each(|result| {
+            lifecycle::log_outcome(name, result);
+            std::future::ready(())
+        })
+        .await;
+    tracing::info!("{name} controller stopped");
+}
+
+/// What a KubeEdge node-task reconciler reads: the shared caches and the Nodes.
+pub struct NodeJobs<K> {
+    /// Context and NodeImages.
+    pub shared: Shared,
+    /// Every Node, trimmed to labels, Ready and the kubelet version.
+    pub nodes: Store<Node>,
+    /// Whether `nodes` has been listed.
+    pub nodes_synced: Synced,
+    /// When each job's status was last written (ImagePrePullJob holds
+    /// writes back that change no job state).
+    pub status_pace: crate::engine::pace::StatusPace,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> NodeJobs<K> {
+    /// The Nodes as the plans read them, and the NodeImages, by name.
+    pub fn snapshot(&self) -> (BTreeMap<String, NodeInfo>, BTreeMap<String, Arc<NodeImage>>) {
+        let nodes = self.nodes.state();
+        let nodes = nodes.iter().map(|n| (n.name_any(), node_info(n)));
+        let nodeimages = self.shared.nodeimages.state().into_iter();
+        (
+            nodes.collect(),
+            nodeimages.map(|ni| (ni.name_any(), ni)).collect(),
+        )
+    }
+
+    /// Runs `plan` over a [`snapshot`](Self::snapshot) taken now, which is
+    /// dropped before any write is awaited: held, it would keep each
+    /// NodeImage as it was alive while the cache moves on.
+    pub fn plan<P>(&self, plan: impl FnOnce(&Snapshot<'_>) -> P) -> P {
+        let (nodes, nodeimages) = self.snapshot();
+        plan(&Snapshot {
+            nodes: &nodes,
+            nodeimages: &nodeimages,
+            edge_only: self.shared.ctx.kubeedge_edge_only,
+        })
+    }
+}
+
+/// What a KubeEdge plan reads of the cluster, by name.
+pub struct Snapshot<'a> {
+    /// Every Node, as the plans read them.
+    pub nodes: &'a BTreeMap<String, NodeInfo>,
+    /// Every NodeImage.
+    pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
+    /// Only KubeEdge edge nodes take part.
+    pub edge_only: bool,
+}
+
+impl<K> Caches for NodeJobs<K> {
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn synced(&self) -> bool {
+        self.nodes_synced.get() && self.shared.nodeimages_synced.get()
+    }
+}
+
+/// How a KubeEdge node-task kind's controller is wired.
+pub struct NodeTaskWiring<K: JobKind, Key> {
+    /// What of a Node its plan reads: only changes of it wake running jobs.
+    pub node_key: fn(&Node) -> Key,
+    /// Whether a job has finished (finished jobs ignore Node changes).
+    pub is_finished: fn(&K) -> bool,
+    /// The metrics' cache of the kind's jobs.
+    pub jobs_gauge: fn(&Metrics) -> &OnceLock<Store<K>>,
+}
+
+/// Runs a KubeEdge node-task kind's controller until `stop` turns true. A
+/// job is woken when it changes, when a NodeImage holding one of its tags
+/// changes, when what its plan reads of a Node changes or a Node goes
+/// (running jobs only), and when its plan's due time comes.
+pub async fn run_node_tasks<K, Key>(
+    w: NodeTaskWiring<K, Key>,
+    ctx: Context,
+    writer: crate::cluster::tagwrites::NodeWriter,
+    stop: signal::Receiver<bool>,
+    nodeimages: Subscription,
+    nodes: NodeSubscription,
+) where
+    K: JobKind,
+    NodeJobs<K>: JobReconciler<Job = K>,
+    Key: std::hash::Hash + Send + 'static,
+{
+    let NodeSubscription {
+        store: nodes,
+        synced: nodes_synced,
+        events,
+    } = nodes;
+    let node_events =
+        NodeSubscription::event_stream(events).filter_map(watch::changes_only(w.node_key));
+    ensure_secrets_namespace(&ctx, "image secrets").await;
+    let client = ctx.client.clone();
+
+    let (jobs, job_writer) = reflector::store::<K>();
+    let skipped = crate::cluster::skipped::Skipped::new(&ctx, K::KIND, Some("reason"));
+    let controller = Controller::for_stream(
+        watch::controller_trigger(client, job_writer, skipped),
+        jobs.clone(),
+    );
+    let _ = (w.jobs_gauge)(&ctx.metrics).set(jobs.clone());
+    let state = Arc::new(NodeJobs {
+        shared: Shared {
+            ctx,
+            writer,
+            nodeimages: nodeimages.store,
+            nodeimages_synced: nodeimages.synced,
+        },
+        nodes,
+        nodes_synced,
+        status_pace: Default::default(),
+        kind: PhantomData,
+    });
+    let is_finished = w.is_finished;
+    let changes = TagChanges::new(K::KIND, crate::engine::nodetasks::GROUP);
+    let controller = controller
+        .watches_shared_stream(nodeimages.changes, wake_owners::<K>(changes))
+        .watches_stream(node_events, move |_: Node| {
+            jobs.state()
+                .iter()
+                .filter(|j| !is_finished(j))
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect::<Vec<_>>()
+        });
+    drive(controller, stop, state).await;
+}

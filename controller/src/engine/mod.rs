@@ -1,0 +1,15 @@
+//! What every job kind shares: the rollout rules (`rollout`: selection,
+//! progress, budget, timeouts, tolerance; pure), the KubeEdge node-task
+//! engine (`nodetasks`), the job shell that runs a kind's plan and applies
+//! its effects with one retry policy (`jobshell`), job conditions and events
+//! (`conditions`, `jobevents`), the status write pace (`pace`), pull-secret
+//! copies (`pullsecrets`). No kind imports another; nothing here imports a
+//! controller.
+
+pub mod conditions;
+pub mod jobevents;
+pub mod jobshell;
+pub mod nodetasks;
+pub mod pace;
+pub mod pullsecrets;
+pub mod rollout;

@@ -1,0 +1,280 @@
+//! One step of a KubeEdge node task: from the job's status so far, the
+//! Nodes, the NodeImages and the clock, the job's next status, the nodes to
+//! write entries to, the events and when to look again. Pure.
+//!
+//! The step runs in named phases, each deciding one thing: `prepare` (the
+//! job's settings and its node set), `track` (where each node stands),
+//! `starting` (which nodes start now), the rows (`rows`), the verdict
+//! (`verdict`), `node_events`, `write_to` and `next_look`.
+
+use super::outcome::{Node, Planned};
+use super::rows::{self, Recorded};
+use super::track::Tracker;
+use super::verdict::{self, Outcome};
+use super::{Announce, Job, NodeTask, is_final, node_timeout};
+use crate::engine::jobevents::JobEvent;
+use crate::engine::rollout::{self, Entry, NodeState};
+use crate::nodeimage::nodes::NodeInfo;
+use chrono::{DateTime, TimeDelta, Utc};
+use nodeimage_api::kruise::NodeImage;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the job's settings and recorded rows fix for this step.
+struct Setup<'a, K: NodeTask> {
+    /// The entries every node gets.
+    entries: Vec<Entry>,
+    /// `failureTolerate`, parsed.
+    tolerance: f64,
+    /// The node timeout.
+    timeout: TimeDelta,
+    /// Most nodes working at once.
+    concurrency: usize,
+    /// The job's nodes, in row order.
+    names: Vec<String>,
+    /// The rows so far.
+    recorded: Recorded<'a, K>,
+}
+
+/// Decides the job's next step.
+pub fn step<K: NodeTask>(
+    kind: &K,
+    job: Job<'_, K::Row>,
+    nodes: &BTreeMap<String, NodeInfo>,
+    nodeimages: &BTreeMap<String, Arc<NodeImage>>,
+    now: DateTime<Utc>,
+) -> Planned<K> {
+    if is_final(job.old.state.as_deref()) {
+        return Planned::done(true, job.old.clone(), vec![]);
+    }
+    let mut events = Vec::new();
+    let setup = match prepare(kind, &job, nodes, &mut events) {
+        Ok(s) => s,
+        Err(reason) => return verdict::fail_at_init(events, reason, now),
+    };
+    let track = Tracker {
+        kind,
+        edge_only: job.edge_only,
+        nodes,
+        nodeimages,
+        entries: &setup.entries,
+        uid: &job.uid,
+        timeout: setup.timeout,
+        now,
+    };
+    let situation = situations(kind, &setup, &track, now);
+    let states: Vec<(String, NodeState)> = situation
+        .iter()
+        .map(|(n, r)| (n.clone(), r.node_state()))
+        .collect();
+    let tally = rollout::tally(&states);
+    let reached = rollout::tolerance_reached(tally.failed.len(), tally.desired, setup.tolerance);
+    let finished = tally.finished() || (reached && tally.active == 0);
+
+    let mut node_rows: Vec<K::Row> = situation
+        .iter()
+        .map(|(name, row)| rows::render(kind, name, row))
+        .map(|r| rows::keep_time::<K>(r, &setup.recorded, now))
+        .collect();
+    let summarised = K::summarise(&mut node_rows, job.status_budget);
+    let outcome = Outcome {
+        tally: &tally,
+        reached,
+        finished,
+        started: states.iter().any(|(_, s)| *s != NodeState::NotStarted),
+        tolerate: job.task.failure_tolerate.unwrap_or("0.1"),
+    };
+    let failed_event = verdict::failed_job_event::<K>(&node_rows);
+    let v = verdict::judge(&outcome, K::WORKING, failed_event);
+    let phase = verdict::stamp(&job.old, v, now);
+    events.extend(node_events(kind, &node_rows, &setup.recorded));
+    if finished {
+        events.push(verdict::finished_event(&phase, || {
+            kind.all_done(tally.desired)
+        }));
+    }
+    let waiting = situation
+        .iter()
+        .any(|(_, r)| matches!(r, Node::NoNodeImage));
+    Planned {
+        was_finished: false,
+        phase,
+        requeue_after: (!finished).then(|| next_look(&states, setup.timeout, waiting, now)),
+        rows: Some(node_rows),
+        write_to: write_to(&situation),
+        nodes: situation,
+        events,
+        finished,
+        summarised,
+    }
+}
+
+/// The job's settings, parsed, and its node set: as recorded, else
+/// selected now. Announces the start as the kind wants; an error fails the
+/// job before any node starts.
+fn prepare<'a, K: NodeTask>(
+    kind: &K,
+    job: &Job<'a, K::Row>,
+    nodes: &BTreeMap<String, NodeInfo>,
+    events: &mut Vec<JobEvent>,
+) -> Result<Setup<'a, K>, String> {
+    let first_look = job.old.state.as_deref().unwrap_or_default().is_empty();
+    if first_look && K::ANNOUNCE == Announce::AtFirstLook {
+        events.push(JobEvent::normal("Started", kind.started(None)));
+    }
+    let entries = job.entries.clone()?;
+    let tolerance = rollout::parse_tolerance(job.task.failure_tolerate)?;
+    let timeout = crate::runtime::clock::seconds(node_timeout(job.task.timeout_seconds));
+    let concurrency = usize::try_from(job.task.concurrency.unwrap_or(1).max(1)).unwrap_or(1);
+    let recorded: Vec<String> = job
+        .old_rows
+        .iter()
+        .filter_map(|r| K::task(r)?.node_name.clone())
+        .collect();
+    let names = if recorded.is_empty() {
+        let t = &job.task;
+        rollout::select_nodes(t.node_names, t.label_selector, nodes, job.edge_only)?
+    } else {
+        recorded
+    };
+    if first_look && K::ANNOUNCE == Announce::OnceSelected {
+        events.push(JobEvent::normal("Started", kind.started(Some(names.len()))));
+    }
+    if names.is_empty() {
+        return Err("no node matches labelSelector".into());
+    }
+    Ok(Setup {
+        entries,
+        tolerance,
+        timeout,
+        concurrency,
+        names,
+        recorded: Recorded::of(job.old_rows),
+    })
+}
+
+/// Each node's situation: its recorded result, else where it stands, and
+/// working from now on if it starts in this step.
+fn situations<K: NodeTask>(
+    kind: &K,
+    setup: &Setup<'_, K>,
+    track: &Tracker<'_, K>,
+    now: DateTime<Utc>,
+) -> Vec<(String, Node<K>)> {
+    let recorded = &setup.recorded;
+    let mut rows: Vec<(String, Node<K>)> = setup
+        .names
+        .iter()
+        .map(|name| match recorded.get(name) {
+            Some(r) if recorded.is_final(name) => (name.clone(), Node::Final(r.clone())),
+            _ => (name.clone(), track.node(name)),
+        })
+        .collect();
+    let start = starting(
+        &budget(&rows),
+        rows.len(),
+        setup.tolerance,
+        setup.concurrency,
+    );
+    for (_, row) in rows.iter_mut().filter(|(n, _)| start.contains(n)) {
+        *row = Node::Tracked {
+            state: NodeState::Active(Some(now)),
+            detail: kind.fresh(setup.entries.len(), now),
+            timed_out: false,
+        };
+    }
+    rows
+}
+
+/// The nodes the concurrency budget counts: all but those still waiting
+/// for their NodeImage (they cannot start yet).
+fn budget<K: NodeTask>(rows: &[(String, Node<K>)]) -> Vec<(String, NodeState)> {
+    rows.iter()
+        .filter(|(_, r)| !matches!(r, Node::NoNodeImage))
+        .map(|(n, r)| (n.clone(), r.node_state()))
+        .collect()
+}
+
+/// The nodes that start now: within `concurrency`, and none once the
+/// failures among the `budget` reach the tolerance of the job's `total`
+/// nodes (fail fast).
+fn starting(
+    budget: &[(String, NodeState)],
+    total: usize,
+    tolerance: f64,
+    concurrency: usize,
+) -> BTreeSet<String> {
+    let failed = budget
+        .iter()
+        .filter(|(_, s)| matches!(s, NodeState::Failed(_)))
+        .count();
+    if rollout::tolerance_reached(failed, total, tolerance) {
+        return BTreeSet::new();
+    }
+    rollout::to_start(budget, concurrency).into_iter().collect()
+}
+
+/// The events of nodes that finished in this step (their results were not
+/// recorded before), the first [`super::MAX_NODE_EVENTS`] of them and a
+/// sum of the rest.
+fn node_events<K: NodeTask>(
+    kind: &K,
+    rows: &[K::Row],
+    recorded: &Recorded<'_, K>,
+) -> Vec<JobEvent> {
+    let mut events: Vec<JobEvent> = rows
+        .iter()
+        .filter_map(|r| K::task(r))
+        .filter(|t| is_final(t.phase.state.as_deref()))
+        .filter(|t| !t.node_name.as_deref().is_some_and(|n| recorded.is_final(n)))
+        .filter_map(|t| kind.node_event(t))
+        .collect();
+    let more = events.len().saturating_sub(super::MAX_NODE_EVENTS);
+    events.truncate(super::MAX_NODE_EVENTS);
+    if more > 0 {
+        events.push(K::more_nodes(more));
+    }
+    events
+}
+
+/// The nodes to write the entries to: every working node.
+fn write_to<K: NodeTask>(rows: &[(String, Node<K>)]) -> Vec<String> {
+    rows.iter()
+        .filter(|(_, r)| {
+            matches!(
+                r,
+                Node::Tracked {
+                    state: NodeState::Active(_),
+                    ..
+                }
+            )
+        })
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// When an unfinished job looks again: at the next node timeout (at least
+/// a second away), soon while a node waits for its NodeImage, and at the
+/// latest after the running resync.
+fn next_look(
+    states: &[(String, NodeState)],
+    timeout: TimeDelta,
+    waiting_for_nodeimage: bool,
+    now: DateTime<Utc>,
+) -> Duration {
+    let mut wait = super::RUNNING_RESYNC;
+    for (_, s) in states {
+        if let Some(at) = rollout::node_timeout_at(s, timeout) {
+            let d = (at - now).to_std().unwrap_or(Duration::from_secs(1));
+            wait = wait.min(d.max(Duration::from_secs(1)));
+        }
+    }
+    if waiting_for_nodeimage {
+        wait = wait.min(super::NODEIMAGE_WAIT);
+    }
+    wait
+}
+
+#[cfg(test)]
+mod tests;

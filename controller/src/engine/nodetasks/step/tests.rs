@@ -1,0 +1,104 @@
+use super::*;
+use crate::engine::nodetasks::fixtures::at;
+
+fn nodes(states: &[(&str, NodeState)]) -> Vec<(String, NodeState)> {
+    states
+        .iter()
+        .map(|(n, s)| (n.to_string(), s.clone()))
+        .collect()
+}
+
+fn failed() -> NodeState {
+    NodeState::Failed("x".into())
+}
+
+#[test]
+fn starting_table() {
+    use NodeState::*;
+    // (budget, total nodes, tolerance, concurrency, nodes that start)
+    let cases: [(Vec<(String, NodeState)>, usize, f64, usize, Vec<&str>); 6] = [
+        (
+            nodes(&[("a", NotStarted), ("b", NotStarted)]),
+            2,
+            0.1,
+            1,
+            vec!["a"],
+        ),
+        (
+            nodes(&[("a", NotStarted), ("b", NotStarted)]),
+            2,
+            0.1,
+            5,
+            vec!["a", "b"],
+        ),
+        (
+            nodes(&[("a", Active(None)), ("b", NotStarted)]),
+            2,
+            0.1,
+            1,
+            vec![],
+        ),
+        (
+            nodes(&[("a", Succeeded), ("b", NotStarted)]),
+            2,
+            0.1,
+            1,
+            vec!["b"],
+        ),
+        // Fail fast: a failure at the tolerance starts nothing more.
+        (
+            nodes(&[("a", failed()), ("b", NotStarted)]),
+            2,
+            0.5,
+            1,
+            vec![],
+        ),
+        // Below it (one of four nodes failed, tolerance 0.5), nodes go on.
+        (
+            nodes(&[("a", failed()), ("b", NotStarted)]),
+            4,
+            0.5,
+            1,
+            vec!["b"],
+        ),
+    ];
+    for (budget, total, tolerance, concurrency, want) in cases {
+        let got = starting(&budget, total, tolerance, concurrency);
+        let want: BTreeSet<String> = want.into_iter().map(str::to_string).collect();
+        assert_eq!(got, want, "{budget:?} of {total}, tolerance {tolerance}");
+    }
+}
+
+#[test]
+fn next_look_table() {
+    use NodeState::*;
+    let timeout = TimeDelta::seconds(100);
+    let secs = Duration::from_secs;
+    // (node states, waiting for a NodeImage, seconds after at(0), wait)
+    let cases = [
+        (
+            nodes(&[("a", NotStarted)]),
+            false,
+            0,
+            super::super::RUNNING_RESYNC,
+        ),
+        (
+            nodes(&[("a", NotStarted)]),
+            true,
+            0,
+            super::super::NODEIMAGE_WAIT,
+        ),
+        (nodes(&[("a", Active(Some(at(0))))]), false, 70, secs(30)),
+        (nodes(&[("a", Active(Some(at(0))))]), false, 10, secs(60)),
+        // A timeout already due is looked at a second later, not at once.
+        (nodes(&[("a", Active(Some(at(0))))]), false, 150, secs(1)),
+        (nodes(&[("a", Active(Some(at(0))))]), true, 99, secs(1)),
+    ];
+    for (states, waiting, now, want) in cases {
+        assert_eq!(
+            next_look(&states, timeout, waiting, at(now)),
+            want,
+            "{states:?} at {now}s, waiting {waiting}"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! How a job writes its tag entries into a NodeImage spec and takes them
+//! back: owner references, versions, pull policy, secrets. Pure edits of the
+//! `spec.images` map; the caller patches the result.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
+use nodeimage_api::interned::{Owners, SharedStr};
+use nodeimage_api::kruise::{
+    ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, ReferenceObject, SandboxConfig,
+    TagUpgrade,
+};
+use std::collections::BTreeMap;
+
+use crate::runtime::clock::api_time;
+
+/// What a job wants in one tag entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntryRequest {
+    /// Key in `spec.images`.
+    pub image: String,
+    /// Tag or digest.
+    pub tag: String,
+    /// The job, as an owner.
+    pub owner: ObjectReference,
+    /// Timeouts, retries, TTL and deadline of the pull.
+    pub pull_policy: ImageTagPullPolicy,
+    /// IfNotPresent or Always.
+    pub image_pull_policy: Option<String>,
+    /// Secrets the node may use, in the daemons' namespace.
+    pub secrets: Vec<ReferenceObject>,
+    /// Pod-like metadata for the CRI pull.
+    pub sandbox: Option<SandboxConfig>,
+    /// Node checks before pulling.
+    pub check_items: Option<Vec<String>>,
+}
+
+/// The version the node last reported for `image:tag`, if any.
+pub fn reported_version(ni: &NodeImage, image: &str, tag: &str) -> Option<i64> {
+    ni.status
+        .as_ref()
+        .and_then(|s| s.image_statuses.as_ref())
+        .and_then(|m| m.get(image))
+        .and_then(|s| s.tags.iter().find(|t| t.tag == tag))
+        .and_then(|t| t.version)
+}
+
+/// The version after `v`, within the schema's bound.
+fn next_version(v: i64) -> i64 {
+    v.saturating_add(1).min(nodeimage_api::limits::VERSION_MAX)
+}
+
+/// Makes the node pull `tag` again: a new version, counted from now.
+fn pull_again(tag: &mut ImageTagSpec, now: DateTime<Utc>) {
+    tag.version = Some(next_version(tag.version.unwrap_or(0)));
+    tag.created_at = Some(api_time(now));
+}
+
+/// Writes `req` into `images`; returns whether anything changed.
+///
+/// - A new tag gets the job as owner, `createdAt` now, and version one above
+///   what status last reported for it (`reported_version`), else 0.
+/// - A tag that exists without this owner (another job's, or written by hand)
+///   keeps its owners, gains this one, and its version is bumped so the node
+///   pulls again for this job.
+/// - A tag this job already owns follows the job's current pull policy
+///   (OpenKruise does not: its issue #2221), without a re-pull; but when a
+///   secret of the job is not on the image yet (its copy was just made, or
+///   the entry was written by OpenKruise with kruise-daemon-config's copy)
+///   the version is bumped, so a node that failed or is pulling without it
+///   pulls again with it.
+/// - A tag that carries an `upgrade` (a NodeUpgradeJob's) gains the owner
+///   without a version bump: a bump would run the upgrade again; the node's
+///   result of the upgrade answers this job too.
+pub fn upsert(
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
+    req: &EntryRequest,
+    reported_version: Option<i64>,
+    now: DateTime<Utc>,
+) -> bool {
+    let before = images.get(req.image.as_str()).cloned();
+    let image = images.entry(SharedStr::new(&req.image)).or_default();
+    let uid = req.owner.uid.as_deref();
+    let has = |s: &ReferenceObject| {
+        image
+            .pull_secrets
+            .iter()
+            .flatten()
+            .any(|x| x.namespace == s.namespace && x.name == s.name)
+    };
+    let secret_missing = req.secrets.iter().any(|s| !has(s));
+    match image.tags.iter_mut().find(|t| t.tag == req.tag) {
+        None => image.tags.push(ImageTagSpec {
+            tag: SharedStr::new(&req.tag),
+            created_at: Some(api_time(now)),
+            pull_policy: Some(req.pull_policy.clone().into()),
+            owner_references: Some(vec![req.owner.clone()].into()),
+            version: Some(reported_version.map(next_version).unwrap_or(0)),
+            image_pull_policy: req.image_pull_policy.as_deref().map(SharedStr::new),
+            check_items: req.check_items.clone().map(Box::new),
+            ..Default::default()
+        }),
+        Some(tag) => {
+            let owners = tag.owner_references.get_or_insert_with(Owners::default);
+            let new_owner = !owners.iter().any(|o| o.uid.as_deref() == uid);
+            if new_owner {
+                owners.push(req.owner.clone());
+            }
+            if (new_owner || secret_missing) && tag.upgrade.is_none() {
+                pull_again(tag, now);
+            }
+            tag.pull_policy = Some(req.pull_policy.clone().into());
+            tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);
+            tag.check_items = req.check_items.clone().map(Box::new);
+        }
+    }
+    let secrets = image.pull_secrets.get_or_insert_with(Vec::new);
+    for s in &req.secrets {
+        if !secrets
+            .iter()
+            .any(|x| x.namespace == s.namespace && x.name == s.name)
+        {
+            secrets.push(s.clone());
+        }
+    }
+    if secrets.is_empty() {
+        image.pull_secrets = None;
+    }
+    if req.sandbox.is_some() {
+        image.sandbox_config = req.sandbox.clone().map(Box::new);
+    }
+    before.as_ref() != images.get(req.image.as_str())
+}
+
+/// Writes a NodeUpgradeJob's entry: `req` as [`upsert`] writes it, carrying
+/// `upgrade`. A tag that did not carry this upgrade yet gets a new version
+/// (unless it is new, or `upsert` just bumped it) so that the node runs it;
+/// a confirmation (only `awaitConfirmation` changes) keeps the version and
+/// restarts the node's timeout.
+pub fn upsert_upgrade(
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
+    req: &EntryRequest,
+    upgrade: &TagUpgrade,
+    reported_version: Option<i64>,
+    now: DateTime<Utc>,
+) -> bool {
+    let find = |images: &BTreeMap<SharedStr, ImageSpec>| {
+        images
+            .get(req.image.as_str())
+            .and_then(|i| i.tags.iter().find(|t| t.tag == req.tag))
+            .map(|t| t.version)
+    };
+    let prior = find(images);
+    let mut changed = upsert(images, req, reported_version, now);
+    let Some(tag) = images
+        .get_mut(req.image.as_str())
+        .and_then(|i| i.tags.iter_mut().find(|t| t.tag == req.tag))
+    else {
+        return changed;
+    };
+    let same_run = tag.upgrade.as_ref().is_some_and(|u| u.same_run(upgrade));
+    if !same_run {
+        if prior.is_some_and(|v| v == tag.version) {
+            pull_again(tag, now);
+        }
+        tag.upgrade = Some(Box::new(upgrade.clone()));
+        changed = true;
+    } else if tag.upgrade.as_deref() != Some(upgrade) {
+        // A confirmation: the same run goes on, with a fresh node timeout
+        // for the steps after it (KubeEdge times a node from its last action).
+        if tag.upgrade.as_ref().is_some_and(|u| u.await_confirmation) && !upgrade.await_confirmation
+        {
+            tag.created_at = Some(api_time(now));
+        }
+        tag.upgrade = Some(Box::new(upgrade.clone()));
+        changed = true;
+    }
+    changed
+}
+
+/// Applies every request (a NodeUpgradeJob's with `upgrade`) to `images`,
+/// each new version counted from what `current` reports; returns whether
+/// anything changed.
+pub fn apply_requests(
+    current: &NodeImage,
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
+    requests: &[EntryRequest],
+    upgrade: Option<&TagUpgrade>,
+    now: DateTime<Utc>,
+) -> bool {
+    requests.iter().fold(false, |changed, req| {
+        let reported = reported_version(current, &req.image, &req.tag);
+        let wrote = match upgrade {
+            Some(u) => upsert_upgrade(images, req, u, reported, now),
+            None => upsert(images, req, reported, now),
+        };
+        wrote | changed
+    })
+}
+
+/// Whether [`apply_requests`] would change `current`'s spec. Works on
+/// copies of the requested images only (each request touches its own image
+/// alone): a job looks at every node it started on each reconcile, and a
+/// copy of each whole spec made that the controller's main cost.
+pub fn would_change(
+    current: &NodeImage,
+    requests: &[EntryRequest],
+    upgrade: Option<&TagUpgrade>,
+    now: DateTime<Utc>,
+) -> bool {
+    let all = current.spec.images.as_ref();
+    let mut scratch: BTreeMap<SharedStr, ImageSpec> = requests
+        .iter()
+        .filter_map(|r| {
+            Some((
+                SharedStr::new(&r.image),
+                all?.get(r.image.as_str())?.clone(),
+            ))
+        })
+        .collect();
+    apply_requests(current, &mut scratch, requests, upgrade, now)
+}
+
+/// Removes the owner `uid` from every tag; tags left without owners (that had
+/// one) are removed, and images left without tags. A tag kept for other
+/// owners loses the `upgrade` of the NodeUpgradeJob that leaves, so that no
+/// later pull of it runs the upgrade again. Returns whether anything changed.
+pub fn release(images: &mut BTreeMap<SharedStr, ImageSpec>, uid: &str) -> bool {
+    let before = images.clone();
+    for image in images.values_mut() {
+        image.tags.retain_mut(|t| {
+            let Some(owners) = t.owner_references.as_mut() else {
+                return true;
+            };
+            let had = owners.len();
+            let upgrade_job = t.upgrade.as_ref().map(|u| u.job.as_str());
+            let leaving_upgrader = owners.iter().any(|o| {
+                o.uid.as_deref() == Some(uid)
+                    && o.kind.as_deref() == Some("NodeUpgradeJob")
+                    && o.name.as_deref() == upgrade_job
+            });
+            owners.retain(|o| o.uid.as_deref() != Some(uid));
+            if leaving_upgrader {
+                t.upgrade = None;
+            }
+            !(had > 0 && owners.is_empty())
+        });
+    }
+    images.retain(|_, i| !i.tags.is_empty());
+    *images != before
+}
+
+/// Whether any tag in `images` is owned by `uid`.
+pub fn owns_any(images: &BTreeMap<SharedStr, ImageSpec>, uid: &str) -> bool {
+    images.values().flat_map(|i| &i.tags).any(|t| {
+        t.owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid.as_deref() == Some(uid))
+    })
+}
+
+#[cfg(test)]
+mod tests;

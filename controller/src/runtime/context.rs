@@ -1,0 +1,62 @@
+//! What every controller in this binary shares: the client, the event
+//! recorder and the settings from the command line.
+
+use crate::flags::Flags;
+use chrono::TimeDelta;
+use kube::runtime::events::{Recorder, Reporter};
+
+/// Name under which this binary reports events.
+pub const REPORTER: &str = "nodeimage-controller";
+
+/// Why the shared context could not be built from the flags.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    /// `--response-timeout` does not fit a signed 64-bit count of milliseconds.
+    #[error("--response-timeout {0:?} is out of range")]
+    ResponseTimeout(std::time::Duration),
+}
+
+/// Client, event reporter and settings, cloned into every controller.
+#[derive(Clone)]
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// Who events are reported by.
+    pub reporter: Reporter,
+    /// How long a node may take to report on a new tag entry.
+    pub response_timeout: TimeDelta,
+    /// Namespace of the pull-secret copies the daemons read.
+    pub secrets_namespace: String,
+    /// KubeEdge kinds run only on edge nodes.
+    pub kubeedge_edge_only: bool,
+    /// Reconcile metrics and the caches read at scrape time.
+    pub metrics: crate::runtime::metrics::Metrics,
+}
+
+impl Context {
+    /// Builds the context from the client and the parsed flags.
+    pub fn new(client: kube::Client, flags: &Flags) -> Result<Self, ContextError> {
+        let response_timeout = TimeDelta::from_std(flags.response_timeout)
+            .map_err(|_| ContextError::ResponseTimeout(flags.response_timeout))?;
+        let reporter = Reporter {
+            controller: REPORTER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Ok(Self {
+            reporter,
+            client,
+            response_timeout,
+            secrets_namespace: flags.secrets_namespace.clone(),
+            kubeedge_edge_only: !flags.kubeedge_all_nodes,
+            metrics: crate::runtime::metrics::Metrics::default(),
+        })
+    }
+
+    /// A recorder for one event. kube's `Recorder` folds events with the same
+    /// object, reason and action into one series and keeps only the first
+    /// note; the failures published here each carry their own message and
+    /// happen once per tag version, so each gets a fresh recorder.
+    pub fn recorder(&self) -> Recorder {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+    }
+}
