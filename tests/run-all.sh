@@ -90,6 +90,10 @@ fi
 step "format and lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# Issue 31's budgets and layering: no product file over 500 lines or
+# function over 80, no import circle between modules.
+python3 tests/lint/sizes.py
+python3 tests/lint/modcycles.py
 
 step "unit tests"
 cargo test --workspace --quiet
