@@ -205,7 +205,7 @@ fn openkruise_jobs_are_taken_over_and_can_be_deleted() {
 /// again with it, and the job succeeds. Without the bump a node that had
 /// started before the copy was added fails with 401, as a real
 /// kruise-manager migration showed (here the controller is usually first,
-/// so the unit test in controller/src/entries/tests.rs is the one that
+/// so the unit test in controller/src/nodeimage/entries/tests.rs is the one that
 /// fails without the rule).
 #[test]
 #[ignore = "needs the local cluster (make test)"]
