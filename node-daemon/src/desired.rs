@@ -5,8 +5,8 @@
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::nodeimage::requester_key;
 use nodeimage_api::kruise::{
-    ImagePullPhase, ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, SandboxConfig,
-    TagUpgrade, UpgradeState,
+    ImagePullPhase, ImageSpec, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage,
+    SandboxConfig, TagUpgrade, UpgradeState,
 };
 use nodeimage_api::kubeedge::is_version;
 use nodeimage_api::reference::ImageRef;
@@ -269,17 +269,33 @@ fn requesters(t: &ImageTagSpec) -> Vec<String> {
         .collect()
 }
 
-/// What status already says about an entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What status already says about an entry: the entry as the node wrote it,
+/// read through the NodeImage contract.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Reported {
-    /// Version the status answers.
-    pub version: i64,
+    entry: ImageTagStatus,
+}
+
+impl Reported {
+    /// Whether this entry answers `task` (the contract: same tag, same version).
+    pub fn answers(&self, task: &PullTask) -> bool {
+        self.entry.answers_at(&task.key.tag, task.version)
+    }
+
     /// Its phase.
-    pub phase: ImagePullPhase,
+    pub fn phase(&self) -> ImagePullPhase {
+        self.entry.phase
+    }
+
     /// Whether it carries a completion time.
-    pub completed: bool,
+    pub fn completed(&self) -> bool {
+        self.entry.completion_time.is_some()
+    }
+
     /// The upgrade step it reports, for an upgrade entry.
-    pub upgrade_state: Option<UpgradeState>,
+    pub fn upgrade_state(&self) -> Option<UpgradeState> {
+        self.entry.upgrade_state()
+    }
 }
 
 /// Reads the per-tag status of a NodeImage.
@@ -298,12 +314,7 @@ pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
                     image: image.to_string(),
                     tag: t.tag.to_string(),
                 },
-                Reported {
-                    version: t.version.unwrap_or(0),
-                    phase: t.phase,
-                    completed: t.completion_time.is_some(),
-                    upgrade_state: t.upgrade_state(),
-                },
+                Reported { entry: t.clone() },
             );
         }
     }
@@ -342,11 +353,11 @@ pub fn plan(
             Some(_) => p.cancel.push(t.key.clone()),
             None => {}
         }
-        let same = reported.get(&t.key).filter(|r| r.version == t.version);
-        let done = same.is_some_and(|r| r.phase.is_finished() && r.completed);
+        let same = reported.get(&t.key).filter(|r| r.answers(t));
+        let done = same.is_some_and(|r| r.phase().is_finished() && r.completed());
         if !done {
             let mut task = t.clone();
-            task.resume = same.and_then(|r| r.upgrade_state);
+            task.resume = same.and_then(|r| r.upgrade_state());
             p.start.push(task);
         }
     }
@@ -361,9 +372,11 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use nodeimage_api::interned::SharedStr;
     use nodeimage_api::kruise::{
         ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImageSpec, ReferenceObject,
+        TagUpgradeStatus,
     };
 
     fn ni(entries: &[(&str, ImageTagSpec)]) -> NodeImage {
@@ -468,10 +481,14 @@ mod tests {
 
     fn rep(version: i64, phase: ImagePullPhase, completed: bool) -> Reported {
         Reported {
-            version,
-            phase,
-            completed,
-            upgrade_state: None,
+            // The tag of every test key (`key(_, "1")`).
+            entry: ImageTagStatus {
+                tag: "1".into(),
+                phase,
+                version: Some(version),
+                completion_time: completed.then_some(Time(Timestamp::UNIX_EPOCH)),
+                ..Default::default()
+            },
         }
     }
 
@@ -611,7 +628,10 @@ mod tests {
         // A restarted daemon resumes an unfinished upgrade with the step
         // status recorded for the same version, and none for another version.
         let mut recorded = rep(0, ImagePullPhase::Pulling, false);
-        recorded.upgrade_state = Some(UpgradeState::Upgrading);
+        recorded.entry.upgrade = Some(Box::new(TagUpgradeStatus {
+            state: Some(UpgradeState::Upgrading),
+            ..Default::default()
+        }));
         let p = plan(
             &[task("a", "1", 0, 10)],
             &[(key("a", "1"), recorded.clone())].into_iter().collect(),

@@ -41,7 +41,7 @@ pub fn expected(
         .filter(|t| !busy.contains(&t.key))
         .filter(|t| {
             reported.get(&t.key).is_some_and(|r| {
-                r.version == t.version && r.phase == ImagePullPhase::Succeeded && r.completed
+                r.answers(t) && r.phase() == ImagePullPhase::Succeeded && r.completed()
             })
         })
         .filter_map(|t| {
