@@ -86,6 +86,17 @@ pub fn image_repeatable_list_schema(g: &mut SchemaGenerator) -> Schema {
 /// Default registry of bare image names.
 pub const DEFAULT_REGISTRY: &str = "docker.io";
 
+/// The one name of a registry host that has several: Docker Hub answers as
+/// `docker.io`, `index.docker.io`, `registry-1.docker.io` and
+/// `registry.hub.docker.com`, and credentials, pacing and metrics must see
+/// one registry. Any other host is returned as it is.
+pub fn canonical_registry(host: &str) -> &str {
+    match host {
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => DEFAULT_REGISTRY,
+        h => h,
+    }
+}
+
 /// A parsed image reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageRef {
@@ -244,12 +255,7 @@ fn split_registry(name: &str) -> (String, String) {
                 || first == "localhost"
                 || first.bytes().any(|b| b.is_ascii_uppercase()) =>
         {
-            let host = if first == "index.docker.io" {
-                DEFAULT_REGISTRY
-            } else {
-                first
-            };
-            (host.to_string(), rest.to_string())
+            (canonical_registry(first).to_string(), rest.to_string())
         }
         _ => (DEFAULT_REGISTRY.to_string(), name.to_string()),
     }

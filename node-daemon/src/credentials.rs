@@ -243,10 +243,7 @@ pub fn normalise_registry_key(key: &str) -> String {
         Some((h, p)) => (h, Some(p)),
         None => (k, None),
     };
-    let host = match host {
-        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => "docker.io",
-        h => h,
-    };
+    let host = nodeimage_api::reference::canonical_registry(host);
     match path {
         Some(p) if !p.is_empty() => format!("{host}/{p}"),
         _ => host.to_string(),

@@ -28,6 +28,30 @@ impl ImageTagStatus {
     }
 }
 
+/// How a daemon's message on a `Waiting` entry begins while the tag's
+/// registry has asked it to slow down (HTTP 429, `toomanyrequests`): the
+/// pull waits without spending an attempt, and the controller starts fewer
+/// new pulls from that registry while any tag says so.
+pub const RATE_LIMITED_PREFIX: &str = "rate limited by registry ";
+
+impl ImageTagStatus {
+    /// The message of a tag that waits `wait_seconds` for `registry`, which
+    /// answered `reason` (what it said, e.g. `429 Too Many Requests`).
+    pub fn rate_limited_message(registry: &str, wait_seconds: u64, reason: &str) -> String {
+        format!("{RATE_LIMITED_PREFIX}{registry}, next try in {wait_seconds}s: {reason}")
+    }
+
+    /// The registry that rate-limited this tag, while it waits for it
+    /// ([`RATE_LIMITED_PREFIX`]); `None` for any other entry.
+    pub fn rate_limited_by(&self) -> Option<&str> {
+        if self.phase != ImagePullPhase::Waiting {
+            return None;
+        }
+        let rest = self.message.as_deref()?.strip_prefix(RATE_LIMITED_PREFIX)?;
+        rest.split_once(',').map(|(host, _)| host).filter(|h| !h.is_empty())
+    }
+}
+
 impl ImageStatus {
     /// The entry of this image that answers `spec`, if the node wrote one.
     pub fn entry_for(&self, spec: &ImageTagSpec) -> Option<&ImageTagStatus> {

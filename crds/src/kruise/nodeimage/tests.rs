@@ -194,3 +194,31 @@ fn every_status_field_round_trips_through_both_status_types() {
     assert_eq!(decoded, boxed);
     assert_eq!(serde_json::to_value(&decoded).expect("serialises"), json);
 }
+
+#[test]
+fn a_rate_limited_entry_names_its_registry_and_nothing_else_does() {
+    use super::status::{ImagePullPhase, ImageTagStatus};
+    let msg = ImageTagStatus::rate_limited_message("docker.io", 20, "429 Too Many Requests");
+    let entry = |phase, message: Option<&str>| ImageTagStatus {
+        tag: "v1".into(),
+        phase,
+        message: message.map(Into::into),
+        ..Default::default()
+    };
+    let cases: &[(ImagePullPhase, Option<&str>, Option<&str>)] = &[
+        (ImagePullPhase::Waiting, Some(msg.as_str()), Some("docker.io")),
+        (ImagePullPhase::Pulling, Some(msg.as_str()), None),
+        (ImagePullPhase::Failed, Some(msg.as_str()), None),
+        (ImagePullPhase::Waiting, None, None),
+        (ImagePullPhase::Waiting, Some("waiting for a pull slot"), None),
+        (ImagePullPhase::Waiting, Some("rate limited by registry , x"), None),
+        (
+            ImagePullPhase::Waiting,
+            Some("rate limited by registry 127.0.0.1:5000, next try in 5s: 429"),
+            Some("127.0.0.1:5000"),
+        ),
+    ];
+    for (phase, message, want) in cases {
+        assert_eq!(entry(*phase, *message).rate_limited_by(), *want, "{phase:?} {message:?}");
+    }
+}
