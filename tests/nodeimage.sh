@@ -3,6 +3,7 @@
 # node daemon per simulated node, as background processes with PID files.
 #
 #   tests/nodeimage.sh start   # build the binaries, (re)start controller and daemons
+#   NODEIMAGE_BIN=DIR tests/nodeimage.sh start   # the same with binaries built before
 #   tests/nodeimage.sh stop    # stop them (only the PIDs we started)
 #
 # Needs a running local cluster (tests/cluster/up.sh). Logs: $STATE/logs/.
@@ -19,9 +20,14 @@ start() {
   [[ -f $ENV_FILE ]] || die "no $ENV_FILE: start the cluster first (tests/cluster/up.sh)"
   # shellcheck disable=SC1090
   . "$ENV_FILE"
-  log "building nodeimage-controller and nodeimage-daemon (cargo_build_all)"
-  cargo_build_all
-  local bin=$REPO_ROOT/target/debug
+  # NODEIMAGE_BIN: a directory of already built binaries (a copy that
+  # other builds in a shared target directory cannot replace mid-test).
+  local bin=${NODEIMAGE_BIN:-}
+  if [[ -z $bin ]]; then
+    log "building nodeimage-controller and nodeimage-daemon (cargo_build_all)"
+    cargo_build_all
+    bin=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug
+  fi
   "$KUBECTL" apply --server-side --force-conflicts -f "$REPO_ROOT/crds/yaml" >/dev/null
   "$KUBECTL" wait --for=condition=Established --timeout=60s -f "$REPO_ROOT/crds/yaml" >/dev/null
   start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
