@@ -186,7 +186,9 @@ async fn serve(mut client: TcpStream, s: Arc<Shared>) -> std::io::Result<()> {
         if head.is_empty() {
             return Ok(());
         }
-        if s.take_refusal() {
+        // A TLS handshake (containerd tries https first) goes to the
+        // registry, which refuses it as it would without the proxy.
+        if looks_like_http(&head) && s.take_refusal() {
             return refuse(client, &s, &head).await;
         }
     }
@@ -229,7 +231,8 @@ async fn serve(mut client: TcpStream, s: Arc<Shared>) -> std::io::Result<()> {
 }
 
 /// The bytes a client sent up to the end of its first request head (or
-/// until it closed, or 64 KiB).
+/// until it closed, or 64 KiB); only the first read when they do not start
+/// like an HTTP request.
 async fn read_head(client: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
@@ -239,8 +242,17 @@ async fn read_head(client: &mut TcpStream) -> std::io::Result<Vec<u8>> {
             break;
         }
         head.extend_from_slice(&buf[..n]);
+        if !looks_like_http(&head) {
+            break;
+        }
     }
     Ok(head)
+}
+
+/// Whether a connection's first bytes start like an HTTP/1 request (a
+/// method in capitals), not like a TLS handshake.
+fn looks_like_http(head: &[u8]) -> bool {
+    head.first().is_some_and(u8::is_ascii_uppercase)
 }
 
 /// Answers the request in `head` with 429 as Docker Hub does, records it,
@@ -336,6 +348,12 @@ mod tests {
             }
         });
         let proxy = Proxy::rate_limited(&upstream_addr.to_string(), 2, 7).expect("start the proxy");
+        // A TLS handshake is passed on and uses up no refusal.
+        let mut tls = std::net::TcpStream::connect(proxy.addr).expect("connect to the proxy");
+        tls.write_all(&[0x16, 0x03, 0x01, 0x00]).expect("send");
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).expect("read the answer");
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
         let head = ask(proxy.addr, "HEAD");
         assert!(
             head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),

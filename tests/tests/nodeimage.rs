@@ -1450,6 +1450,17 @@ fn rate_limited_registry_is_waited_for_without_failing_the_tag() {
                 "{series} is {counted}; refused calls: {}",
                 calls.len()
             );
+            let log = daemon.log_text();
+            let logged: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("registry rate-limited the pull"))
+                .collect();
+            eprintln!("{}: {logged:#?}", n.label());
+            assert_eq!(logged.len(), counted, "one log line per refused call");
+            assert!(
+                logged.iter().all(|l| !l.contains("/v2/")),
+                "the log names no request URL: {logged:?}"
+            );
             watch.assert_counts_matched();
         });
     }
