@@ -77,11 +77,14 @@ pub(super) async fn wait_for_registry<R>(
         // Another pull may have been limited again meanwhile.
         hold = deps.rate_limits.hold(registry, Instant::now());
     }
+    // The message no longer holds: the tag pulls again, or queues for a slot.
     if had_slot {
         slot.take(deps, deadline)
             .await
             .map_err(|why| no_slot_outcome(t, why))?;
         rep.send(ImagePullPhase::Pulling, 0, None);
+    } else {
+        rep.send(ImagePullPhase::Waiting, 0, None);
     }
     Ok(())
 }

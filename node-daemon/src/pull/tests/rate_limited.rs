@@ -214,6 +214,25 @@ async fn pulls_from_that_registry_wait_and_others_go_on() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_tag_queued_for_a_slot_after_the_wait_no_longer_says_rate_limited() {
+    let rt = FakeRuntime::default();
+    let deps = deps(rt.clone(), 1);
+    let until = deps
+        .rate_limits
+        .limited(REGISTRY, "429 Too Many Requests", None, Instant::now());
+    let busy = deps.slots.clone().acquire_owned().await.expect("a slot");
+    let task = spawn_pull(&deps, NAME, None);
+    tokio::time::sleep_until(until + s(1)).await;
+    let st = deps.status.live(&key()).expect("a status");
+    assert_eq!(st.phase, ImagePullPhase::Waiting, "{st:?}");
+    assert_eq!(st.message, None, "{st:?}");
+    assert_eq!(rt.pull_count(), 0, "queued for the slot");
+    drop(busy);
+    let pulled = task.await.expect("the task ends");
+    assert_eq!(reason(&pulled.outcome), "pulled");
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_deadline_applies_while_waiting() {
     let rt = FakeRuntime::default();
     rt.pulls([limited(), limited()]);
