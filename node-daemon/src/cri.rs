@@ -32,6 +32,10 @@ pub enum CriError {
     /// The image or tag does not exist (same rule as `Unauthorized`).
     #[error("not found: {0}")]
     NotFound(String),
+    /// The registry rate-limited the pull (HTTP 429, `toomanyrequests`):
+    /// wait for it, do not count an attempt (`ratelimit`).
+    #[error("rate limited: {0}")]
+    RateLimited(String),
     /// Any other failure, with the runtime's message.
     #[error("{0}")]
     Other(String),
@@ -43,6 +47,7 @@ impl CriError {
         let lower = msg.to_ascii_lowercase();
         match s.code() {
             tonic::Code::Unavailable => CriError::Unavailable(msg),
+            _ if crate::ratelimit::says_rate_limited(&msg) => CriError::RateLimited(msg),
             tonic::Code::NotFound => CriError::NotFound(msg),
             _ if lower.contains("401 unauthorized")
                 || lower.contains("403 forbidden")
@@ -62,6 +67,7 @@ impl CriError {
             CriError::Unavailable(_) => "unavailable",
             CriError::Unauthorized(_) => "unauthorized",
             CriError::NotFound(_) => "not_found",
+            CriError::RateLimited(_) => "rate_limited",
             CriError::Other(_) => "error",
         }
     }
@@ -325,6 +331,18 @@ mod tests {
                 "error",
             ),
             (tonic::Status::unknown("no space left on device"), "error"),
+            (
+                tonic::Status::unknown(
+                    "failed to pull and unpack image \"h/x:v1\": failed to resolve reference \"h/x:v1\": unexpected status from HEAD request to http://h/v2/x/manifests/v1: 429 Too Many Requests",
+                ),
+                "rate_limited",
+            ),
+            (
+                tonic::Status::unknown(
+                    "failed to copy: unexpected status code https://h/v2/x/blobs/sha256:1: 429 Too Many Requests - Server message: toomanyrequests: slow down",
+                ),
+                "rate_limited",
+            ),
         ];
         for (status, want) in cases {
             assert_eq!(classify_transport(&status).reason(), want, "{status:?}");

@@ -1,5 +1,6 @@
 //! What every pull and upgrade task on this node shares: the runtime, the
-//! API client, the pull slots, the status writer, events and metrics.
+//! API client, the pull slots, the status writer, events and metrics, and
+//! which registries rate-limited the node.
 
 use crate::checks::Thresholds;
 use crate::cri::Runtime;
@@ -35,4 +36,6 @@ pub struct Deps<R = Runtime> {
     pub leases: Arc<crate::resume::Users>,
     /// The images the spec wants pinned; told when a pull ends.
     pub pins: crate::pins::Pins,
+    /// Registries that rate-limited this node, so every pull from one waits.
+    pub rate_limits: crate::ratelimit::registries::Registries,
 }

@@ -15,6 +15,7 @@ mod pins;
 mod presence;
 mod progress;
 mod pull;
+mod ratelimit;
 mod report;
 mod resume;
 mod retry;
@@ -229,6 +230,7 @@ fn deps(
         providers,
         leases: Arc::default(),
         pins: pins::Pins::default(),
+        rate_limits: ratelimit::registries::Registries::new(flags.node_name.clone()),
     }
 }
 

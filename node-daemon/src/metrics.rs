@@ -1,5 +1,6 @@
 //! The daemon's metrics: pulls by result and reason, pull durations, bytes,
-//! pulls running and waiting, check failures, status-write and CRI errors.
+//! pulls running and waiting, check failures, status-write and CRI errors,
+//! registries that rate-limited the node.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -42,6 +43,13 @@ pub struct RuntimeLabels {
     pub capabilities: String,
 }
 
+/// Labels of a registry (its canonical host: `docker.io` for Docker Hub).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistryLabels {
+    /// The registry host, e.g. docker.io.
+    pub registry: String,
+}
+
 /// Labels of a CRI call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
@@ -78,6 +86,10 @@ pub struct Metrics {
     pub image_fs_capacity_bytes: Gauge,
     /// Images a finished tag still wants that left the node.
     pub images_lost: Counter,
+    /// Pulls a registry rate-limited (HTTP 429), by registry.
+    pub registry_rate_limited: Family<RegistryLabels, Counter>,
+    /// Pulls waiting for a registry that rate-limited this node, by registry.
+    pub registry_waiting: Family<RegistryLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -150,6 +162,8 @@ impl Metrics {
             pinned_bytes: Gauge::default(),
             image_fs_capacity_bytes: Gauge::default(),
             images_lost: Counter::default(),
+            registry_rate_limited: Family::default(),
+            registry_waiting: Family::default(),
         }
     }
 
@@ -221,6 +235,16 @@ impl Metrics {
             "Images a finished tag still wanted that left the node (kubelet's image GC, crictl rmi)",
             self.images_lost.clone(),
         );
+        r.register(
+            "registry_rate_limited",
+            "Pull calls a registry rate-limited (HTTP 429, toomanyrequests), by registry",
+            self.registry_rate_limited.clone(),
+        );
+        r.register(
+            "registry_pulls_waiting",
+            "Pulls waiting for a registry that rate-limited this node, by registry",
+            self.registry_waiting.clone(),
+        );
     }
 
     /// Counts a failed CRI call.
@@ -274,6 +298,11 @@ mod tests {
                 item: "disk".into(),
             })
             .inc();
+        let docker = RegistryLabels {
+            registry: "docker.io".into(),
+        };
+        m.registry_rate_limited.get_or_create(&docker).inc();
+        m.registry_waiting.get_or_create(&docker).set(2);
         {
             let _g = GaugeGuard::new(&m.in_flight);
             assert_eq!(m.in_flight.get(), 1);
@@ -292,6 +321,8 @@ mod tests {
             "nodeimage_daemon_pinned_images 0",
             "nodeimage_daemon_pinned_bytes 0",
             "nodeimage_daemon_images_lost_total 0",
+            "nodeimage_daemon_registry_rate_limited_total{registry=\"docker.io\"} 1",
+            "nodeimage_daemon_registry_pulls_waiting{registry=\"docker.io\"} 2",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

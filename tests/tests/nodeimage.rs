@@ -1327,6 +1327,147 @@ fn completed_tags_are_not_pulled_again_after_a_restart() {
 }
 
 // ---------------------------------------------------------------------------
+// A registry that rate-limits (HTTP 429, toomanyrequests)
+// ---------------------------------------------------------------------------
+
+/// Requests the rate-limiting proxy refuses: two pull calls' worth on every
+/// runtime tested (containerd 1.6 to 2.2 repeat a 429 at once up to six
+/// requests per call, 2.3 and later up to five), so the daemon waits twice.
+const REFUSALS: usize = 12;
+
+/// The shortest wait of the daemon before its `n`-th new try (1-based)
+/// after a 429: 5 s doubling (node-daemon/src/ratelimit.rs) less the most
+/// its jitter takes off (a fifth).
+fn shortest_rate_limit_wait(n: u32) -> Duration {
+    Duration::from_millis(4_000 * (1 << (n - 1)))
+}
+
+/// Refusal times grouped into the runtime's calls: one pull call's
+/// requests follow each other within a second; calls are seconds apart.
+fn bursts(times: &[Duration]) -> Vec<(Duration, Duration)> {
+    let mut out: Vec<(Duration, Duration)> = Vec::new();
+    for &t in times {
+        match out.last_mut() {
+            Some((_, end)) if t.saturating_sub(*end) < Duration::from_secs(1) => *end = t,
+            _ => out.push((t, t)),
+        }
+    }
+    out
+}
+
+/// A registry that answers its first requests with 429 (issue 32), on every
+/// runtime: a tag with `backoffLimit: 0` (which one failed attempt would
+/// fail) shows `Waiting` with the rate-limited message and then succeeds;
+/// the daemon counts the refused calls; and the registry is asked no more
+/// often than the backoff allows: consecutive refused calls (requests
+/// within a second of each other) are at least the daemon's shortest
+/// waits apart, 4 s then 8 s. A daemon that retried at once, or spent an
+/// attempt per 429, fails this.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn rate_limited_registry_is_waited_for_without_failing_the_tag() {
+    let c = cluster();
+    let dir = temp_dir();
+    let reg = TestRegistry::start(dir.path());
+    let mut cleanup = Cleanup::default();
+    let nodes = c.runtime_nodes();
+    // Per node, at once: its proxy, its daemon and its fake NodeImage.
+    let pulls: Vec<(&RuntimeNode, Proxy, String, String, Daemon, ni::Watch)> = nodes
+        .iter()
+        .map(|n| {
+            let img = push(&Registry::new(&reg.host()), "ratelimited");
+            let proxy = Proxy::rate_limited(&reg.host(), REFUSALS, 30).expect("start the proxy");
+            let name = format!("{}/{}", proxy.host(), img.repository);
+            forget_pulled(&mut cleanup, n.socket.clone(), &[format!("{name}:v1")]);
+            let spec = json!({"images": {&name: {"tags": [
+                {"tag": "v1", "pullPolicy": {"backoffLimit": 0}}
+            ]}}});
+            let (fake, daemon) = fake_node_with_daemon(
+                &mut cleanup,
+                &c,
+                "e2e-429",
+                spec,
+                dir.path(),
+                &n.socket,
+                &[],
+            );
+            let watch = ni::Watch::start(&c, &fake);
+            (n, proxy, name, fake, daemon, watch)
+        })
+        .collect();
+    for (n, proxy, name, fake, daemon, watch) in &pulls {
+        n.check(|| {
+            let waiting = RefCell::new(Vec::new());
+            ni::wait_tag(
+                &c,
+                tag(fake, name, "v1"),
+                "Succeeded",
+                Duration::from_secs(180),
+                |e| {
+                    if e["phase"] == "Waiting" {
+                        waiting.borrow_mut().push(e["message"].clone());
+                    }
+                    e["phase"] == "Succeeded"
+                },
+                |e| e["phase"] == "Failed",
+            );
+            let mut messages = waiting.into_inner();
+            messages.extend(watch.seen().iter().filter_map(|obj| {
+                let e = ni::tag_status(obj, name, "v1")?;
+                (e["phase"] == "Waiting").then(|| e["message"].clone())
+            }));
+            let prefix = format!("rate limited by registry {}, next try in ", proxy.host());
+            assert!(
+                messages
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .any(|m| m.starts_with(&prefix)),
+                "the tag showed Waiting with the rate-limited message; seen: {messages:?}"
+            );
+            let refused: Vec<Duration> = proxy.refused().iter().map(|(t, _)| *t).collect();
+            assert_eq!(refused.len(), REFUSALS, "every refusal was used");
+            let calls = bursts(&refused);
+            eprintln!("{}: refused calls (from, to): {calls:?}", n.label());
+            for (i, pair) in calls.windows(2).enumerate() {
+                let gap = pair[1].0 - pair[0].1;
+                let least = shortest_rate_limit_wait(i as u32 + 1);
+                assert!(
+                    gap >= least,
+                    "refused call {} came {gap:?} after the one before; the backoff allows no sooner than {least:?}: {calls:?}",
+                    i + 2
+                );
+            }
+            let metrics = http::scrape(&format!("http://127.0.0.1:{}/metrics", daemon.health_port));
+            let series = format!(
+                "nodeimage_daemon_registry_rate_limited_total{{registry=\"{}\"}}",
+                proxy.host()
+            );
+            let counted = http::metric_value(&metrics, &series).unwrap_or(0.0) as usize;
+            // The last refused call may be the one that then succeeded (a
+            // runtime repeats a 429 itself before it gives up).
+            assert!(
+                counted >= 1 && (calls.len().saturating_sub(1)..=calls.len()).contains(&counted),
+                "{series} is {counted}; refused calls: {}",
+                calls.len()
+            );
+            let log = daemon.log_text();
+            let logged: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("registry rate-limited the pull"))
+                .collect();
+            eprintln!("{}: {logged:#?}", n.label());
+            assert_eq!(logged.len(), counted, "one log line per refused call");
+            assert!(
+                logged.iter().all(|l| !l.contains("/v2/")),
+                "the log names no request URL: {logged:?}"
+            );
+            watch.assert_counts_matched();
+        });
+    }
+    ni::assert_observed_counts_matched();
+}
+
+// ---------------------------------------------------------------------------
 // Node lifecycle (controller node mirror)
 // ---------------------------------------------------------------------------
 

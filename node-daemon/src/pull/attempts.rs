@@ -1,10 +1,11 @@
 //! The attempts of one tag's pull, as `retry` paces them: each attempt
 //! tries every matching credential and then none, samples byte progress
 //! while the runtime pulls, and is cut short by its timeout and the
-//! deadline; an unavailable runtime is waited out without using up an
-//! attempt.
+//! deadline; an unavailable runtime, and a registry that rate-limits the
+//! node (`ratelimited`), are waited out without using up an attempt.
 
-use super::{deadline_message, secrets, unavailable_past_deadline, wait_for_runtime};
+use super::slot::SlotHold;
+use super::{deadline_message, ratelimited, secrets, unavailable_past_deadline, wait_for_runtime};
 use crate::credentials::{self, Credential};
 use crate::cri::CriError;
 use crate::deps::Deps;
@@ -92,6 +93,9 @@ enum Attempt {
     Done(Outcome),
     /// The runtime was away and is waited out: the attempt does not count.
     Unavailable,
+    /// The registry rate-limited the pull (the runtime's message): the
+    /// attempt does not count, the registry is waited for.
+    RateLimited(String),
     /// The attempt failed; another may follow.
     Failed(Failure),
 }
@@ -108,10 +112,12 @@ pub(super) struct Pull<'p, R> {
     pub(super) creds: Credentials,
 }
 
-/// The attempts of one tag's pull, as `retry` paces them.
+/// The attempts of one tag's pull, as `retry` paces them; `slot` is given
+/// back while the tag's registry rate-limits this node.
 pub(super) async fn attempt_pulls<R: ContainerRuntime>(
     p: &Pull<'_, R>,
     keeper: &mut Option<R::Keeper>,
+    slot: &mut SlotHold,
 ) -> Outcome {
     let (rep, t, deadline, creds) = (p.rep, p.t, p.deadline, &p.creds);
     let attempts = retry::attempts(t.backoff_limit);
@@ -120,14 +126,27 @@ pub(super) async fn attempt_pulls<R: ContainerRuntime>(
         reason: "error",
         error: String::new(),
     };
+    // After a rate-limited answer the registry's wait replaces the
+    // attempt's own.
+    let mut rate_limited = false;
     while attempt <= attempts {
-        match retry::before(attempt, Instant::now(), deadline) {
-            Next::Wait(wait) => tokio::time::sleep(wait).await,
-            Next::PastDeadline => return past_deadline(t, "retrying", &last, creds),
+        if !std::mem::take(&mut rate_limited) {
+            match retry::before(attempt, Instant::now(), deadline) {
+                Next::Wait(wait) => tokio::time::sleep(wait).await,
+                Next::PastDeadline => return past_deadline(t, "retrying", &last, creds),
+            }
+        }
+        if let Err(outcome) = ratelimited::wait_for_registry(rep, t, deadline, slot).await {
+            return outcome;
         }
         match attempt_once(p, keeper).await {
             Attempt::Done(outcome) => return outcome,
             Attempt::Unavailable => continue,
+            Attempt::RateLimited(message) => {
+                ratelimited::record(rep, t, &message);
+                rate_limited = true;
+                continue;
+            }
             Attempt::Failed(f) => last = f,
         }
         tracing::info!(tag = %rep.key, attempt, attempts, error = %last.error, "pull attempt failed");
@@ -202,11 +221,15 @@ async fn attempt_once<R: ContainerRuntime>(
         }
     };
     deps.metrics.cri_error("PullImage");
-    if let CriError::Unavailable(m) = &e {
-        return match wait_for_runtime(rep, m, deadline).await {
-            true => Attempt::Unavailable,
-            false => Attempt::Done(unavailable_past_deadline(t)),
-        };
+    match &e {
+        CriError::Unavailable(m) => {
+            return match wait_for_runtime(rep, m, deadline).await {
+                true => Attempt::Unavailable,
+                false => Attempt::Done(unavailable_past_deadline(t)),
+            };
+        }
+        CriError::RateLimited(m) => return Attempt::RateLimited(m.clone()),
+        _ => {}
     }
     tracing::debug!(tag = %rep.key, reason = e.reason(), "runtime refused the pull");
     Attempt::Failed(Failure {
@@ -218,6 +241,8 @@ async fn attempt_once<R: ContainerRuntime>(
 /// A pulled image's outcome, with the repository digest the runtime
 /// reports for it (or the image reference, when it does not say in time).
 async fn succeeded<R: ContainerRuntime>(deps: &Deps<R>, t: &Target, image_ref: &str) -> Outcome {
+    // The registry serves this node again: its next 429 waits the least.
+    deps.rate_limits.succeeded(&t.image.registry);
     let name = t.image.name();
     let status = tokio::time::timeout(QUERY_TIMEOUT, deps.runtime.image_status(image_ref)).await;
     let id = match status {

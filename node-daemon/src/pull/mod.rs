@@ -1,10 +1,13 @@
 //! One tag's pull, the same for the pull worker and the upgrade flow: it
-//! takes a share in the image's lease, waits for a pull slot (or the
-//! deadline), runs the node checks, honours IfNotPresent, pulls as
-//! `attempts` paces it, and ends its lease share whatever the outcome.
+//! takes a share in the image's lease, waits for a pull slot (`slot`; or
+//! the deadline), runs the node checks, honours IfNotPresent, pulls as
+//! `attempts` paces it (waiting out a registry that rate-limits the node:
+//! `ratelimited`), and ends its lease share whatever the outcome.
 
 mod attempts;
+mod ratelimited;
 mod secrets;
+mod slot;
 #[cfg(test)]
 mod tests;
 
@@ -12,14 +15,14 @@ use crate::checks;
 use crate::cri::CriError;
 use crate::deps::Deps;
 use crate::desired::{PullMode, PullTask, Target};
-use crate::metrics::{GaugeGuard, ItemLabels};
+use crate::metrics::ItemLabels;
 use crate::report::{Outcome, Reporter};
 use crate::runtime::ContainerRuntime;
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::ImagePullPhase;
+use slot::{SlotHold, no_slot_outcome};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -66,9 +69,10 @@ pub(crate) struct Pulled {
 
 /// The one pull path of the worker and the upgrade flow: a share in the
 /// image's lease while the tag pulls, a slot (or the deadline while queued
-/// for one), `on_slot` once the slot is held, then the pull; the lease
-/// share ends on every outcome (an aborted task drops it, and the sync loop
-/// ends the lease once the task is gone).
+/// for one, or while its registry rate-limits this node), `on_slot` once
+/// the slot is held, then the pull; the lease share ends on every outcome
+/// (an aborted task drops it, and the sync loop ends the lease once the
+/// task is gone).
 pub(crate) async fn in_slot<'a, R: ContainerRuntime>(
     rep: &mut Reporter<'a, R>,
     t: &Target,
@@ -77,49 +81,44 @@ pub(crate) async fn in_slot<'a, R: ContainerRuntime>(
 ) -> Pulled {
     let deps = rep.deps;
     let lease = deps.leases.enter(t.image.pull_ref());
-    let pulled = match wait_for_slot(deps, deadline).await {
-        Slot::Held(_permit) => {
-            let _running = GaugeGuard::new(&deps.metrics.in_flight);
+    let mut slot = SlotHold::default();
+    let pulled = match first_slot(rep, t, deadline, &mut slot).await {
+        Ok(()) => {
             let started = Instant::now();
             on_slot(rep);
-            let outcome = pull(rep, t, deadline).await;
+            let outcome = pull(rep, t, deadline, &mut slot).await;
             Pulled {
                 outcome,
                 elapsed: Some(started.elapsed()),
             }
         }
-        Slot::PastDeadline => Pulled {
-            outcome: Outcome::failed("deadline", deadline_message(t, "waiting for a pull slot")),
-            elapsed: None,
-        },
-        Slot::Closed => Pulled {
-            outcome: Outcome::failed("error", "the daemon is stopping"),
+        Err(outcome) => Pulled {
+            outcome,
             elapsed: None,
         },
     };
+    slot.release();
     // This image's partial blobs are no longer kept (see `resume`), unless
     // another tag naming the same image still pulls it.
     lease.end(&deps.runtime, &deps.node);
     pulled
 }
 
-/// What waiting for a pull slot came to.
-enum Slot {
-    /// A slot, held until the permit is dropped.
-    Held(OwnedSemaphorePermit),
-    /// The deadline passed in the queue.
-    PastDeadline,
-    /// The slots were closed (the daemon stops).
-    Closed,
-}
-
-/// Waits in order for a pull slot, counted as waiting meanwhile.
-async fn wait_for_slot<R>(deps: &Deps<R>, deadline: Option<Instant>) -> Slot {
-    let _waiting = GaugeGuard::new(&deps.metrics.waiting);
-    tokio::select! {
-        p = deps.slots.clone().acquire_owned() => p.map_or(Slot::Closed, Slot::Held),
-        _ = sleep_until(deadline) => Slot::PastDeadline,
+/// The tag's first slot; an Always pull, which will ask the registry, first
+/// waits while its registry rate-limits this node (IfNotPresent looks for
+/// the image first, and waits only before it asks the registry).
+async fn first_slot<R>(
+    rep: &Reporter<'_, R>,
+    t: &Target,
+    deadline: Option<Instant>,
+    slot: &mut SlotHold,
+) -> Result<(), Outcome> {
+    if t.mode == PullMode::Always {
+        ratelimited::wait_for_registry(rep, t, deadline, slot).await?;
     }
+    slot.take(rep.deps, deadline)
+        .await
+        .map_err(|why| no_slot_outcome(t, why))
 }
 
 /// Runs the entry's node checks (ImagePrePullJob's checkItems), counting a
@@ -147,6 +146,7 @@ async fn pull<R: ContainerRuntime>(
     rep: &Reporter<'_, R>,
     t: &Target,
     deadline: Option<Instant>,
+    slot: &mut SlotHold,
 ) -> Outcome {
     let deps = rep.deps;
     if let Err(reason) = run_checks(deps, &t.check_items).await {
@@ -168,7 +168,7 @@ async fn pull<R: ContainerRuntime>(
         deadline,
         creds,
     };
-    attempts::attempt_pulls(&job, &mut keeper).await
+    attempts::attempt_pulls(&job, &mut keeper, slot).await
 }
 
 /// IfNotPresent: a present image succeeds without contacting the registry.

@@ -7,6 +7,8 @@ use crate::desired::TagKey;
 use crate::runtime::fake::{Answer, Call, FakeRuntime};
 use nodeimage_api::reference::ImageRef;
 
+mod rate_limited;
+
 const IMAGE: &str = "127.0.0.1:5000/app:v1";
 const NAME: &str = "127.0.0.1:5000/app";
 
@@ -59,6 +61,7 @@ fn deps(runtime: FakeRuntime, slots: usize) -> Arc<Deps<FakeRuntime>> {
         providers: None,
         leases: Arc::default(),
         pins: crate::pins::Pins::default(),
+        rate_limits: crate::ratelimit::registries::Registries::new("n1"),
     })
 }
 
@@ -439,7 +442,7 @@ async fn a_refused_credential_moves_on_to_the_next() {
             deadline: None,
             creds: attempts::Credentials::new(candidates, " (secret ns/x is missing)"),
         };
-        let outcome = attempts::attempt_pulls(&job, &mut None).await;
+        let outcome = attempts::attempt_pulls(&job, &mut None, &mut SlotHold::default()).await;
         assert_eq!(reason(&outcome), want, "{name}");
         assert_eq!(message(&outcome), says, "{name}");
         let tried: Vec<Option<String>> = rt
