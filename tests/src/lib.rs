@@ -10,7 +10,8 @@
 //! proxy), [`process`] (test-owned daemons, registries and containerds),
 //! [`nodeimage`] (reading NodeImages and waiting on tag phases), [`http`],
 //! [`kruise`] (OpenKruise job tests: namespaces, jobs, secret copies, fake
-//! NodeImages, a slow registry for the nodes, the shared controller),
+//! NodeImages, an image that pulls slowly on the nodes (`SlowImage`), the
+//! shared controller),
 //! [`prepull`] (KubeEdge ImagePrePullJob tests: jobs, test Nodes, image
 //! copies, an ordered watch of NodeImages), [`helm`] (the chart tests),
 //! [`install`] (the install test: its environment, steps and diagnostics).
@@ -137,6 +138,75 @@ impl Cluster {
             r.stdout, r.stderr
         );
         r.stdout
+    }
+
+    /// Runs `kubectl` with `args` (a `get … -o json --watch`) and hands each
+    /// JSON document it prints to `each`, on a thread of its own, until the
+    /// output ends: the one reader of every watch the tests keep. The child
+    /// is the caller's to stop.
+    pub fn kubectl_watch(
+        &self,
+        args: &[&str],
+        mut each: impl FnMut(serde_json::Value) + Send + 'static,
+    ) -> std::process::Child {
+        let mut child = self
+            .kubectl_cmd()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start kubectl get --watch");
+        let out = child.stdout.take().expect("stdout is piped");
+        std::thread::spawn(move || {
+            let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(out))
+                .into_iter::<serde_json::Value>();
+            for doc in stream {
+                let Ok(doc) = doc else { break };
+                each(doc);
+            }
+        });
+        child
+    }
+
+    /// `kubectl get ARGS -o json` as JSON, or None when the object does not
+    /// exist; any other failure panics with kubectl's words.
+    pub fn get_json(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let mut all = vec!["get"];
+        all.extend(args);
+        all.extend(["-o", "json"]);
+        let r = self.kubectl(&all, None);
+        if !r.success {
+            assert!(
+                r.stderr.contains("NotFound") || r.stderr.contains("not found"),
+                "kubectl {all:?}: {}",
+                r.stderr
+            );
+            return None;
+        }
+        let parsed = serde_json::from_str(&r.stdout);
+        Some(parsed.unwrap_or_else(|e| panic!("kubectl printed no JSON ({e}): {}", r.stdout)))
+    }
+
+    /// `kubectl delete WHAT --ignore-not-found --wait=false`, for cleanup: a
+    /// failure is printed, never a panic.
+    pub fn delete_quietly(&self, what: &[&str]) {
+        let mut args = vec!["delete"];
+        args.extend(what);
+        args.extend(["--ignore-not-found", "--wait=false"]);
+        let r = self.kubectl(&args, None);
+        if !r.success {
+            eprintln!("cleanup: kubectl delete {}: {}", what.join(" "), r.stderr);
+        }
+    }
+
+    /// Where the shared controller serves health and metrics
+    /// (`NODEIMAGE_CONTROLLER_HEALTH` of nodeimage.sh's env file).
+    pub fn controller_health(&self) -> String {
+        self.nodeimage_vars()
+            .get("NODEIMAGE_CONTROLLER_HEALTH")
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1:18080".into())
     }
 
     /// The env file `tests/nodeimage.sh start` writes (`$STATE/nodeimage.env`),

@@ -5,8 +5,7 @@
 use crate::{Cluster, KubectlResult};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::BufReader;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -150,16 +149,7 @@ pub fn assert_observed_counts_matched() {
 /// counts do not match its tag statuses is recorded for
 /// [`assert_observed_counts_matched`].
 pub fn get(c: &Cluster, name: &str) -> Option<Value> {
-    let r = c.kubectl(&["get", "nodeimage", name, "-o", "json"], None);
-    if !r.success {
-        assert!(
-            r.stderr.contains("NotFound") || r.stderr.contains("not found"),
-            "kubectl get nodeimage {name}: {}",
-            r.stderr
-        );
-        return None;
-    }
-    let obj: Value = serde_json::from_str(&r.stdout).expect("kubectl prints JSON");
+    let obj = c.get_json(&["nodeimage", name])?;
     if let Err(e) = check_counts(&obj) {
         let key = format!(
             "{name}@{}",
@@ -347,19 +337,7 @@ pub fn create_fake(c: &Cluster, name: &str, labels: &BTreeMap<&str, &str>, spec:
 
 /// Deletes a NodeImage (no panics: for cleanup).
 pub fn delete(c: &Cluster, name: &str) {
-    let r = c.kubectl(
-        &[
-            "delete",
-            "nodeimage",
-            name,
-            "--ignore-not-found",
-            "--wait=false",
-        ],
-        None,
-    );
-    if !r.success {
-        eprintln!("cleanup: deleting nodeimage {name}: {}", r.stderr);
-    }
+    c.delete_quietly(&["nodeimage", name]);
 }
 
 /// Events (core/v1 view, all namespaces) whose message contains `needle`.
@@ -386,28 +364,15 @@ pub struct Watch {
 impl Watch {
     /// Starts watching NodeImage `name` (which must exist).
     pub fn start(c: &Cluster, name: &str) -> Watch {
-        let mut child = c
-            .kubectl_cmd()
-            .args(["get", "nodeimage", name, "-o", "json", "--watch"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start kubectl get --watch");
-        let out = child.stdout.take().expect("stdout is piped");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let (s, v) = (seen.clone(), violations.clone());
-        std::thread::spawn(move || {
-            let stream =
-                serde_json::Deserializer::from_reader(BufReader::new(out)).into_iter::<Value>();
-            for obj in stream {
-                let Ok(obj) = obj else { break };
-                if let Err(e) = check_counts(&obj) {
-                    v.lock().unwrap_or_else(|p| p.into_inner()).push(e);
-                }
-                s.lock().unwrap_or_else(|p| p.into_inner()).push(obj);
+        let args = ["get", "nodeimage", name, "-o", "json", "--watch"];
+        let child = c.kubectl_watch(&args, move |obj| {
+            if let Err(e) = check_counts(&obj) {
+                v.lock().unwrap_or_else(|p| p.into_inner()).push(e);
             }
+            s.lock().unwrap_or_else(|p| p.into_inner()).push(obj);
         });
         Watch {
             child,

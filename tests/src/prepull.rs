@@ -8,9 +8,8 @@ use crate::process::Daemon;
 use crate::{Cluster, unique, wait_for};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -238,19 +237,7 @@ impl TestNode {
 impl Drop for TestNode {
     fn drop(&mut self) {
         self.daemon = None;
-        let r = self.c.kubectl(
-            &[
-                "delete",
-                "node",
-                &self.name,
-                "--ignore-not-found",
-                "--wait=false",
-            ],
-            None,
-        );
-        if !r.success {
-            eprintln!("cleanup: deleting node {}: {}", self.name, r.stderr);
-        }
+        self.c.delete_quietly(&["node", &self.name]);
     }
 }
 
@@ -352,24 +339,11 @@ pub struct NodeImagesWatch {
 impl NodeImagesWatch {
     /// Starts `kubectl get nodeimages -l SELECTOR -o json --watch`.
     pub fn start(c: &Cluster, selector: &str) -> NodeImagesWatch {
-        let mut child = c
-            .kubectl_cmd()
-            .args(["get", "nodeimages", "-l", selector, "-o", "json", "--watch"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start kubectl get --watch");
-        let out = child.stdout.take().expect("stdout is piped");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        std::thread::spawn(move || {
-            let stream =
-                serde_json::Deserializer::from_reader(BufReader::new(out)).into_iter::<Value>();
-            for obj in stream {
-                let Ok(obj) = obj else { break };
-                s.lock().unwrap_or_else(|p| p.into_inner()).push(obj);
-            }
+        let args = ["get", "nodeimages", "-l", selector, "-o", "json", "--watch"];
+        let child = c.kubectl_watch(&args, move |obj| {
+            s.lock().unwrap_or_else(|p| p.into_inner()).push(obj);
         });
         NodeImagesWatch { child, seen }
     }

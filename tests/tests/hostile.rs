@@ -125,11 +125,7 @@ fn everything_up(c: &Cluster) {
                 .ok_or_else(|| format!("{code:?}"))
         });
     }
-    let health = c
-        .nodeimage_vars()
-        .get("NODEIMAGE_CONTROLLER_HEALTH")
-        .cloned()
-        .unwrap_or_else(|| "127.0.0.1:18080".into());
+    let health = c.controller_health();
     kruise::eventually("controller ready", LONG, || {
         (http::status_of(&format!("http://{health}/readyz")) == Some(200))
             .then_some(())
@@ -435,11 +431,7 @@ impl Drop for RestoreCrds {
 }
 
 fn metric(c: &Cluster, name_and_labels: &str) -> Option<f64> {
-    let health = c
-        .nodeimage_vars()
-        .get("NODEIMAGE_CONTROLLER_HEALTH")
-        .cloned()
-        .unwrap_or_else(|| "127.0.0.1:18080".into());
+    let health = c.controller_health();
     let resp = http::request("GET", &format!("http://{health}/metrics"), &[], &[]).ok()?;
     resp.text()
         .lines()

@@ -15,7 +15,7 @@
 //! excludes its fake NodeImage.
 
 use nodeimage_tests::kruise::{
-    self, FakeNodeImage, IPJ, NodeImageHistory, SharedController, SlowRegistry, TestNs, completed,
+    self, FakeNodeImage, IPJ, NodeImageHistory, SharedController, SlowImage, TestNs, completed,
     count,
 };
 use nodeimage_tests::registry::PushedImage;
@@ -164,17 +164,9 @@ fn pulling<'a>(
 /// An image of the private registry, pushed for this test, named through a
 /// slow proxy (1 MiB at 256 KiB/s shared by the nodes) so that the job runs
 /// for several seconds: long enough to see its secret copy before the job
-/// completes and releases it. The cleanup removes it from the nodes.
-fn slow_private_image(c: &Cluster, prefix: &str) -> (SlowRegistry, PushedImage, Cleanup) {
-    let slow = SlowRegistry::start(c, &c.var("NODEIMAGE_AUTH_REGISTRY"), 256 << 10);
-    let pushed = kruise::push_unique(&kruise::auth_registry(c), prefix, 1 << 20);
-    let image = kruise::via(&pushed, &slow.host());
-    let mut cleanup = Cleanup::default();
-    let (c2, r) = (c.clone(), image.reference());
-    cleanup.defer("remove the image from the nodes", move || {
-        kruise::remove_from_nodes(&c2, &r)
-    });
-    (slow, image, cleanup)
+/// completes and releases it. Dropped, it is removed from the nodes.
+fn slow_private_image(c: &Cluster, prefix: &str) -> SlowImage {
+    SlowImage::push_private(c, prefix, 1 << 20, 256 << 10)
 }
 
 /// Upstream 1, "pull image with secret": Always, deadline 50, TTL 20.
@@ -187,20 +179,9 @@ fn secret_copied_then_ttl_deletes_job_entries_and_copy() {
     let c = Cluster::load();
     let ns = TestNs::create(&c, "e2e-ipj-secret-ttl");
     let nodes = c.nodes();
-    let (slow, image, _cleanup) = slow_private_image(&c, "secret-ttl");
-    let data = kruise::put_secret(
-        &c,
-        &ns.name,
-        "pull-secret",
-        "kubernetes.io/dockerconfigjson",
-        ".dockerconfigjson",
-        &kruise::docker_config_json(
-            &[&slow.host()],
-            &c.var("NODEIMAGE_AUTH_USER"),
-            &c.var("NODEIMAGE_AUTH_PASSWORD"),
-        ),
-        false,
-    );
+    let slow = slow_private_image(&c, "secret-ttl");
+    let image = &slow.image;
+    let data = slow.pull_secret(&ns.name, "pull-secret");
     let name = "test-imagepulljob";
     kruise::create(
         &c,
@@ -223,7 +204,7 @@ fn secret_copied_then_ttl_deletes_job_entries_and_copy() {
 
     let job = wait_completed(&c, &ns.name, name);
     assert_counts(&job, nodes.len(), nodes.len(), 0);
-    assert_nodes_hold(&c, &image, &nodes);
+    assert_nodes_hold(&c, image, &nodes);
 
     kruise::wait_gone(&c, IPJ, &ns.name, name, Duration::from_secs(90));
     wait_image_gone(&c, &image.name, &nodes, SHORT);
@@ -239,20 +220,9 @@ fn secret_without_ttl_keeps_entries_and_releases_copy() {
     let c = Cluster::load();
     let ns = TestNs::create(&c, "e2e-ipj-secret-nottl");
     let nodes = c.nodes();
-    let (slow, image, _cleanup) = slow_private_image(&c, "secret-nottl");
-    let data = kruise::put_secret(
-        &c,
-        &ns.name,
-        "pull-secret",
-        "kubernetes.io/dockerconfigjson",
-        ".dockerconfigjson",
-        &kruise::docker_config_json(
-            &[&slow.host()],
-            &c.var("NODEIMAGE_AUTH_USER"),
-            &c.var("NODEIMAGE_AUTH_PASSWORD"),
-        ),
-        false,
-    );
+    let slow = slow_private_image(&c, "secret-nottl");
+    let image = &slow.image;
+    let data = slow.pull_secret(&ns.name, "pull-secret");
     let name = "test-imagepulljob";
     kruise::create(
         &c,
@@ -402,7 +372,8 @@ fn always_on_all_real_nodes_with_dockercfg_secret() {
     let c = Cluster::load();
     let ns = TestNs::create(&c, "e2e-ipj-dockercfg");
     let nodes = c.nodes();
-    let (slow, image, _cleanup) = slow_private_image(&c, "dockercfg");
+    let slow = slow_private_image(&c, "dockercfg");
+    let image = &slow.image;
     let data = kruise::put_secret(
         &c,
         &ns.name,
@@ -437,7 +408,7 @@ fn always_on_all_real_nodes_with_dockercfg_secret() {
     assert_eq!(copy["type"], "kubernetes.io/dockercfg");
     let job = wait_completed(&c, &ns.name, name);
     assert_counts(&job, nodes.len(), nodes.len(), 0);
-    assert_nodes_hold(&c, &image, &nodes);
+    assert_nodes_hold(&c, image, &nodes);
     kruise::wait_gone(&c, IPJ, &ns.name, name, Duration::from_secs(90));
     wait_image_gone(&c, &image.name, &nodes, SHORT);
 }
@@ -753,15 +724,8 @@ fn parallelism_one_pulls_one_node_at_a_time() {
     assert!(nodes.len() >= 3, "needs three nodes: {nodes:?}");
     // 3 MiB at 1 MiB/s: each pull takes about three seconds.
     let size = 3 << 20;
-    let slow = SlowRegistry::start(&c, &c.var("NODEIMAGE_REGISTRY"), 1 << 20);
-    let pushed = kruise::push_unique(&kruise::registry(&c), "parallelism", size);
-    let reference = format!("{}/{}:v1", slow.host(), pushed.repository);
-    let key = format!("{}/{}", slow.host(), pushed.repository);
-    let mut cleanup = Cleanup::default();
-    let (c2, r2) = (c.clone(), reference.clone());
-    cleanup.defer("remove the image from the nodes", move || {
-        kruise::remove_from_nodes(&c2, &r2)
-    });
+    let slow = SlowImage::push(&c, "parallelism", size, 1 << 20);
+    let (reference, key) = (slow.reference(), slow.key());
     // Every change to the NodeImages, from before the job exists.
     let history = NodeImageHistory::start(&c);
     let name = "one-at-a-time";
@@ -837,11 +801,11 @@ fn parallelism_one_pulls_one_node_at_a_time() {
     let job = wait_completed(&c, &ns.name, name);
     assert_counts(&job, nodes.len(), nodes.len(), 0);
     assert!(
-        slow.proxy.bytes_down() >= (nodes.len() * size) as u64,
+        slow.proxy().bytes_down() >= (nodes.len() * size) as u64,
         "every node pulled through the proxy: {} bytes",
-        slow.proxy.bytes_down()
+        slow.proxy().bytes_down()
     );
-    drop(cleanup);
+    drop(slow);
 }
 
 /// A podSelector job pulls only on the nodes that host an active, scheduled
@@ -918,15 +882,8 @@ fn spec_edit_of_running_job_reaches_the_entries() {
     let ns = TestNs::create(&c, "e2e-ipj-edit");
     let nodes = c.nodes();
     // Three 2 MiB pulls sharing 256 KiB/s: about 24 s of pulling.
-    let slow = SlowRegistry::start(&c, &c.var("NODEIMAGE_REGISTRY"), 256 << 10);
-    let pushed = kruise::push_unique(&kruise::registry(&c), "edit", 2 << 20);
-    let reference = format!("{}/{}:v1", slow.host(), pushed.repository);
-    let key = format!("{}/{}", slow.host(), pushed.repository);
-    let mut cleanup = Cleanup::default();
-    let (c2, r2) = (c.clone(), reference.clone());
-    cleanup.defer("remove the image from the nodes", move || {
-        kruise::remove_from_nodes(&c2, &r2)
-    });
+    let slow = SlowImage::push(&c, "edit", 2 << 20, 256 << 10);
+    let (reference, key) = (slow.reference(), slow.key());
     let name = "edited";
     kruise::create(
         &c,
@@ -993,10 +950,10 @@ fn spec_edit_of_running_job_reaches_the_entries() {
         }
         Ok(())
     });
-    slow.proxy.set_rate(0);
+    slow.proxy().set_rate(0);
     let job = wait_completed(&c, &ns.name, name);
     assert_counts(&job, nodes.len(), nodes.len(), 0);
-    drop(cleanup);
+    drop(slow);
 }
 
 /// Deleting a job while nodes pull for it takes its entries out of every
@@ -1008,30 +965,10 @@ fn deleting_running_job_removes_entries_and_releases_secret() {
     let c = Cluster::load();
     let ns = TestNs::create(&c, "e2e-ipj-delete");
     let nodes = c.nodes();
-    let auth_host = c.var("NODEIMAGE_AUTH_REGISTRY");
     // The private registry behind a slow proxy: 4 MiB at 128 KiB/s.
-    let slow = SlowRegistry::start(&c, &auth_host, 128 << 10);
-    let pushed = kruise::push_unique(&kruise::auth_registry(&c), "delete", 4 << 20);
-    let reference = format!("{}/{}:v1", slow.host(), pushed.repository);
-    let key = format!("{}/{}", slow.host(), pushed.repository);
-    let mut cleanup = Cleanup::default();
-    let (c2, r2) = (c.clone(), reference.clone());
-    cleanup.defer("remove the image from the nodes", move || {
-        kruise::remove_from_nodes(&c2, &r2)
-    });
-    let data = kruise::put_secret(
-        &c,
-        &ns.name,
-        "registry-login",
-        "kubernetes.io/dockerconfigjson",
-        ".dockerconfigjson",
-        &kruise::docker_config_json(
-            &[&slow.host()],
-            &c.var("NODEIMAGE_AUTH_USER"),
-            &c.var("NODEIMAGE_AUTH_PASSWORD"),
-        ),
-        false,
-    );
+    let slow = SlowImage::push_private(&c, "delete", 4 << 20, 128 << 10);
+    let (reference, key) = (slow.reference(), slow.key());
+    let data = slow.pull_secret(&ns.name, "registry-login");
     let name = "deleted-while-running";
     kruise::create(
         &c,
@@ -1064,7 +1001,7 @@ fn deleting_running_job_removes_entries_and_releases_secret() {
     });
     // The daemon reports Pulling just before containerd's first request.
     kruise::eventually("the pull to reach the registry", SHORT, || {
-        if slow.proxy.count("/manifests/") > 0 {
+        if slow.proxy().count("/manifests/") > 0 {
             Ok(())
         } else {
             Err("no manifest request through the proxy yet".to_string())
@@ -1081,8 +1018,8 @@ fn deleting_running_job_removes_entries_and_releases_secret() {
     kruise::wait_gone(&c, IPJ, &ns.name, name, SHORT);
     wait_image_gone(&c, &key, &nodes, SHORT);
     kruise::wait_no_copy(&c, &ns.name, "registry-login", SHORT);
-    slow.proxy.set_rate(0);
-    drop(cleanup);
+    slow.proxy().set_rate(0);
+    drop(slow);
 }
 
 /// The shared controller is killed with SIGKILL while a job is half done
@@ -1098,15 +1035,8 @@ fn controller_killed_mid_job_still_completes() {
     let nodes = c.nodes();
     assert!(nodes.len() >= 3, "needs three nodes: {nodes:?}");
     // 3 MiB at 512 KiB/s: six seconds per node.
-    let slow = SlowRegistry::start(&c, &c.var("NODEIMAGE_REGISTRY"), 512 << 10);
-    let pushed = kruise::push_unique(&kruise::registry(&c), "sigkill", 3 << 20);
-    let reference = format!("{}/{}:v1", slow.host(), pushed.repository);
-    let key = format!("{}/{}", slow.host(), pushed.repository);
-    let mut cleanup = Cleanup::default();
-    let (c2, r2) = (c.clone(), reference.clone());
-    cleanup.defer("remove the image from the nodes", move || {
-        kruise::remove_from_nodes(&c2, &r2)
-    });
+    let slow = SlowImage::push(&c, "sigkill", 3 << 20, 512 << 10);
+    let (reference, key) = (slow.reference(), slow.key());
     let name = "survives-sigkill";
     kruise::create(
         &c,
@@ -1181,9 +1111,9 @@ fn controller_killed_mid_job_still_completes() {
         assert_eq!(owners, Some(1), "{n}: one owner, the job: {t}");
         assert_eq!(t["version"], 0, "{n}: no re-pull after the restart: {t}");
     }
-    assert_nodes_hold(&c, &kruise::via(&pushed, &slow.host()), &nodes);
+    assert_nodes_hold(&c, &slow.image, &nodes);
     drop(controller);
-    drop(cleanup);
+    drop(slow);
 }
 
 /// A job naming a secret that does not exist proceeds without it; its
@@ -1419,9 +1349,8 @@ fn active_deadline_ends_the_job_while_the_node_still_tries() {
     let ns = TestNs::create(&c, "e2e-ipj-deadline");
     let node = c.nodes()[0].clone();
     // One byte a second: the registry's answer never arrives in time.
-    let silent = SlowRegistry::start(&c, &c.var("NODEIMAGE_REGISTRY"), 1);
-    let pushed = kruise::push_unique(&kruise::registry(&c), "deadline", 4096);
-    let image = kruise::via(&pushed, &silent.host());
+    let silent = SlowImage::push(&c, "deadline", 4096, 1);
+    let image = &silent.image;
     let name = "deadline-20s";
     let created = Instant::now();
     kruise::create(
@@ -1454,9 +1383,8 @@ fn active_deadline_ends_the_job_while_the_node_still_tries() {
     // The node was still pulling when the deadline came: its second attempt
     // began before it (attempt 1 timed out at 15 s).
     assert!(
-        silent.proxy.requests().len() >= 2,
+        silent.proxy().requests().len() >= 2,
         "a second attempt reached the registry: {:?}",
-        silent.proxy.requests()
+        silent.proxy().requests()
     );
-    kruise::remove_from_nodes(&c, &image.reference());
 }

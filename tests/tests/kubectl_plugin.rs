@@ -8,7 +8,7 @@
 //! (`target/debug`); `cargo build -p nodeimage-kubectl` builds it
 //! (tests/run-all.sh does).
 
-use nodeimage_tests::kruise::{self, FakeNodeImage, ILPJ, IPJ, SlowRegistry, TestNs};
+use nodeimage_tests::kruise::{self, FakeNodeImage, ILPJ, IPJ, SlowImage, TestNs};
 use nodeimage_tests::{Cleanup, Cluster, random_suffix};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -122,14 +122,8 @@ fn status_watch_draws_a_live_table_until_the_job_completes() {
     // 6 MiB per node through a proxy passing 2 MiB/s in all: about nine
     // seconds for three nodes pulling together, long enough to see progress.
     let size = 6 << 20;
-    let slow = SlowRegistry::start(&c, &c.var("NODEIMAGE_REGISTRY"), 2 << 20);
-    let pushed = kruise::push_unique(&kruise::registry(&c), "plugin-watch", size);
-    let reference = format!("{}/{}:v1", slow.host(), pushed.repository);
-    let mut cleanup = Cleanup::default();
-    let (c2, r2) = (c.clone(), reference.clone());
-    cleanup.defer("remove the image from the nodes", move || {
-        kruise::remove_from_nodes(&c2, &r2)
-    });
+    let slow = SlowImage::push(&c, "plugin-watch", size, 2 << 20);
+    let reference = slow.reference();
     let name = "watch-me";
     kruise::create(
         &c,
@@ -279,7 +273,7 @@ fn status_watch_draws_a_live_table_until_the_job_completes() {
             "{all:?}: {stdout}"
         );
     }
-    drop(cleanup);
+    drop(slow);
 }
 
 /// `pull --wait` creates an ImagePullJob that completes, prints its name

@@ -14,12 +14,7 @@ use std::time::Duration;
 const LONG: Duration = Duration::from_secs(180);
 
 fn controller_metrics_url(c: &Cluster) -> String {
-    let addr = c
-        .nodeimage_vars()
-        .get("NODEIMAGE_CONTROLLER_HEALTH")
-        .cloned()
-        .unwrap_or_else(|| "127.0.0.1:18080".into());
-    format!("http://{addr}/metrics")
+    format!("http://{}/metrics", c.controller_health())
 }
 
 #[test]

@@ -207,6 +207,15 @@ impl Metrics {
             .get_or_create(&KindLabels { kind: kind.into() })
             .inc();
     }
+
+    /// How many failed reconciles of `kind` were counted, for tests of the
+    /// retry policy (a stale write is not one).
+    #[cfg(test)]
+    pub fn errors_of(&self, kind: &'static str) -> u64 {
+        self.errors
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .get()
+    }
 }
 
 /// One job's counts and phase, whatever its kind.

@@ -28,8 +28,12 @@ use kube::{Resource, ResourceExt};
 use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeImage, NodeUpgradeJob};
 use nodeimage_ops::health::Readiness;
 use owners::{JobCache, OwnerCaches};
+use reconcile::{error_policy, reconcile};
 use std::sync::Arc;
 use tokio::sync::watch as signal;
+
+/// Housekeeping's controller name in logs.
+const NAME: &str = "housekeeping";
 
 /// Runs housekeeping until `stop` turns true.
 pub async fn run(
@@ -82,29 +86,21 @@ pub async fn run(
         orphans: Default::default(),
         nodeimages: nodeimages.store.clone(),
     });
-    tracing::info!("housekeeping starting");
     let Subscription {
         store: nodeimages,
         changes,
         ..
     } = nodeimages;
-    Controller::for_shared_stream(changes, nodeimages.clone())
-        .with_config(crate::runtime::lifecycle::controller_config())
+    let controller = Controller::for_shared_stream(changes, nodeimages.clone())
+        .with_config(lifecycle::controller_config())
         .watches_stream(node_events, |node: Node| {
             Some(ObjectRef::<NodeImage>::new(&node.name_any()))
         })
         .watches_stream(pull_deleted, owned_by(nodeimages.clone()))
         .watches_stream(pre_pull_deleted, owned_by(nodeimages.clone()))
         .watches_stream(upgrade_deleted, owned_by(nodeimages))
-        .reconcile_all_on(relisted_rx)
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
-        .for_each(|result| {
-            lifecycle::log_outcome("housekeeping", result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("housekeeping stopped");
+        .reconcile_all_on(relisted_rx);
+    lifecycle::run_controller(NAME, controller, reconcile, error_policy, state, stop).await;
 }
 
 /// The Nodes that wake their NodeImage: only a Node that no longer wants

@@ -6,7 +6,7 @@ use super::orphans::OrphansSeen;
 use super::owners::OwnerCaches;
 use super::plan::{self, Change, Inputs, Plan};
 use crate::cluster::watch::Synced;
-use crate::engine::jobshell::requeue::{self, Failure};
+use crate::engine::jobshell::requeue::{self, Classify, Failure};
 use crate::nodeimage::nodes;
 use crate::nodeimage::patch::{self, PatchError};
 use crate::runtime::context::Context;
@@ -19,6 +19,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::NodeImage;
 use std::sync::Arc;
+
+/// Housekeeping's kind name in metrics and logs.
+const KIND: &str = "NodeImage";
 
 /// Event reason for a tag the controller marked Failed.
 pub const REASON_PULL_FAILED: &str = "PullImageFailed";
@@ -63,13 +66,9 @@ pub enum Error {
 
 impl Error {
     fn api(action: &'static str, name: &str, source: kube::Error) -> Self {
-        match &source {
-            kube::Error::Api(s)
-                if nodeimage_api::kruise::nodeimage::contract::is_stale_write(s) =>
-            {
-                Error::Conflict(name.to_string())
-            }
-            _ => Error::Api {
+        match requeue::failure_of(&source) {
+            Failure::Conflict => Error::Conflict(name.to_string()),
+            Failure::Other => Error::Api {
                 action,
                 name: name.to_string(),
                 source,
@@ -78,9 +77,15 @@ impl Error {
     }
 }
 
+impl Classify for Error {
+    fn failure(&self) -> Failure {
+        Failure::of(matches!(self, Error::Conflict(_)))
+    }
+}
+
 /// Housekeeps one NodeImage.
 pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, Error> {
-    let _timer = state.ctx.metrics.reconcile("NodeImage");
+    let _timer = state.ctx.metrics.reconcile(KIND);
     if ni.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -242,11 +247,13 @@ async fn publish_failures(ctx: &Context, ni: &NodeImage, plan: &Plan) {
     }
 }
 
-/// The retry policy of every controller ([`requeue::after_failure`]):
-/// soon after a conflict, after a short backoff otherwise.
+/// The retry policy of every controller ([`requeue::after_failure`]): a
+/// stale write is a retry soon, not an error; anything else is counted and
+/// retried after a short backoff.
 pub fn error_policy(ni: Arc<NodeImage>, error: &Error, state: Arc<State>) -> Action {
-    // A stale write is a retry, not an error: as in the job shell.
-    let failure = Failure::of(matches!(error, Error::Conflict(_)));
     let metrics = &state.ctx.metrics;
-    requeue::after_failure(metrics, "NodeImage", &ni.name_any(), error, failure)
+    requeue::after_failure(metrics, KIND, &ni.name_any(), error, error.failure())
 }
+
+#[cfg(test)]
+mod tests;

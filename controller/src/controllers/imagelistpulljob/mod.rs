@@ -7,7 +7,6 @@ use crate::engine::jobshell::{self, Error, JobKind, api_err};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
 use chrono::Utc;
-use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -47,16 +46,16 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
     )
     .owns_stream(children);
     ready.set(true);
-    tracing::info!("imagelistpulljob controller starting");
-    controller
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile, error_policy, Arc::new(ctx))
-        .for_each(|result| {
-            lifecycle::log_outcome("imagelistpulljob", result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("imagelistpulljob controller stopped");
+    let name = ImageListPullJob::NAME;
+    lifecycle::run_controller(
+        name,
+        controller,
+        reconcile,
+        error_policy,
+        Arc::new(ctx),
+        stop,
+    )
+    .await;
 }
 
 async fn reconcile(job: Arc<ImageListPullJob>, ctx: Arc<Context>) -> Result<Action, Error> {

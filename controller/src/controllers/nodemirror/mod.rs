@@ -20,9 +20,13 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use nodeimage_api::NodeImage;
 use nodeimage_ops::health::Readiness;
+use reconcile::{error_policy, reconcile};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch as signal;
+
+/// The node mirror's controller name in logs.
+const NAME: &str = "node mirror";
 
 /// Runs the node mirror until `stop` turns true.
 pub async fn run(
@@ -83,20 +87,12 @@ pub async fn run(
         nodeimages_synced,
         owned,
     });
-    tracing::info!("node mirror starting");
-    Controller::for_stream(node_events, nodes)
+    let controller = Controller::for_stream(node_events, nodes)
         .with_config(lifecycle::controller_config())
         .watches_stream(nodeimage_events, |ni: PartialObjectMeta<NodeImage>| {
             Some(ObjectRef::<Node>::new(&ni.name_any()))
-        })
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(reconcile::reconcile, reconcile::error_policy, state)
-        .for_each(|result| {
-            lifecycle::log_outcome("node mirror", result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("node mirror stopped");
+        });
+    lifecycle::run_controller(NAME, controller, reconcile, error_policy, state, stop).await;
 }
 
 /// What each NodeImage records of the mirror's labels (its annotation, and

@@ -4,6 +4,7 @@
 use super::Owned;
 use super::decide::{self, Mirror};
 use crate::cluster::watch::Synced;
+use crate::engine::jobshell::requeue::{self, Classify, Failure, NOT_SYNCED_RETRY};
 use crate::runtime::context::Context;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -12,10 +13,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::NodeImage;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Wait while the NodeImage cache has not synced yet.
-const NOT_SYNCED: Duration = Duration::from_secs(1);
+/// The mirror's kind name in metrics and logs.
+const KIND: &str = "Node";
 
 /// What the mirror's reconciler reads.
 pub struct State {
@@ -56,9 +56,9 @@ pub enum Error {
 
 /// Creates or relabels the NodeImage of one Node.
 pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Error> {
-    let _timer = state.ctx.metrics.reconcile("Node");
+    let _timer = state.ctx.metrics.reconcile(KIND);
     if !state.nodeimages_synced.get() {
-        return Ok(Action::requeue(NOT_SYNCED));
+        return Ok(Action::requeue(NOT_SYNCED_RETRY));
     }
     let name = node.name_any();
     let current = state.nodeimages.get(&ObjectRef::new(&name));
@@ -89,7 +89,7 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
                 // Made meanwhile (or not yet in the cache): its watch event
                 // wakes this Node again.
                 Err(kube::Error::Api(e)) if e.code == 409 => {
-                    return Ok(Action::requeue(NOT_SYNCED));
+                    return Ok(Action::requeue(NOT_SYNCED_RETRY));
                 }
                 Err(source) => return Err(write_err("creating", source)),
             }
@@ -101,7 +101,7 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
             {
                 Ok(_) => tracing::info!(node = %name, "mirrored node labels to NodeImage"),
                 Err(kube::Error::Api(e)) if e.code == 404 => {
-                    return Ok(Action::requeue(NOT_SYNCED));
+                    return Ok(Action::requeue(NOT_SYNCED_RETRY));
                 }
                 Err(source) => return Err(write_err("relabelling", source)),
             }
@@ -110,13 +110,22 @@ pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
-/// Logs the failure and retries the Node after a short wait.
-pub fn error_policy(node: Arc<Node>, error: &Error, state: Arc<State>) -> Action {
-    crate::engine::jobshell::requeue::after_failure(
-        &state.ctx.metrics,
-        "Node",
-        &node.name_any(),
-        error,
-        crate::engine::jobshell::requeue::Failure::Other,
-    )
+impl Classify for Error {
+    fn failure(&self) -> Failure {
+        match self {
+            Error::Write { source, .. } => requeue::failure_of(source),
+            Error::Build { .. } => Failure::Other,
+        }
+    }
 }
+
+/// The retry policy of every controller ([`requeue::after_failure`]): a
+/// stale write is a retry soon, not an error; anything else is counted and
+/// retried after a short backoff.
+pub fn error_policy(node: Arc<Node>, error: &Error, state: Arc<State>) -> Action {
+    let metrics = &state.ctx.metrics;
+    requeue::after_failure(metrics, KIND, &node.name_any(), error, error.failure())
+}
+
+#[cfg(test)]
+mod tests;

@@ -29,7 +29,6 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;
-use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
@@ -56,12 +55,18 @@ impl Error {
     }
 }
 
+impl requeue::Classify for Error {
+    fn failure(&self) -> requeue::Failure {
+        requeue::Failure::of(self.is_conflict())
+    }
+}
+
 /// Maps an API error of `action` to [`Error`] (a stale write to a conflict).
 pub fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let action = action.into();
-    move |source| match source {
-        kube::Error::Api(s) if is_stale_write(&s) => Error::Write(WriteError::Conflict(action)),
-        source => Error::Write(WriteError::Api { action, source }),
+    move |source| match requeue::failure_of(&source) {
+        requeue::Failure::Conflict => Error::Write(WriteError::Conflict(action)),
+        requeue::Failure::Other => Error::Write(WriteError::Api { action, source }),
     }
 }
 

@@ -7,7 +7,7 @@
 //! where ours is a merge patch guarded by the resourceVersion that treats a
 //! job already gone as released.
 
-use super::requeue::{self, Failure, NOT_SYNCED_RETRY};
+use super::requeue::{self, Classify, NOT_SYNCED_RETRY};
 use super::{Error, JobKind, JobReconciler};
 use crate::cluster::tagwrites;
 use kube::runtime::controller::Action;
@@ -65,9 +65,8 @@ pub fn error_policy<R: JobReconciler>(job: Arc<R::Job>, error: &Error, r: Arc<R>
 /// conflict is retried soon (re-plan), any other failure is counted,
 /// logged and retried later.
 pub fn retry<K: JobKind>(job: &K, error: &Error, ctx: &crate::runtime::context::Context) -> Action {
-    let failure = Failure::of(error.is_conflict());
     let job = ObjectRef::from_obj(job);
-    requeue::after_failure(&ctx.metrics, K::KIND, &job, error, failure)
+    requeue::after_failure(&ctx.metrics, K::KIND, &job, error, error.failure())
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use crate::runtime::metrics::Metrics;
 use kube::runtime::controller::Action;
+use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use std::fmt::Display;
 use std::time::Duration;
 
@@ -26,6 +27,19 @@ impl Failure {
             Failure::Other
         }
     }
+}
+
+/// What the retry policy reads of a reconcile's error: every controller's
+/// error type says here whether it is a stale write or another failure.
+pub trait Classify {
+    /// A conflict (a write refused because the object moved on) or another failure.
+    fn failure(&self) -> Failure;
+}
+
+/// How every controller classes a failed API call: a write refused because
+/// the object moved on ([`is_stale_write`]) is a conflict, anything else not.
+pub fn failure_of(error: &kube::Error) -> Failure {
+    Failure::of(matches!(error, kube::Error::Api(s) if is_stale_write(s)))
 }
 
 /// How soon a reconcile looks again while a cache is still being listed.

@@ -1,6 +1,7 @@
 //! Running a job kind's controller: the wakeups every kind shares (a
 //! NodeImage tag it owns changed), the KubeEdge kinds' Node watch, and the
-//! controller loop with the shell's reconcile and error policy.
+//! shell's reconcile and error policy handed to the one controller runner
+//! (`runtime::lifecycle::run_controller`).
 
 use super::{Caches, JobKind, JobReconciler, Shared};
 use crate::cluster::nodecache::NodeSubscription;
@@ -48,24 +49,23 @@ pub fn wake_owners<K: JobKind>(
     }
 }
 
-/// Runs `controller` with the shell's reconcile and error policy until
-/// `stop` turns true.
+/// Runs a job kind's `controller` with the shell's reconcile and error
+/// policy, through the one runner every controller uses, until `stop`
+/// turns true.
 pub async fn drive<R: JobReconciler>(
     controller: Controller<R::Job>,
     stop: signal::Receiver<bool>,
     state: Arc<R>,
 ) {
-    let name = R::Job::NAME;
-    tracing::info!("{name} controller starting");
-    controller
-        .graceful_shutdown_on(lifecycle::stopped(stop))
-        .run(super::reconcile, super::error_policy, state)
-        .for_each(|result| {
-            lifecycle::log_outcome(name, result);
-            std::future::ready(())
-        })
-        .await;
-    tracing::info!("{name} controller stopped");
+    lifecycle::run_controller(
+        R::Job::NAME,
+        controller,
+        super::reconcile,
+        super::error_policy,
+        state,
+        stop,
+    )
+    .await;
 }
 
 /// What a KubeEdge node-task reconciler reads: the shared caches and the Nodes.

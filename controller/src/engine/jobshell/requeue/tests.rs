@@ -21,3 +21,28 @@ fn success_table() {
     assert_eq!(after_success(Some(ten)), Action::requeue(ten));
     assert_eq!(after_success(None), Action::await_change());
 }
+
+#[test]
+fn api_errors_are_classed_by_the_contract() {
+    let api = |code: u16, reason: &str| {
+        kube::Error::Api(
+            kube::core::Status::failure(reason, reason)
+                .with_code(code)
+                .boxed(),
+        )
+    };
+    let cases = [
+        ("conflict", api(409, "Conflict"), Failure::Conflict),
+        ("failed test", api(422, "Invalid"), Failure::Conflict),
+        ("not found", api(404, "NotFound"), Failure::Other),
+        ("server error", api(500, "InternalError"), Failure::Other),
+        (
+            "no answer",
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+            Failure::Other,
+        ),
+    ];
+    for (case, error, failure) in cases {
+        assert_eq!(failure_of(&error), failure, "{case}");
+    }
+}
