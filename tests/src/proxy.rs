@@ -57,6 +57,12 @@ impl Proxy {
     /// (`host:port`), passing at most `bytes_per_second` towards clients
     /// (0: unlimited).
     pub fn start(upstream: &str, bytes_per_second: u64) -> std::io::Result<Proxy> {
+        Self::start_on("127.0.0.1:0", upstream, bytes_per_second)
+    }
+
+    /// [`Proxy::start`] listening on `listen` (`127.0.0.1:port`), for a
+    /// registry host named in the controller's flags.
+    pub fn start_on(listen: &str, upstream: &str, bytes_per_second: u64) -> std::io::Result<Proxy> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -71,7 +77,7 @@ impl Proxy {
             requests: Mutex::new(Vec::new()),
             bytes_down: AtomicU64::new(0),
         });
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+        let listener = runtime.block_on(TcpListener::bind(listen))?;
         let addr = listener.local_addr()?;
         let s = shared.clone();
         runtime.spawn(async move {

@@ -48,7 +48,9 @@ impl ImageTagStatus {
             return None;
         }
         let rest = self.message.as_deref()?.strip_prefix(RATE_LIMITED_PREFIX)?;
-        rest.split_once(',').map(|(host, _)| host).filter(|h| !h.is_empty())
+        rest.split_once(',')
+            .map(|(host, _)| host)
+            .filter(|h| !h.is_empty())
     }
 }
 

@@ -206,12 +206,24 @@ fn a_rate_limited_entry_names_its_registry_and_nothing_else_does() {
         ..Default::default()
     };
     let cases: &[(ImagePullPhase, Option<&str>, Option<&str>)] = &[
-        (ImagePullPhase::Waiting, Some(msg.as_str()), Some("docker.io")),
+        (
+            ImagePullPhase::Waiting,
+            Some(msg.as_str()),
+            Some("docker.io"),
+        ),
         (ImagePullPhase::Pulling, Some(msg.as_str()), None),
         (ImagePullPhase::Failed, Some(msg.as_str()), None),
         (ImagePullPhase::Waiting, None, None),
-        (ImagePullPhase::Waiting, Some("waiting for a pull slot"), None),
-        (ImagePullPhase::Waiting, Some("rate limited by registry , x"), None),
+        (
+            ImagePullPhase::Waiting,
+            Some("waiting for a pull slot"),
+            None,
+        ),
+        (
+            ImagePullPhase::Waiting,
+            Some("rate limited by registry , x"),
+            None,
+        ),
         (
             ImagePullPhase::Waiting,
             Some("rate limited by registry 127.0.0.1:5000, next try in 5s: 429"),
@@ -219,6 +231,10 @@ fn a_rate_limited_entry_names_its_registry_and_nothing_else_does() {
         ),
     ];
     for (phase, message, want) in cases {
-        assert_eq!(entry(*phase, *message).rate_limited_by(), *want, "{phase:?} {message:?}");
+        assert_eq!(
+            entry(*phase, *message).rate_limited_by(),
+            *want,
+            "{phase:?} {message:?}"
+        );
     }
 }
