@@ -119,6 +119,7 @@ fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
         .collect();
     pulls.sort_by_key(|p| (p.start, p.end));
     let all: Vec<String> = pulls.iter().map(Pull::to_string).collect();
+    eprintln!("pulls from {paced} (Unix seconds):\n{}", all.join("\n"));
     for pair in pulls.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         assert!(
