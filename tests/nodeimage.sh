@@ -30,8 +30,13 @@ start() {
   fi
   "$KUBECTL" apply --server-side --force-conflicts -f "$REPO_ROOT/crds/yaml" >/dev/null
   "$KUBECTL" wait --for=condition=Established --timeout=60s -f "$REPO_ROOT/crds/yaml" >/dev/null
+  # The one registry host the shared controller paces, one node pulling from
+  # it at a time: a proxy tests/tests/registry_pacing.rs starts on this
+  # port (no other test names it). Default: the registry's port plus 10.
+  local reg_port=${NODEIMAGE_REGISTRY##*:}
+  local paced=127.0.0.1:${NODEIMAGE_PACED_REGISTRY_PORT:-$((reg_port + 10))}
   start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
-    --health-addr "$CONTROLLER_HEALTH"
+    --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1"
   local i=0 node socket
   for node in $NODEIMAGE_NODES; do
     i=$((i + 1))
@@ -55,6 +60,7 @@ start() {
 export NODEIMAGE_BIN=$bin
 export NODEIMAGE_CONTROLLER_HEALTH=$CONTROLLER_HEALTH
 export NODEIMAGE_DAEMON_HEALTH_BASE=$DAEMON_HEALTH_BASE
+export NODEIMAGE_PACED_REGISTRY=$paced
 EOT
   log "controller and $i daemons running"
 }

@@ -80,6 +80,35 @@ pub struct Flags {
         value_parser = parse_label
     )]
     pub skip_nodes_labelled: Vec<Option<(String, String)>>,
+
+    /// Most nodes pulling from one registry host at once, across every job
+    /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
+    /// hand-written NodeImage entries count but are not held back. Jobs
+    /// wait in order of creation. 0: no limit (the default).
+    #[arg(long, env = "NODEIMAGE_REGISTRY_MAX_PULLS", default_value_t = 0)]
+    pub registry_max_pulls: usize,
+
+    /// The limit of one registry host, HOST=N (repeatable, or
+    /// comma-separated), over --registry-max-pulls; Docker Hub's aliases
+    /// are one host, docker.io. N=0: no limit on that host.
+    #[arg(long, value_delimiter = ',', value_parser = parse_host_limit)]
+    pub registry_max_pulls_for: Vec<(String, usize)>,
+}
+
+/// Parses `HOST=N` (a registry host, with its port if any, and a limit).
+pub fn parse_host_limit(s: &str) -> Result<(String, usize), String> {
+    let (host, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not HOST=N"))?;
+    let host = host.trim();
+    if host.is_empty() || host.contains(char::is_whitespace) || host.contains('/') {
+        return Err(format!("{s:?}: {host:?} is not a registry host"));
+    }
+    let n = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {n:?} is not a number of nodes"))?;
+    Ok((host.to_string(), n))
 }
 
 /// Parses `KEY=VALUE` (a label); an empty item is None.
@@ -137,5 +166,34 @@ mod tests {
         );
         assert!(Flags::try_parse_from(["c", "--skip-nodes-labelled=novalue"]).is_err());
         assert!(Flags::try_parse_from(["c", "--skip-nodes-labelled==x"]).is_err());
+    }
+
+    #[test]
+    fn registry_limits() {
+        let f = Flags::parse_from(["c"]);
+        assert_eq!(
+            (f.registry_max_pulls, f.registry_max_pulls_for),
+            (0, vec![])
+        );
+        let f = Flags::parse_from([
+            "c",
+            "--registry-max-pulls=100",
+            "--registry-max-pulls-for=docker.io=20,localhost:5000=1",
+            "--registry-max-pulls-for",
+            "quay.io=0",
+        ]);
+        assert_eq!(f.registry_max_pulls, 100);
+        assert_eq!(
+            f.registry_max_pulls_for,
+            vec![
+                ("docker.io".into(), 20),
+                ("localhost:5000".into(), 1),
+                ("quay.io".into(), 0)
+            ]
+        );
+        for bad in ["docker.io", "=3", "docker.io=x", "a/b=1", "docker.io=-1"] {
+            let arg = format!("--registry-max-pulls-for={bad}");
+            assert!(Flags::try_parse_from(["c", &arg]).is_err(), "{bad}");
+        }
     }
 }

@@ -60,8 +60,12 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     );
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let ctx = context::Context::new(client, &flags)?;
+    let limits =
+        engine::registrypace::Limits::new(flags.registry_max_pulls, &flags.registry_max_pulls_for);
     tracing::info!(
         response_timeout_s = flags.response_timeout.as_secs(),
+        registry_max_pulls = flags.registry_max_pulls,
+        registry_max_pulls_for = ?limits.per_host,
         "controller starting"
     );
     let readiness = health::Readiness::default();
@@ -83,7 +87,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             None => std::future::pending::<()>().await,
         }
     };
-    let work = controllers(ctx.clone(), readiness, stop_rx);
+    let work = controllers(ctx.clone(), limits, readiness, stop_rx);
     let mut work = std::pin::pin!(work);
     let mut lost_lease = false;
     tokio::select! {
@@ -155,16 +159,25 @@ async fn lead(
     Ok(Some(Some(rx)))
 }
 
-/// Every controller of this binary over the shared caches and the one entry
-/// writer, until `stop` turns true. Every reader subscribes to a cache
+/// Every controller of this binary over the shared caches, the one entry
+/// writer and the one registry pacing, until `stop` turns true. Every reader subscribes to a cache
 /// before the cache runs.
 async fn controllers(
     ctx: context::Context,
+    limits: engine::registrypace::Limits,
     readiness: health::Readiness,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let nodeimages = nodeimages::NodeImages::new();
     let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
+    let pacing = std::sync::Arc::new(engine::registrypace::RegistryPacing::new(
+        limits,
+        nodeimages.store.clone(),
+    ));
+    let report = pacing.clone();
+    let report: runtime::metrics::RegistryReport =
+        std::sync::Arc::new(move || report.report(chrono::Utc::now()));
+    let _ = ctx.metrics.caches.registries.set(report);
     let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
     let for_writer = nodeimages.subscribe();
     let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
@@ -203,6 +216,7 @@ async fn controllers(
         imagepulljob::run(
             ctx.clone(),
             writer.clone(),
+            pacing.clone(),
             readiness.clone(),
             stop.clone(),
             for_pull
@@ -211,6 +225,7 @@ async fn controllers(
             imageprepulljob::WIRING,
             ctx.clone(),
             writer.clone(),
+            pacing.clone(),
             stop.clone(),
             for_prepull,
             nodes_for_prepull
@@ -220,6 +235,7 @@ async fn controllers(
             nodeupgradejob::WIRING,
             ctx,
             writer,
+            pacing,
             stop,
             for_upgrade,
             nodes_for_upgrade

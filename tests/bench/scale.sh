@@ -43,7 +43,10 @@
 #
 # Settings: NODES (1000), JOBS (100), PARALLELISM (100), PREPULL_CONCURRENCY
 # (100), SIM_CONCURRENCY (64 nodes written at once), PULL_MS (0: simulated
-# pull time), SETTLE_SECONDS (60: window for the reconcile rate),
+# pull time; above 0 pulls overlap), REGISTRY_LIMIT (0: nodeimage's
+# --registry-max-pulls; the simulator records the most nodes Pulling from
+# each registry at once, `registry.peak_pulling_nodes`), SETTLE_SECONDS (60:
+# window for the reconcile rate),
 # TIMEOUT_SECONDS (7200), KEEP_NODES=1 to keep the simulated nodes at the end.
 # Results: $NODEIMAGE_STATE/bench/results/scale-<time>.txt (also on stdout).
 set -Eeuo pipefail
@@ -56,6 +59,7 @@ PARALLELISM=${PARALLELISM:-100}
 PREPULL_CONCURRENCY=${PREPULL_CONCURRENCY:-100}
 SIM_CONCURRENCY=${SIM_CONCURRENCY:-64}
 PULL_MS=${PULL_MS:-0}
+REGISTRY_LIMIT=${REGISTRY_LIMIT:-0}
 SETTLE_SECONDS=${SETTLE_SECONDS:-60}
 TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-7200}
 PORT_BASE=${BENCH_PORT_BASE:-28000}
@@ -86,7 +90,7 @@ RESULTS_FILE=$RESULTS/scale-$(date -u +%Y%m%dT%H%M%SZ)-$NODES.txt
 trap bench_cleanup EXIT
 
 CONTROLLER_BIN=${CONTROLLER_BIN:-$BIN/nodeimage-controller}
-CONTROLLER_ARGS=${CONTROLLER_ARGS:-"--kubeconfig {kubeconfig} --health-addr {health} --log-format json"}
+CONTROLLER_ARGS=${CONTROLLER_ARGS:-"--kubeconfig {kubeconfig} --health-addr {health} --log-format json --registry-max-pulls $REGISTRY_LIMIT"}
 CONTROLLER_CRDS=${CONTROLLER_CRDS:-$SRC/crds/yaml}
 CONTROLLER_METRICS=${CONTROLLER_METRICS:-"http://{health}/metrics"}
 CONTROLLER_READY=${CONTROLLER_READY:-"curl -fsS http://{health}/readyz"}
@@ -97,7 +101,7 @@ CONTROLLER_RECONCILES_METRIC=${CONTROLLER_RECONCILES_METRIC:-nodeimage_controlle
 
 {
   echo "# tests/bench/scale.sh ${SCENARIOS[*]} $(date -u +%FT%TZ) on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
-  echo "# NODES=$NODES JOBS=$JOBS PARALLELISM=$PARALLELISM PREPULL_CONCURRENCY=$PREPULL_CONCURRENCY SIM_CONCURRENCY=$SIM_CONCURRENCY PULL_MS=$PULL_MS"
+  echo "# NODES=$NODES JOBS=$JOBS PARALLELISM=$PARALLELISM PREPULL_CONCURRENCY=$PREPULL_CONCURRENCY SIM_CONCURRENCY=$SIM_CONCURRENCY PULL_MS=$PULL_MS REGISTRY_LIMIT=$REGISTRY_LIMIT"
   echo "# binaries: $BIN ($(code_version)), cluster $STATE"
   echo "# controller: $CONTROLLER_BIN $CONTROLLER_ARGS (CRDs $CONTROLLER_CRDS)"
 } | tee "$RESULTS_FILE"
@@ -232,6 +236,7 @@ measure_end() {
   record "$s.simulator.requests" "$sim (its own count: $simown)"
   record "$s.apiserver.nodeimage_patches" "$(awk -v a="$M_PATCH0" -v b="$(nodeimage_patches)" 'BEGIN { split(a, x); split(b, y); printf "%d, of which %d refused with 409 (resourceVersion moved) and %d with 422 (a failed test: a status write guard, the spec test of an entry write, or invalid)", y[1] - x[1], y[2] - x[2], y[3] - x[3] }')"
   record "$s.apiserver.requests_all_clients" "$(awk -v a="$M_ALL0" -v b="$all" 'BEGIN { printf "%d", b - a }')"
+  record "$s.registry.peak_pulling_nodes" "$(sim_stat peakPullingNodes | jq -c . 2>/dev/null) (most simulated nodes Pulling from each registry at once since the simulator started; REGISTRY_LIMIT=$REGISTRY_LIMIT)"
 }
 # Reconciles per second once everything is complete, over SETTLE_SECONDS.
 settle() {

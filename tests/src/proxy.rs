@@ -78,7 +78,13 @@ impl Proxy {
     /// (`host:port`), passing at most `bytes_per_second` towards clients
     /// (0: unlimited).
     pub fn start(upstream: &str, bytes_per_second: u64) -> std::io::Result<Proxy> {
-        Self::spawn(upstream, bytes_per_second, 0, 0)
+        Self::spawn("127.0.0.1:0", upstream, bytes_per_second, 0, 0)
+    }
+
+    /// [`Proxy::start`] listening on `listen` (`127.0.0.1:port`), for a
+    /// registry host named in the controller's flags.
+    pub fn start_on(listen: &str, upstream: &str, bytes_per_second: u64) -> std::io::Result<Proxy> {
+        Self::spawn(listen, upstream, bytes_per_second, 0, 0)
     }
 
     /// Starts a proxy forwarding to `upstream` at full speed that answers
@@ -89,10 +95,11 @@ impl Proxy {
         refusals: usize,
         retry_after_secs: u64,
     ) -> std::io::Result<Proxy> {
-        Self::spawn(upstream, 0, refusals, retry_after_secs)
+        Self::spawn("127.0.0.1:0", upstream, 0, refusals, retry_after_secs)
     }
 
     fn spawn(
+        listen: &str,
         upstream: &str,
         bytes_per_second: u64,
         refusals: usize,
@@ -116,7 +123,7 @@ impl Proxy {
             started: Instant::now(),
             refused: Mutex::new(Vec::new()),
         });
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+        let listener = runtime.block_on(TcpListener::bind(listen))?;
         let addr = listener.local_addr()?;
         let s = shared.clone();
         runtime.spawn(async move {

@@ -202,6 +202,31 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "an empty list skips nothing",
     );
     expect_not_in(&none, "NotIn", "no affinity when nothing is skipped");
+    // Registry pacing: a default limit, and one flag per named host.
+    expect_in(
+        &all,
+        "--registry-max-pulls=100\n",
+        "the default registry limit",
+    );
+    expect_not_in(
+        &all,
+        "--registry-max-pulls-for",
+        "no per-host limit by default",
+    );
+    let paced = rendered(
+        &c,
+        &[
+            "--set-json",
+            r#"controller.registryPacing.perRegistry={"docker.io":20,"localhost:5000":1}"#,
+        ],
+    );
+    for flag in ["docker.io=20", "localhost:5000=1"] {
+        expect_in(
+            &paced,
+            &format!("--registry-max-pulls-for={flag}\n"),
+            "a per-host registry limit",
+        );
+    }
     let own = rendered(
         &c,
         &[
@@ -422,7 +447,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
     );
 
     // Values the chart refuses, each with a message that names the problem.
-    let refused: [(&str, &str, &[&str]); 15] = [
+    let refused: [(&str, &str, &[&str]); 16] = [
         (
             "ServiceMonitor and PodMonitor together",
             "not both",
@@ -502,6 +527,11 @@ fn chart_lints_renders_and_refuses_bad_values() {
             "a log level with a space",
             "/logLevel",
             &["--set", "logLevel=debug rm"],
+        ),
+        (
+            "a negative registry limit",
+            "/controller/registryPacing/default",
+            &["--set", "controller.registryPacing.default=-1"],
         ),
         (
             "a skipped node label without a value",

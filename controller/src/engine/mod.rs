@@ -3,7 +3,8 @@
 //! engine (`nodetasks`), the job shell that runs a kind's plan and applies
 //! its effects with one retry policy (`jobshell`), job conditions and events
 //! (`conditions`, `jobevents`), the status write pace (`pace`), pull-secret
-//! copies (`pullsecrets`). No kind imports another; nothing here imports a
+//! copies (`pullsecrets`), the registry pacing across jobs
+//! (`registrypace`). No kind imports another; nothing here imports a
 //! controller.
 
 pub mod conditions;
@@ -12,4 +13,5 @@ pub mod jobshell;
 pub mod nodetasks;
 pub mod pace;
 pub mod pullsecrets;
+pub mod registrypace;
 pub mod rollout;

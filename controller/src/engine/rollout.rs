@@ -248,6 +248,30 @@ pub fn to_start(nodes: &[(String, NodeState)], limit: usize) -> Vec<String> {
         .collect()
 }
 
+/// The nodes a job starts in one step, and how many its own budget would
+/// have started: the difference waits for a registry's free slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Starts {
+    /// Nodes the job's own budget would start now.
+    pub wanted: usize,
+    /// Nodes that start: the first of those, up to the registry cap.
+    pub nodes: Vec<String>,
+}
+
+/// [`to_start`] cut to `cap` (the free slots of the job's registries;
+/// `None`: no registry limit applies).
+pub fn to_start_capped(nodes: &[(String, NodeState)], limit: usize, cap: Option<usize>) -> Starts {
+    let mut start = to_start(nodes, limit);
+    let wanted = start.len();
+    if let Some(cap) = cap {
+        start.truncate(cap);
+    }
+    Starts {
+        wanted,
+        nodes: start,
+    }
+}
+
 /// Counts of a job's nodes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tally {

@@ -19,6 +19,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+mod registries;
+pub use registries::{RegistryGauge, RegistryReport};
+
 /// Labels naming a reconciled kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -59,6 +62,8 @@ pub struct Caches {
     pub image_pre_pull_jobs: OnceLock<Store<ImagePrePullJob>>,
     /// NodeUpgradeJobs.
     pub node_upgrade_jobs: OnceLock<Store<NodeUpgradeJob>>,
+    /// Registry pacing, per registry.
+    pub registries: OnceLock<RegistryReport>,
 }
 
 /// The kinds whose reconciles are counted (the `kind` label values).
@@ -393,6 +398,9 @@ impl Collector for CacheCollector {
             None,
             by_phase.metric_type(),
         )?)?;
+        if let Some(report) = c.registries.get() {
+            registries::encode(&report(), &mut encoder)?;
+        }
         Ok(())
     }
 }

@@ -24,9 +24,11 @@
 //!
 //! `run` counts its own requests (patches, gets) and prints them every
 //! `--stats-interval` seconds and at exit (SIGINT/SIGTERM), as one JSON line
-//! on stdout and in `--stats-file` if given.
+//! on stdout and in `--stats-file` if given. The line also gives, per
+//! registry host, the most nodes it saw Pulling from it at once
+//! (`peakPullingNodes`: what registry pacing must keep under its limit).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +44,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use nodeimage_api::kruise::nodeimage::{contract, patch};
 use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus};
+use nodeimage_api::reference::ImageRef;
 use tokio::sync::mpsc;
 
 #[derive(Parser)]
@@ -265,13 +268,50 @@ struct Stats {
     gets: AtomicU64,
     pulling: AtomicU64,
     succeeded: AtomicU64,
+    registries: Mutex<Registries>,
+}
+
+/// Per registry host: the nodes with a tag Pulling from it now, and the
+/// most at once so far.
+#[derive(Default)]
+struct Registries {
+    pulling: HashMap<String, HashSet<String>>,
+    peak: BTreeMap<String, usize>,
+}
+
+impl Registries {
+    /// Takes `node`'s status as just written: the registries it pulls from now.
+    fn observe(&mut self, node: &str, status: &NodeImageStatus) {
+        let now: HashSet<String> = status
+            .image_statuses
+            .iter()
+            .flatten()
+            .filter(|(_, st)| st.tags.iter().any(|t| t.phase == ImagePullPhase::Pulling))
+            .filter_map(|(image, _)| ImageRef::parse(image).ok().map(|r| r.registry))
+            .collect();
+        for (registry, nodes) in self.pulling.iter_mut() {
+            if !now.contains(registry) {
+                nodes.remove(node);
+            }
+        }
+        for registry in now {
+            let nodes = self.pulling.entry(registry.clone()).or_default();
+            nodes.insert(node.to_string());
+            let peak = self.peak.entry(registry).or_default();
+            *peak = (*peak).max(nodes.len());
+        }
+    }
 }
 
 impl Stats {
     fn line(&self, since: Instant) -> String {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let peak = {
+            let r = self.registries.lock().unwrap_or_else(|p| p.into_inner());
+            serde_json::to_string(&r.peak).unwrap_or_else(|_| "{}".into())
+        };
         format!(
-            "{{\"seconds\":{:.1},\"requests\":{},\"patches\":{},\"conflicts\":{},\"errors\":{},\"gets\":{},\"tagsPulling\":{},\"tagsSucceeded\":{}}}",
+            "{{\"seconds\":{:.1},\"requests\":{},\"patches\":{},\"conflicts\":{},\"errors\":{},\"gets\":{},\"tagsPulling\":{},\"tagsSucceeded\":{},\"peakPullingNodes\":{}}}",
             since.elapsed().as_secs_f64(),
             l(&self.patches) + l(&self.conflicts) + l(&self.errors) + l(&self.gets),
             l(&self.patches),
@@ -280,6 +320,7 @@ impl Stats {
             l(&self.gets),
             l(&self.pulling),
             l(&self.succeeded),
+            peak,
         )
     }
 }
@@ -391,6 +432,14 @@ impl Sim {
                     self.stats.patches.fetch_add(1, Ordering::Relaxed);
                     self.stats.pulling.fetch_add(pulling, Ordering::Relaxed);
                     self.stats.succeeded.fetch_add(succeeded, Ordering::Relaxed);
+                    if let Some(st) = obj.status.as_ref() {
+                        let mut r = self
+                            .stats
+                            .registries
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner());
+                        r.observe(name, st);
+                    }
                     self.store(obj);
                     if pulling > 0 && !self.pull.is_zero() {
                         tokio::time::sleep(self.pull).await;
@@ -564,4 +613,47 @@ async fn run(
     watch.abort();
     report(&sim);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeimage_api::kruise::ImageStatus;
+
+    fn status(images: &[(&str, ImagePullPhase)]) -> NodeImageStatus {
+        let statuses = images
+            .iter()
+            .map(|(image, phase)| {
+                let tag = ImageTagStatus {
+                    tag: "v1".into(),
+                    phase: *phase,
+                    ..Default::default()
+                };
+                ((*image).into(), ImageStatus { tags: vec![tag] })
+            })
+            .collect();
+        NodeImageStatus {
+            image_statuses: Some(statuses),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn peak_pulling_nodes_per_registry() {
+        use ImagePullPhase::{Pulling, Succeeded};
+        let mut r = Registries::default();
+        r.observe(
+            "a",
+            &status(&[("127.0.0.1:5000/x", Pulling), ("nginx", Pulling)]),
+        );
+        r.observe("b", &status(&[("127.0.0.1:5000/y", Pulling)]));
+        r.observe(
+            "a",
+            &status(&[("127.0.0.1:5000/x", Succeeded), ("nginx", Pulling)]),
+        );
+        r.observe("c", &status(&[("127.0.0.1:5000/x", Pulling)]));
+        let peak: Vec<(&str, usize)> = r.peak.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(peak, vec![("127.0.0.1:5000", 2), ("docker.io", 1)]);
+        assert_eq!(r.pulling["127.0.0.1:5000"].len(), 2);
+    }
 }

@@ -50,7 +50,18 @@ pub struct SlowRegistry {
 impl SlowRegistry {
     /// Starts a proxy to `upstream` (`host:port`) passing `bytes_per_second`.
     pub fn start(c: &Cluster, upstream: &str, bytes_per_second: u64) -> SlowRegistry {
-        let proxy = Proxy::start(upstream, bytes_per_second).expect("start the registry proxy");
+        Self::start_on(c, "127.0.0.1:0", upstream, bytes_per_second)
+    }
+
+    /// [`SlowRegistry::start`] on the address `listen` (`127.0.0.1:port`).
+    pub fn start_on(
+        c: &Cluster,
+        listen: &str,
+        upstream: &str,
+        bytes_per_second: u64,
+    ) -> SlowRegistry {
+        let proxy = Proxy::start_on(listen, upstream, bytes_per_second)
+            .unwrap_or_else(|e| panic!("start the registry proxy on {listen}: {e}"));
         let host = proxy.host();
         let state = PathBuf::from(c.var("NODEIMAGE_STATE"));
         let mut dirs = Vec::new();

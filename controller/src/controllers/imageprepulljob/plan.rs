@@ -17,7 +17,7 @@ mod task;
 
 use crate::engine::jobevents::JobEvent;
 use crate::engine::nodetasks::{self, Job, Task, v1alpha2};
-use crate::engine::rollout::{self, Entry};
+use crate::engine::rollout::{self, Entry, Starts};
 use crate::nodeimage::entries::EntryRequest;
 pub use crate::nodeimage::nodes::NodeInfo;
 use chrono::{DateTime, Utc};
@@ -83,6 +83,9 @@ pub struct Inputs<'a> {
     pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
     /// Only KubeEdge edge nodes take part.
     pub edge_only: bool,
+    /// Most nodes that may start now by the registries' free slots
+    /// (`None`: none of its images is on a limited registry).
+    pub registry_cap: Option<usize>,
     /// The job's image secret.
     pub secrets: Secrets,
     /// The time.
@@ -99,6 +102,8 @@ pub struct Plan {
     /// Nodes to write the entries to: newly started ones, and working ones
     /// whose entries may need to follow a spec edit.
     pub write_to: Vec<String>,
+    /// The nodes that start now, and how many `concurrency` wanted.
+    pub starts: Starts,
     /// Events to publish once the status is written.
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
@@ -224,12 +229,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
                 .map_err(|e| format!("cannot pull {image}: {e}"))
         })
         .collect();
-    let mut entries: Vec<Entry> = Vec::new();
-    for (_, e) in images.iter().flatten() {
-        if !entries.contains(e) {
-            entries.push(e.clone());
-        }
-    }
+    let entries = distinct(images.iter().flatten().map(|(_, e)| e.clone()));
     let kind = PrePull {
         job,
         images: images.clone().unwrap_or_default(),
@@ -246,6 +246,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             entries: images.map(|_| entries.clone()),
             task: Task::of(&t.task),
             edge_only: inp.edge_only,
+            registry_cap: inp.registry_cap,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
         inp.nodes,
@@ -277,6 +278,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         status,
         requests,
         write_to: step.write_to,
+        starts: step.starts,
         events: step.events,
         requeue_after: step.requeue_after,
         finished: step.finished,
@@ -284,11 +286,35 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     }
 }
 
+/// The job's distinct tag entries (of the images that parse), for
+/// registry pacing.
+pub fn entries(job: &ImagePrePullJob) -> Vec<Entry> {
+    let images = job.spec.image_pre_pull_template.images.iter();
+    distinct(images.filter_map(|i| rollout::entry_for(i).ok()))
+}
+
+/// `entries` without repeats, in their order.
+fn distinct(entries: impl Iterator<Item = Entry>) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::new();
+    for e in entries {
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
 fn with_phase(old: ImagePrePullJobStatus, p: nodetasks::Phase) -> ImagePrePullJobStatus {
     ImagePrePullJobStatus {
         phase: v1alpha2::job_phase(p.state.as_deref()).or(old.phase.clone()),
         job: p,
         ..old
+    }
+}
+
+impl crate::engine::registrypace::Starting for Plan {
+    fn starts(&self) -> &Starts {
+        &self.starts
     }
 }
 

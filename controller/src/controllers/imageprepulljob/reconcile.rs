@@ -37,6 +37,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
     async fn cleanup(&self, job: &ImagePrePullJob) -> Result<(), Error> {
         let ctx = &self.shared.ctx;
         if let Some(uid) = job.uid() {
+            self.shared.pacing.forget(&uid);
             tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &[uid]).await?;
         }
         pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(job)).await?;
@@ -52,17 +53,28 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             secrets(&job, ctx).await?
         };
         let now = Utc::now();
-        let p = self.plan(|w| {
+        let pacing = &self.shared.pacing;
+        let entries = if finished_before {
+            vec![]
+        } else {
+            plan::entries(&job)
+        };
+        let paced = self.plan(&job, &entries, now, |w| {
             plan::plan(Inputs {
                 job: &job,
                 nodes: w.nodes,
                 nodeimages: w.nodeimages,
                 edge_only: w.edge_only,
+                registry_cap: w.registry_cap,
                 secrets,
                 now,
             })
         });
-        jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now).await?;
+        let (p, requeue_after, waiting) = paced.split(|p| p.requeue_after);
+        jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now)
+            .await
+            .inspect_err(|_| pacing.write_failed(&job.uid().unwrap_or_default()))?;
+        jobshell::publish(ctx, job.as_ref(), &waiting).await;
         // A status that changes no job state waits for the pace (its events
         // with it: the next plan makes them again from the same old status).
         let key = job_key(&job);
@@ -85,7 +97,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             // crash between the status write and the release leaks nothing.
             pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &job_key(&job)).await?;
         }
-        Ok(jobshell::after_success(p.requeue_after))
+        Ok(jobshell::after_success(requeue_after))
     }
 }
 

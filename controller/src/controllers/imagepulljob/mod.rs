@@ -36,6 +36,7 @@ pub const KIND: &str = "ImagePullJob";
 pub async fn run(
     ctx: Context,
     writer: crate::cluster::tagwrites::NodeWriter,
+    pacing: Arc<crate::engine::registrypace::RegistryPacing>,
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
@@ -66,6 +67,7 @@ pub async fn run(
             writer,
             nodeimages: nodeimages.store,
             nodeimages_synced: nodeimages.synced,
+            pacing,
         },
         pods,
         pods_synced,

@@ -5,7 +5,7 @@ mod entry;
 mod select;
 
 use crate::engine::jobevents::JobEvent;
-use crate::engine::rollout::{self, Entry, NodeState, Tally};
+use crate::engine::rollout::{self, Entry, NodeState, Starts, Tally};
 use crate::nodeimage::entries::EntryRequest;
 use crate::runtime::clock::{api_time, instant};
 use chrono::{DateTime, Utc};
@@ -47,6 +47,9 @@ pub struct Inputs<'a> {
     pub secrets: Vec<ReferenceObject>,
     /// Pull secrets named by the job that do not exist.
     pub missing_secrets: Vec<String>,
+    /// Most nodes that may start now by the registry's free slots
+    /// (`None`: the image's registry has no limit).
+    pub registry_cap: Option<usize>,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -61,6 +64,8 @@ pub struct Plan {
     /// Nodes to write the entry to: newly started, and started ones whose
     /// entry may need to follow a spec edit.
     pub write_to: Vec<String>,
+    /// The nodes that start now, and how many `parallelism` wanted.
+    pub starts: Starts,
     /// Events to publish (missing pull secrets first).
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
@@ -126,6 +131,17 @@ pub fn secrets_to_copy(job: &ImagePullJob) -> &[String] {
     }
 }
 
+/// The job's tag entry, for registry pacing: none once the job has
+/// completed or if its image is invalid.
+pub fn entries(job: &ImagePullJob) -> Vec<Entry> {
+    let completed = job
+        .status
+        .as_ref()
+        .is_some_and(|s| s.completion_time.is_some());
+    let entry = rollout::entry_for(&job.spec.image).ok();
+    entry.filter(|_| !completed).into_iter().collect()
+}
+
 /// Whether the plan reads the pods of the job's namespace (podSelector jobs).
 pub fn reads_pods(job: &ImagePullJob) -> bool {
     job.spec.template.pod_selector.is_some()
@@ -150,6 +166,7 @@ impl Plan {
             status,
             request: None,
             write_to: vec![],
+            starts: Starts::default(),
             events,
             requeue_after: None,
             delete: false,
@@ -196,7 +213,7 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
         .active_deadline_seconds
         .filter(|_| always)
         .map(|s| crate::runtime::clock::after(start_time, crate::runtime::clock::seconds(s)));
-    let r = roll_out(job, nodes, deadline, now);
+    let r = roll_out(job, nodes, deadline, inp.registry_cap, now);
     let complete = always && r.tally.finished();
     events.extend(node_events(job, &old, &r.tally, complete));
     let requeue_after = if complete {
@@ -212,6 +229,7 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
         status,
         request: (!r.write_to.is_empty()).then(|| entry::request(job, &entry, &inp.secrets)),
         write_to: r.write_to,
+        starts: r.start,
         events,
         requeue_after,
         ..Plan::only(Default::default(), vec![])
@@ -244,8 +262,8 @@ fn nodes_of(inp: &Inputs<'_>) -> Result<(Entry, Vec<(String, NodeState)>), Strin
 struct Rollout {
     /// The nodes by state (past the deadline, working ones failed).
     tally: Tally,
-    /// Nodes that start now.
-    start: Vec<String>,
+    /// Nodes that start now, and how many the job's budget wanted.
+    start: Starts,
     /// Nodes to write the entry to: every node holding it (so it follows
     /// an edited spec) and those that start.
     write_to: Vec<String>,
@@ -262,12 +280,13 @@ fn parallelism(p: Option<&IntOrString>) -> usize {
     }
 }
 
-/// Starts nodes within `parallelism`, none past the job's `deadline`
-/// (which fails the working ones).
+/// Starts nodes within `parallelism` and the registry's `cap`, none past
+/// the job's `deadline` (which fails the working ones).
 fn roll_out(
     job: &ImagePullJob,
     nodes: Vec<(String, NodeState)>,
     deadline: Option<DateTime<Utc>>,
+    cap: Option<usize>,
     now: DateTime<Utc>,
 ) -> Rollout {
     let past_deadline = deadline.is_some_and(|d| now >= d);
@@ -280,13 +299,13 @@ fn roll_out(
         .collect();
     let (nodes, start) = if past_deadline {
         let failed = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
-        (failed, vec![])
+        (failed, Starts::default())
     } else {
         let limit = parallelism(job.spec.template.parallelism.as_ref());
-        let start = rollout::to_start(&nodes, limit);
+        let start = rollout::to_start_capped(&nodes, limit, cap);
         (nodes, start)
     };
-    write_to.extend(start.iter().cloned());
+    write_to.extend(start.nodes.iter().cloned());
     Rollout {
         tally: rollout::tally(&nodes),
         start,
@@ -353,7 +372,7 @@ fn status_of(
         start_time: Some(api_time(start_time)),
         completion_time: complete.then(|| api_time(now)),
         desired: tally.desired as i32,
-        active: (tally.active + r.start.len()) as i32,
+        active: (tally.active + r.start.nodes.len()) as i32,
         succeeded: tally.succeeded as i32,
         failed: tally.failed.len() as i32,
         message: Some(message),
@@ -375,6 +394,12 @@ fn status_message(t: &Tally, complete: bool, past_deadline: bool) -> String {
         return "job is running, no progress".into();
     }
     format!("job is running, progress {:.1}%", t.percent_done())
+}
+
+impl crate::engine::registrypace::Starting for Plan {
+    fn starts(&self) -> &Starts {
+        &self.starts
+    }
 }
 
 #[cfg(test)]

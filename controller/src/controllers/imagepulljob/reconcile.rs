@@ -7,6 +7,7 @@ use crate::cluster::tagwrites;
 use crate::cluster::watch::Synced;
 use crate::engine::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
 use crate::engine::pullsecrets;
+use crate::engine::registrypace::JobOrder;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
@@ -108,6 +109,7 @@ impl JobReconciler for State {
                 .filter_map(|j| j.uid())
                 .filter(|u| *u != uid)
                 .collect();
+            self.shared.pacing.forget(&uid);
             uids.push(uid);
             tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &uids).await?;
         }
@@ -132,16 +134,29 @@ impl JobReconciler for State {
         // The snapshot goes before any write is awaited: held, it would keep
         // each NodeImage as it was here alive while the cache moves on (a
         // hundred jobs waiting on writes held that many generations).
-        let p = plan::plan(Inputs {
-            job: &job,
-            nodeimages: &self.shared.nodeimages.state(),
-            pods: &pods,
-            secrets,
-            missing_secrets: missing,
+        let pacing = &self.shared.pacing;
+        let paced = pacing.plan(
+            &JobOrder::of(job.meta()),
+            &plan::entries(&job),
             now,
-        });
+            |registry_cap| {
+                plan::plan(Inputs {
+                    job: &job,
+                    nodeimages: &self.shared.nodeimages.state(),
+                    pods: &pods,
+                    secrets,
+                    missing_secrets: missing,
+                    registry_cap,
+                    now,
+                })
+            },
+        );
+        let (mut p, look_again, events) = paced.split(plan::Plan::look_again);
+        p.events.extend(events);
         let requests: Vec<_> = p.request.iter().cloned().collect();
-        jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now).await?;
+        jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now)
+            .await
+            .inspect_err(|_| pacing.write_failed(&job.uid().unwrap_or_default()))?;
         let written = if p.write_status {
             let body = serde_json::json!({"status": p.status});
             Some(jobshell::written_status(&api, job.as_ref(), &body).await?)
@@ -169,7 +184,7 @@ impl JobReconciler for State {
                 .map_err(api_err(format!("deleting {}", key_path(&job))))?;
             return Ok(Action::await_change());
         }
-        Ok(jobshell::after_success(p.look_again()))
+        Ok(jobshell::after_success(look_again))
     }
 }
 

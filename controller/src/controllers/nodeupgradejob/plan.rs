@@ -25,7 +25,7 @@ mod task;
 
 use crate::engine::jobevents::JobEvent;
 use crate::engine::nodetasks::{self, Job, Task, v1alpha2};
-use crate::engine::rollout::Entry;
+use crate::engine::rollout::{Entry, Starts};
 use crate::nodeimage::entries::EntryRequest;
 use crate::nodeimage::nodes::NodeInfo;
 use chrono::{DateTime, Utc};
@@ -100,6 +100,9 @@ pub struct Inputs<'a> {
     pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
     /// Only KubeEdge edge nodes take part.
     pub edge_only: bool,
+    /// Most nodes that may start now by the registry's free slots (`None`:
+    /// the upgrade image's registry has no limit).
+    pub registry_cap: Option<usize>,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -114,6 +117,8 @@ pub struct Plan {
     /// Nodes to write the entry to: newly started ones, and working ones
     /// (whose entry follows a policy change).
     pub write_to: Vec<String>,
+    /// The nodes that start now, and how many `concurrency` wanted.
+    pub starts: Starts,
     /// Those of `write_to` whose entry asks them to wait for confirmation
     /// (`requireConfirmation` and not confirmed yet).
     pub awaiting: Vec<String>,
@@ -215,6 +220,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             entries: entry.map(|e| vec![e]),
             task: Task::of(&job.spec.task),
             edge_only: inp.edge_only,
+            registry_cap: inp.registry_cap,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
         },
         inp.nodes,
@@ -259,6 +265,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         status,
         request,
         write_to: p.write_to,
+        starts: p.starts,
         awaiting,
         release_from,
         events: p.events,
@@ -302,6 +309,12 @@ fn owning_nodes(nodeimages: &BTreeMap<String, Arc<NodeImage>>, uid: &str) -> Vec
         })
         .map(|(n, _)| n.clone())
         .collect()
+}
+
+impl crate::engine::registrypace::Starting for Plan {
+    fn starts(&self) -> &Starts {
+        &self.starts
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
 
     async fn cleanup(&self, job: &NodeUpgradeJob) -> Result<(), Error> {
         if let Some(uid) = job.uid() {
+            self.shared.pacing.forget(&uid);
             tagwrites::release_all(&self.shared.writer, &self.shared.nodeimages, &[uid]).await?;
         }
         Ok(())
@@ -47,16 +48,26 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             .filter_map(|n| Some((n.name_any(), crate::nodeimage::nodes::kubeedge_version(n)?)))
             .collect();
         let now = Utc::now();
-        let p = self.plan(|w| {
+        let pacing = &self.shared.pacing;
+        let finished = job.status.as_ref().is_some_and(plan::is_finished);
+        let entries: Vec<_> = plan::upgrade_entry(&job)
+            .ok()
+            .filter(|_| !finished)
+            .into_iter()
+            .collect();
+        let paced = self.plan(&job, &entries, now, |w| {
             plan::plan(Inputs {
                 job: &job,
                 nodes: w.nodes,
                 versions: &versions,
                 nodeimages: w.nodeimages,
                 edge_only: w.edge_only,
+                registry_cap: w.registry_cap,
                 now,
             })
         });
+        let (p, requeue_after, waiting) = paced.split(|p| p.requeue_after);
+        let uid = job.uid().unwrap_or_default();
         if let Some((req, upgrade)) = &p.request {
             let reqs = std::slice::from_ref(req);
             // Nodes still waiting for confirmation get the entry that says so.
@@ -71,7 +82,9 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             };
             for (nodes, up) in [(&going, upgrade), (&waiting, &wait)] {
                 if !nodes.is_empty() {
-                    jobshell::write_entries(&self.shared, nodes, reqs, Some(up), now).await?;
+                    jobshell::write_entries(&self.shared, nodes, reqs, Some(up), now)
+                        .await
+                        .inspect_err(|_| pacing.write_failed(&uid))?;
                 }
             }
         }
@@ -80,9 +93,10 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
         let old = job.status.as_ref();
         jobshell::write_guarded_status(ctx, job.as_ref(), old, &p.status, state_of).await?;
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
+        jobshell::publish(ctx, job.as_ref(), &waiting).await;
         // Recorded results: the entries go, so no later pull of the tag runs
         // the upgrade again (and an unfinished node that timed out stops waiting).
-        if let Some(uid) = job.uid() {
+        if !uid.is_empty() {
             for node in &p.release_from {
                 let Some(ni) = self.shared.nodeimages.get(&ObjectRef::new(node)) else {
                     continue;
@@ -91,6 +105,6 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
                 tracing::debug!(job = %job.name_any(), %node, "entry released");
             }
         }
-        Ok(jobshell::after_success(p.requeue_after))
+        Ok(jobshell::after_success(requeue_after))
     }
 }

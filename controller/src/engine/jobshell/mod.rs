@@ -81,6 +81,8 @@ pub struct Shared {
     pub nodeimages: Store<NodeImage>,
     /// Set once `nodeimages` holds a complete list.
     pub nodeimages_synced: Synced,
+    /// How many nodes pull from each registry at once, across every job.
+    pub pacing: Arc<crate::engine::registrypace::RegistryPacing>,
 }
 
 /// A job kind's names in the shell.

@@ -8,10 +8,13 @@ use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::nodeimages::Subscription;
 use crate::cluster::wakeups::TagChanges;
 use crate::cluster::watch::{self, Synced};
+use crate::engine::registrypace::{JobOrder, Paced, Starting};
+use crate::engine::rollout::Entry;
 use crate::nodeimage::nodes::{NodeInfo, node_info};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
 use crate::runtime::metrics::Metrics;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -93,17 +96,32 @@ impl<K> NodeJobs<K> {
             nodeimages.map(|ni| (ni.name_any(), ni)).collect(),
         )
     }
+}
 
-    /// Runs `plan` over a [`snapshot`](Self::snapshot) taken now, which is
-    /// dropped before any write is awaited: held, it would keep each
-    /// NodeImage as it was alive while the cache moves on.
-    pub fn plan<P>(&self, plan: impl FnOnce(&Snapshot<'_>) -> P) -> P {
-        let (nodes, nodeimages) = self.snapshot();
-        plan(&Snapshot {
-            nodes: &nodes,
-            nodeimages: &nodeimages,
-            edge_only: self.shared.ctx.kubeedge_edge_only,
-        })
+impl<K: JobKind> NodeJobs<K> {
+    /// Runs the `plan` of `job` (of `entries`) under registry pacing, over
+    /// a [`snapshot`](Self::snapshot) taken now, which is dropped before
+    /// any write is awaited: held, it would keep each NodeImage as it was
+    /// alive while the cache moves on.
+    pub fn plan<P: Starting>(
+        &self,
+        job: &K,
+        entries: &[Entry],
+        now: DateTime<Utc>,
+        plan: impl FnOnce(&Snapshot<'_>) -> P,
+    ) -> Paced<P> {
+        let order = JobOrder::of(job.meta());
+        self.shared
+            .pacing
+            .plan(&order, entries, now, |registry_cap| {
+                let (nodes, nodeimages) = self.snapshot();
+                plan(&Snapshot {
+                    nodes: &nodes,
+                    nodeimages: &nodeimages,
+                    edge_only: self.shared.ctx.kubeedge_edge_only,
+                    registry_cap,
+                })
+            })
     }
 }
 
@@ -115,6 +133,8 @@ pub struct Snapshot<'a> {
     pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
     /// Only KubeEdge edge nodes take part.
     pub edge_only: bool,
+    /// Most nodes the job may start by its registries' free slots.
+    pub registry_cap: Option<usize>,
 }
 
 impl<K> Caches for NodeJobs<K> {
@@ -145,6 +165,7 @@ pub async fn run_node_tasks<K, Key>(
     w: NodeTaskWiring<K, Key>,
     ctx: Context,
     writer: crate::cluster::tagwrites::NodeWriter,
+    pacing: Arc<crate::engine::registrypace::RegistryPacing>,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
     nodes: NodeSubscription,
@@ -176,6 +197,7 @@ pub async fn run_node_tasks<K, Key>(
             writer,
             nodeimages: nodeimages.store,
             nodeimages_synced: nodeimages.synced,
+            pacing,
         },
         nodes,
         nodes_synced,

@@ -13,9 +13,11 @@
 //! - A node that has not started fails at once (event Init) when its Node
 //!   does not exist, is not Ready or gets no NodeImage, or the kind rejects
 //!   it (a missing secret); the kind may also skip it as done.
-//! - At most `concurrency` nodes work at once; a node starts when its entries
-//!   are written and fails with event TimeOut when it has not finished
-//!   `timeoutSeconds` (0 or unset: 300) after its entries' `createdAt`.
+//! - At most `concurrency` nodes work at once, and no more start than the
+//!   job's registries have free slots for (`registrypace`); a node starts
+//!   when its entries are written and fails with event TimeOut when it has
+//!   not finished `timeoutSeconds` (0 or unset: 300) after its entries'
+//!   `createdAt`.
 //! - A node's result, once in status, is final; a finished job is final.
 //! - With `edge_only` (KubeEdge's rule, the default), a label selector
 //!   selects only edge nodes (label `node-role.kubernetes.io/edge`) and a
@@ -152,6 +154,9 @@ pub struct Job<'a, R> {
     pub status_budget: usize,
     /// Only KubeEdge edge nodes take part (the controller's default).
     pub edge_only: bool,
+    /// Most nodes that may start now by the registries' free slots
+    /// (`None`: none of the job's images is on a limited registry).
+    pub registry_cap: Option<usize>,
 }
 
 /// The fields of a kind's `NodeTaskSpec` the engine reads, so that both

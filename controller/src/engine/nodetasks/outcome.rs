@@ -4,7 +4,7 @@
 
 use super::{NodeTask, Phase, state};
 use crate::engine::jobevents::JobEvent;
-use crate::engine::rollout::NodeState;
+use crate::engine::rollout::{NodeState, Starts};
 use std::time::Duration;
 
 /// One node's situation in this step.
@@ -61,6 +61,8 @@ pub struct Planned<K: NodeTask> {
     /// Nodes to write the entries to: newly started ones, and working ones
     /// whose entries may need to follow a spec edit.
     pub write_to: Vec<String>,
+    /// The nodes that start in this step, and how many `concurrency` wanted.
+    pub starts: Starts,
     /// Events to publish once the status is written.
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
@@ -80,6 +82,7 @@ impl<K: NodeTask> Planned<K> {
             rows: None,
             nodes: vec![],
             write_to: vec![],
+            starts: Starts::default(),
             events,
             requeue_after: None,
             finished: true,

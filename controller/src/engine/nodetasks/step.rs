@@ -13,7 +13,7 @@ use super::track::Tracker;
 use super::verdict::{self, Outcome};
 use super::{Announce, Job, NodeTask, is_final, node_timeout};
 use crate::engine::jobevents::JobEvent;
-use crate::engine::rollout::{self, Entry, NodeState};
+use crate::engine::rollout::{self, Entry, NodeState, Starts};
 use crate::nodeimage::nodes::NodeInfo;
 use chrono::{DateTime, TimeDelta, Utc};
 use nodeimage_api::kruise::NodeImage;
@@ -31,6 +31,8 @@ struct Setup<'a, K: NodeTask> {
     timeout: TimeDelta,
     /// Most nodes working at once.
     concurrency: usize,
+    /// Most nodes starting now by the registries' free slots.
+    registry_cap: Option<usize>,
     /// The job's nodes, in row order.
     names: Vec<String>,
     /// The rows so far.
@@ -63,7 +65,7 @@ pub fn step<K: NodeTask>(
         timeout: setup.timeout,
         now,
     };
-    let situation = situations(kind, &setup, &track, now);
+    let (situation, starts) = situations(kind, &setup, &track, now);
     let states: Vec<(String, NodeState)> = situation
         .iter()
         .map(|(n, r)| (n.clone(), r.node_state()))
@@ -103,6 +105,7 @@ pub fn step<K: NodeTask>(
         requeue_after: (!finished).then(|| next_look(&states, setup.timeout, waiting, now)),
         rows: Some(node_rows),
         write_to: write_to(&situation),
+        starts,
         nodes: situation,
         events,
         finished,
@@ -149,19 +152,20 @@ fn prepare<'a, K: NodeTask>(
         tolerance,
         timeout,
         concurrency,
+        registry_cap: job.registry_cap,
         names,
         recorded: Recorded::of(job.old_rows),
     })
 }
 
 /// Each node's situation: its recorded result, else where it stands, and
-/// working from now on if it starts in this step.
+/// working from now on if it starts in this step; and the step's starts.
 fn situations<K: NodeTask>(
     kind: &K,
     setup: &Setup<'_, K>,
     track: &Tracker<'_, K>,
     now: DateTime<Utc>,
-) -> Vec<(String, Node<K>)> {
+) -> (Vec<(String, Node<K>)>, Starts) {
     let recorded = &setup.recorded;
     let mut rows: Vec<(String, Node<K>)> = setup
         .names
@@ -171,12 +175,14 @@ fn situations<K: NodeTask>(
             _ => (name.clone(), track.node(name)),
         })
         .collect();
-    let start = starting(
+    let starts = starting(
         &budget(&rows),
         rows.len(),
         setup.tolerance,
         setup.concurrency,
+        setup.registry_cap,
     );
+    let start: BTreeSet<&String> = starts.nodes.iter().collect();
     for (_, row) in rows.iter_mut().filter(|(n, _)| start.contains(n)) {
         *row = Node::Tracked {
             state: NodeState::Active(Some(now)),
@@ -184,7 +190,7 @@ fn situations<K: NodeTask>(
             timed_out: false,
         };
     }
-    rows
+    (rows, starts)
 }
 
 /// The nodes the concurrency budget counts: all but those still waiting
@@ -196,23 +202,24 @@ fn budget<K: NodeTask>(rows: &[(String, Node<K>)]) -> Vec<(String, NodeState)> {
         .collect()
 }
 
-/// The nodes that start now: within `concurrency`, and none once the
-/// failures among the `budget` reach the tolerance of the job's `total`
-/// nodes (fail fast).
+/// The nodes that start now: within `concurrency` and the registries'
+/// cap, and none once the failures among the `budget` reach the tolerance
+/// of the job's `total` nodes (fail fast).
 fn starting(
     budget: &[(String, NodeState)],
     total: usize,
     tolerance: f64,
     concurrency: usize,
-) -> BTreeSet<String> {
+    registry_cap: Option<usize>,
+) -> Starts {
     let failed = budget
         .iter()
         .filter(|(_, s)| matches!(s, NodeState::Failed(_)))
         .count();
     if rollout::tolerance_reached(failed, total, tolerance) {
-        return BTreeSet::new();
+        return Starts::default();
     }
-    rollout::to_start(budget, concurrency).into_iter().collect()
+    rollout::to_start_capped(budget, concurrency, registry_cap)
 }
 
 /// The events of nodes that finished in this step (their results were not

@@ -248,6 +248,18 @@ fn budget_fills_free_slots_in_order() {
     assert_eq!(to_start(&nodes, 2), vec!["c"]);
     assert_eq!(to_start(&nodes, 10), vec!["c", "d", "e"]);
     assert_eq!(to_start(&nodes, 0), Vec::<String>::new());
+    // A registry cap cuts the starts, and says what the budget wanted.
+    let capped = |limit, cap| {
+        let s = to_start_capped(&nodes, limit, cap);
+        (s.wanted, s.nodes)
+    };
+    assert_eq!(
+        capped(10, None),
+        (3, vec!["c".into(), "d".into(), "e".into()])
+    );
+    assert_eq!(capped(10, Some(1)), (3, vec!["c".into()]));
+    assert_eq!(capped(10, Some(0)), (3, vec![]));
+    assert_eq!(capped(2, Some(5)), (1, vec!["c".into()]));
 }
 
 #[test]

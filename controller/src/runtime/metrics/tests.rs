@@ -109,6 +109,15 @@ fn dashboard_queries_exported_metrics() {
     j.metadata.namespace = Some("ns".into());
     job_writer.apply_watcher_event(&Event::Apply(j));
     let _ = m.caches.image_pull_jobs.set(job_store);
+    let _ = m.caches.registries.set(Arc::new(|| {
+        vec![RegistryGauge {
+            registry: "docker.io".into(),
+            in_flight: 3,
+            limit: Some(5),
+            rate_limited: true,
+            jobs_waiting: 2,
+        }]
+    }));
 
     let exported = nodeimage_ops::metrics::exported_names(&nodeimage_ops::metrics::render(&r));
     let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodeimage");
@@ -127,6 +136,7 @@ fn dashboard_queries_exported_metrics() {
         q.starts_with("nodeimage_controller_")
             || q.starts_with("nodeimage_job")
             || q.starts_with("nodeimage_nodeimages")
+            || q.starts_with("nodeimage_registry_")
     };
     assert!(
         queried.iter().any(ours),
@@ -140,5 +150,50 @@ fn dashboard_queries_exported_metrics() {
     assert!(
         missing.is_empty(),
         "queried but not exported by the controller: {missing:?}\nexported: {exported:?}"
+    );
+}
+
+#[test]
+fn registry_gauges_per_registry() {
+    let m = Metrics::default();
+    let mut r = nodeimage_ops::metrics::registry("controller");
+    m.register(&mut r);
+    let text = nodeimage_ops::metrics::render(&r);
+    assert!(
+        !text.contains("nodeimage_registry_"),
+        "no pacing, no series:\n{text}"
+    );
+    let _ = m.caches.registries.set(Arc::new(|| {
+        let row = |registry: &str, in_flight, limit, rate_limited, jobs_waiting| RegistryGauge {
+            registry: registry.into(),
+            in_flight,
+            limit,
+            rate_limited,
+            jobs_waiting,
+        };
+        vec![
+            row("docker.io", 3, Some(5), true, 2),
+            row("quay.io", 1, None, false, 0),
+        ]
+    }));
+    let text = nodeimage_ops::metrics::render(&r);
+    let has = |series: &str| text.lines().any(|l| l.starts_with(series));
+    for series in [
+        "nodeimage_registry_pulls_in_flight{registry=\"docker.io\"} 3",
+        "nodeimage_registry_pulls_in_flight{registry=\"quay.io\"} 1",
+        "nodeimage_registry_pull_limit{registry=\"docker.io\"} 5",
+        "nodeimage_registry_rate_limited{registry=\"docker.io\"} 1",
+        "nodeimage_registry_rate_limited{registry=\"quay.io\"} 0",
+        "nodeimage_registry_jobs_waiting{registry=\"docker.io\"} 2",
+    ] {
+        assert!(has(series), "{series} missing:\n{text}");
+    }
+    let no_limit = [
+        "nodeimage_registry_pull_limit{registry=\"quay.io\"}",
+        "nodeimage_registry_jobs_waiting{registry=\"quay.io\"}",
+    ];
+    assert!(
+        !no_limit.iter().any(|s| has(s)),
+        "series without a limit:\n{text}"
     );
 }

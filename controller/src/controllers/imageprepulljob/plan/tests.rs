@@ -65,6 +65,7 @@ fn world(names: &[&str]) -> World {
 trait Plans {
     fn plan(&self, j: &ImagePrePullJob, now: i64) -> Plan;
     fn plan_with(&self, j: &ImagePrePullJob, now: i64, secrets: Secrets) -> Plan;
+    fn plan_capped(&self, j: &ImagePrePullJob, now: i64, cap: Option<usize>) -> Plan;
 }
 
 impl Plans for World {
@@ -78,7 +79,20 @@ impl Plans for World {
             nodes: &self.nodes,
             nodeimages: &self.nodeimages,
             edge_only: true,
+            registry_cap: None,
             secrets,
+            now: at(now),
+        })
+    }
+
+    fn plan_capped(&self, j: &ImagePrePullJob, now: i64, cap: Option<usize>) -> Plan {
+        plan(Inputs {
+            job: j,
+            nodes: &self.nodes,
+            nodeimages: &self.nodeimages,
+            edge_only: true,
+            registry_cap: cap,
+            secrets: Secrets::None,
             now: at(now),
         })
     }
@@ -268,6 +282,28 @@ fn concurrency_budget() {
     });
     let p = world(&["n1", "n2", "n3"]).plan(&j2, 0);
     assert_eq!(p.write_to, vec!["n1", "n2"]);
+}
+
+#[test]
+fn registry_cap_cuts_the_starts() {
+    let j = with(
+        job(&[IMG_A, IMG_B, "127.0.0.1:5000/a:v1"], &["n1", "n2", "n3"]),
+        |t| t.task.concurrency = Some(3),
+    );
+    assert_eq!(entries(&j).len(), 2, "distinct entries, for pacing");
+    let w = world(&["n1", "n2", "n3"]);
+    let p = w.plan_capped(&j, 0, Some(1));
+    assert_eq!(p.write_to, vec!["n1"]);
+    assert_eq!((p.starts.wanted, p.starts.nodes.len()), (3, 1));
+    assert_eq!(
+        [sea(&p, "n1").0, sea(&p, "n2").0, sea(&p, "n3").0],
+        ["Pulling", "Init", "Init"],
+        "the held nodes wait, they do not fail"
+    );
+    let p = w.plan_capped(&j, 0, Some(0));
+    assert!(p.write_to.is_empty() && p.requests.is_empty());
+    assert_eq!(p.starts.wanted, 3);
+    assert_eq!(w.plan_capped(&j, 0, None).write_to.len(), 3);
 }
 
 #[test]

@@ -79,6 +79,7 @@ fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
         pods: &[],
         secrets: vec![],
         missing_secrets: vec![],
+        registry_cap: None,
         now: now(at),
     })
 }
@@ -129,6 +130,35 @@ fn selection_table() {
         pod(&[("app", "web")], Some("gone"), true),
     ];
     assert_eq!(select_nodes(&j, &nodes, &pods), Ok(vec!["n3".into()]));
+}
+
+#[test]
+fn registry_cap_cuts_the_starts() {
+    let j = job(3, CompletionPolicy::default());
+    let fresh: Vec<_> = ["n1", "n2", "n3"].map(|n| node(n, &[], None)).into();
+    let capped = |cap| {
+        plan(Inputs {
+            job: &j,
+            nodeimages: &fresh,
+            pods: &[],
+            secrets: vec![],
+            missing_secrets: vec![],
+            registry_cap: cap,
+            now: now(200),
+        })
+    };
+    let p = capped(Some(1));
+    assert_eq!(p.write_to, vec!["n1"]);
+    assert_eq!(
+        (p.starts.wanted, p.starts.nodes),
+        (3, vec!["n1".to_string()])
+    );
+    assert_eq!(p.status.active, 1);
+    let p = capped(Some(0));
+    assert!(p.write_to.is_empty() && p.request.is_none());
+    assert_eq!(p.starts.wanted, 3);
+    assert_eq!(capped(None).write_to.len(), 3);
+    assert_eq!(entries(&j).len(), 1);
 }
 
 #[test]
@@ -298,6 +328,7 @@ fn missing_secrets_are_named() {
         pods: &[],
         secrets: vec![],
         missing_secrets: vec!["ns/absent".into()],
+        registry_cap: None,
         now: now(1),
     });
     assert!(
@@ -389,6 +420,7 @@ fn a_missing_secret_is_announced_once() {
             pods: &[],
             secrets: vec![],
             missing_secrets: vec!["ns/absent".into()],
+            registry_cap: None,
             now: now(1),
         })
     };

@@ -30,6 +30,10 @@ fn state(replies: Vec<Reply>) -> (State, Script) {
     let (ctx, nodeimages, api) = Script::context(replies);
     let shared = Shared {
         writer: crate::cluster::tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.clone()),
+        pacing: std::sync::Arc::new(crate::engine::registrypace::RegistryPacing::new(
+            Default::default(),
+            nodeimages.clone(),
+        )),
         ctx,
         nodeimages,
         nodeimages_synced: Synced::done(),

@@ -101,6 +101,7 @@ impl Plans for World {
             versions: &self.versions,
             nodeimages: &self.nodeimages,
             edge_only: true,
+            registry_cap: None,
             now: at(now),
         })
     }
@@ -749,6 +750,7 @@ fn only_edge_nodes_unless_told_otherwise() {
         versions: &w.versions,
         nodeimages: &w.nodeimages,
         edge_only: false,
+        registry_cap: None,
         now: at(0),
     });
     assert_eq!(p.write_to, vec!["cloud", "n1"]);

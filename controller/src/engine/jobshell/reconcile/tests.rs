@@ -53,6 +53,10 @@ fn fake(replies: Vec<Reply>, nodeimages_listed: bool, caches_listed: bool) -> (A
     let (ctx, store, script) = Script::context(replies);
     let shared = Shared {
         writer: crate::cluster::tagwrites::NodeWriter::new(ctx.client.clone(), store.clone()),
+        pacing: std::sync::Arc::new(crate::engine::registrypace::RegistryPacing::new(
+            Default::default(),
+            store.clone(),
+        )),
         ctx,
         nodeimages: store,
         nodeimages_synced: if nodeimages_listed {

@@ -15,13 +15,22 @@ fn failed() -> NodeState {
 #[test]
 fn starting_table() {
     use NodeState::*;
-    // (budget, total nodes, tolerance, concurrency, nodes that start)
-    let cases: [(Vec<(String, NodeState)>, usize, f64, usize, Vec<&str>); 6] = [
+    // (budget, total nodes, tolerance, concurrency, registry cap, nodes that start)
+    type Case = (
+        Vec<(String, NodeState)>,
+        usize,
+        f64,
+        usize,
+        Option<usize>,
+        Vec<&'static str>,
+    );
+    let cases: [Case; 8] = [
         (
             nodes(&[("a", NotStarted), ("b", NotStarted)]),
             2,
             0.1,
             1,
+            None,
             vec!["a"],
         ),
         (
@@ -29,6 +38,7 @@ fn starting_table() {
             2,
             0.1,
             5,
+            None,
             vec!["a", "b"],
         ),
         (
@@ -36,6 +46,7 @@ fn starting_table() {
             2,
             0.1,
             1,
+            None,
             vec![],
         ),
         (
@@ -43,6 +54,7 @@ fn starting_table() {
             2,
             0.1,
             1,
+            None,
             vec!["b"],
         ),
         // Fail fast: a failure at the tolerance starts nothing more.
@@ -51,6 +63,7 @@ fn starting_table() {
             2,
             0.5,
             1,
+            None,
             vec![],
         ),
         // Below it (one of four nodes failed, tolerance 0.5), nodes go on.
@@ -59,13 +72,34 @@ fn starting_table() {
             4,
             0.5,
             1,
+            None,
             vec!["b"],
         ),
+        // The registries' free slots cut the starts, not the want.
+        (
+            nodes(&[("a", NotStarted), ("b", NotStarted)]),
+            2,
+            0.1,
+            5,
+            Some(1),
+            vec!["a"],
+        ),
+        (
+            nodes(&[("a", NotStarted), ("b", NotStarted)]),
+            2,
+            0.1,
+            5,
+            Some(0),
+            vec![],
+        ),
     ];
-    for (budget, total, tolerance, concurrency, want) in cases {
-        let got = starting(&budget, total, tolerance, concurrency);
-        let want: BTreeSet<String> = want.into_iter().map(str::to_string).collect();
-        assert_eq!(got, want, "{budget:?} of {total}, tolerance {tolerance}");
+    for (budget, total, tolerance, concurrency, cap, want) in cases {
+        let got = starting(&budget, total, tolerance, concurrency, cap);
+        let want: Vec<String> = want.into_iter().map(str::to_string).collect();
+        assert_eq!(
+            got.nodes, want,
+            "{budget:?} of {total}, tolerance {tolerance}, cap {cap:?}"
+        );
     }
 }
 

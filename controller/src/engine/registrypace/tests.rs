@@ -1,0 +1,308 @@
+use super::ledger::{PACE_RETRY, Paced, RESERVATION_BOUND};
+use super::load::loads;
+use super::rule::{RegistryView, admit, wait_reason};
+use super::*;
+use crate::engine::nodetasks::fixtures::{nodeimage_with, tag_entry};
+use crate::engine::rollout::{Entry, Starts};
+use chrono::DateTime;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::reflector::Store;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use nodeimage_api::kruise::{
+    ImagePullPhase, ImageTagSpec, ImageTagStatus, NodeImage, TagUpgradeStatus, UpgradeState,
+};
+
+const REG: &str = "127.0.0.1:5000";
+
+fn job(created: i64, uid: &str) -> JobOrder {
+    JobOrder {
+        created: DateTime::from_timestamp(created, 0),
+        uid: uid.into(),
+    }
+}
+
+fn at(s: i64) -> chrono::DateTime<chrono::Utc> {
+    DateTime::from_timestamp(1_000_000 + s, 0).unwrap_or_default()
+}
+
+fn owner(uid: &str) -> ObjectReference {
+    ObjectReference {
+        uid: Some(uid.into()),
+        ..Default::default()
+    }
+}
+
+fn status(tag: &str, phase: ImagePullPhase, message: Option<String>) -> ImageTagStatus {
+    ImageTagStatus {
+        tag: tag.into(),
+        phase,
+        version: Some(0),
+        message: message.map(Into::into),
+        ..Default::default()
+    }
+}
+
+/// A NodeImage `node` with one entry of `image:v1` (owned by `uid`, or
+/// hand-written when `None`) and the node's answer, if any.
+fn node(node: &str, image: &str, uid: Option<&str>, answer: Option<ImageTagStatus>) -> NodeImage {
+    let spec = match uid {
+        Some(uid) => tag_entry("v1", 0, owner(uid)),
+        None => ImageTagSpec {
+            tag: "v1".into(),
+            ..Default::default()
+        },
+    };
+    (*nodeimage_with(node, vec![(image.to_string(), spec, answer)])).clone()
+}
+
+fn upgrade(name: &str, image: &str, state: UpgradeState) -> NodeImage {
+    let mut answer = status("v1", ImagePullPhase::Pulling, None);
+    answer.upgrade = TagUpgradeStatus {
+        state: Some(state),
+        ..Default::default()
+    }
+    .boxed();
+    node(name, image, Some("u"), Some(answer))
+}
+
+fn cache(nodes: Vec<NodeImage>) -> (Store<NodeImage>, Writer<NodeImage>) {
+    let mut writer = Writer::<NodeImage>::default();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for n in nodes {
+        writer.apply_watcher_event(&watcher::Event::InitApply(n));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    (writer.as_reader(), writer)
+}
+
+/// (case, job, limit, in flight, rate-limited, waiting jobs, slots).
+#[rustfmt::skip]
+#[test]
+fn admit_table() {
+    let (a, b, c) = (job(100, "a"), job(200, "b"), job(200, "c"));
+    let w = |o: &JobOrder, n: usize| vec![(o.clone(), n)];
+    let cases: Vec<(&str, &JobOrder, usize, usize, bool, Vec<(JobOrder, usize)>, usize)> = vec![
+        ("an idle registry", &b, 3, 0, false, vec![], 3),
+        ("full", &a, 1, 1, false, vec![], 0),
+        ("over a lowered limit", &a, 1, 3, false, vec![], 0),
+        ("two jobs: the older first", &b, 1, 0, false, w(&a, 1), 0),
+        ("two jobs: the older takes it", &a, 1, 0, false, [w(&a, 1), w(&b, 1)].concat(), 1),
+        // A job of another kind is just another job: only age counts.
+        ("a younger job of another kind waits", &c, 2, 0, false, w(&a, 2), 0),
+        ("younger jobs never hold an older one", &a, 2, 0, false, w(&b, 5), 2),
+        ("what older jobs leave is free", &b, 4, 1, false, w(&a, 2), 1),
+        ("same second: the uid decides", &c, 1, 0, false, w(&b, 1), 0),
+        ("same second, the other way", &b, 1, 0, false, w(&c, 1), 1),
+        ("hand-written entries fill it", &a, 2, 2, false, vec![], 0),
+        ("rate-limited: no new pulls", &a, 10, 0, true, vec![], 0),
+    ];
+    for (case, job, limit, in_flight, rate_limited, waiting, slots) in cases {
+        let view = RegistryView { limit, in_flight, rate_limited, waiting: &waiting };
+        assert_eq!(admit(job, &view), slots, "{case}");
+    }
+}
+
+#[test]
+fn wait_reasons() {
+    let (a, b) = (job(100, "a"), job(200, "b"));
+    let waiting = [(a.clone(), 1)];
+    let mut view = RegistryView {
+        limit: 1,
+        in_flight: 1,
+        rate_limited: false,
+        waiting: &waiting,
+    };
+    assert_eq!(
+        wait_reason(REG, &a, &view),
+        format!("waiting for registry {REG}: 1 of 1 pulling")
+    );
+    assert_eq!(
+        wait_reason(REG, &b, &view),
+        format!("waiting for registry {REG}: 1 of 1 pulling, 1 older job(s) first")
+    );
+    view.rate_limited = true;
+    assert!(wait_reason(REG, &b, &view).contains("rate-limited"));
+}
+
+#[test]
+fn loads_count_unfinished_entries_per_node() {
+    let image = format!("{REG}/app");
+    let limited = ImageTagStatus::rate_limited_message("index.docker.io", 5, "429");
+    let nodes = [
+        // Hand-written, not answered yet: pulling.
+        node("n1", &image, None, None),
+        // A job's entry, pulling.
+        node(
+            "n2",
+            &image,
+            Some("j"),
+            Some(status("v1", ImagePullPhase::Pulling, None)),
+        ),
+        // Finished: not pulling.
+        node(
+            "n3",
+            &image,
+            Some("j"),
+            Some(status("v1", ImagePullPhase::Succeeded, None)),
+        ),
+        // An upgrade past its pull, waiting for confirmation: not pulling.
+        upgrade("n5", &image, UpgradeState::WaitingConfirmation),
+        // An upgrade still checking (its pull comes next): pulling.
+        upgrade("n6", &image, UpgradeState::Checking),
+        // Docker Hub, waiting because it rate-limited (named by an alias).
+        node(
+            "n4",
+            "nginx",
+            Some("j"),
+            Some(status("v1", ImagePullPhase::Waiting, Some(limited))),
+        ),
+    ];
+    let l = loads(nodes.iter(), |_| true);
+    let names = |r: &str| l[r].pulling.iter().cloned().collect::<Vec<_>>();
+    assert_eq!(names(REG), vec!["n1", "n2", "n6"]);
+    assert!(!l[REG].rate_limited);
+    assert_eq!(names("docker.io"), vec!["n4"]);
+    assert!(l["docker.io"].rate_limited);
+    let only = loads(nodes.iter(), |r| r == REG);
+    assert_eq!(only.keys().collect::<Vec<_>>(), vec![REG]);
+}
+
+#[test]
+fn limits_per_host_with_aliases() {
+    let l = Limits::new(0, &[("index.docker.io".into(), 2), (REG.into(), 1)]);
+    assert_eq!(l.of("docker.io"), 2);
+    assert_eq!(l.of("registry-1.docker.io"), 2);
+    assert_eq!(l.of(REG), 1);
+    assert_eq!(l.of("quay.io"), 0);
+    assert!(l.any());
+    assert!(!Limits::new(0, &[("quay.io".into(), 0)]).any());
+    assert_eq!(Limits::new(5, &[]).of("quay.io"), 5);
+}
+
+/// A job plan that wants `wanted` of `nodes` and starts what the cap allows.
+fn starts(nodes: &[&str], wanted: usize) -> impl FnOnce(Option<usize>) -> Starts {
+    let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    move |cap| Starts {
+        wanted,
+        nodes: nodes
+            .into_iter()
+            .take(wanted.min(cap.unwrap_or(usize::MAX)))
+            .collect(),
+    }
+}
+
+/// `plan` of `job` over `entries` at second `s`, under `pacing`.
+fn paced(
+    pacing: &RegistryPacing,
+    job: &JobOrder,
+    entries: &[Entry],
+    s: i64,
+    plan: impl FnOnce(Option<usize>) -> Starts,
+) -> Paced<Starts> {
+    pacing.plan(job, entries, at(s), plan)
+}
+
+#[test]
+fn reservations_and_the_queue_across_plans() {
+    let entry = Entry {
+        image: format!("{REG}/app"),
+        tag: "v1".into(),
+    };
+    let entries = std::slice::from_ref(&entry);
+    let (store, mut writer) = cache(vec![]);
+    let pacing = RegistryPacing::new(Limits::new(0, &[(REG.into(), 1)]), store);
+    let (old, young) = (job(100, "old"), job(200, "young"));
+    let run = |j: &JobOrder, s: i64, plan| paced(&pacing, j, entries, s, plan);
+
+    // The younger job plans first and takes the free slot.
+    let p = run(&young, 0, starts(&["n1", "n2"], 2));
+    assert_eq!(p.plan.nodes, vec!["n1"]);
+    assert!(p.newly_waiting, "{p:?}");
+    assert_eq!(p.look_again(None), Some(PACE_RETRY));
+    // Its write is not in the cache yet: the slot stays taken.
+    let p = run(&old, 1, starts(&["n3"], 1));
+    assert!(p.plan.nodes.is_empty());
+    assert_eq!(
+        p.waiting,
+        vec![format!("waiting for registry {REG}: 1 of 1 pulling")]
+    );
+    // The cache shows the entry (pulling): still taken, reservation gone.
+    writer.apply_watcher_event(&watcher::Event::Apply(node(
+        "n1",
+        &entry.image,
+        Some("young"),
+        None,
+    )));
+    let p = run(&old, 2, starts(&["n3"], 1));
+    assert!(p.plan.nodes.is_empty() && !p.newly_waiting);
+    // n1 finishes: the older job goes first, the younger one waits.
+    let done = status("v1", ImagePullPhase::Succeeded, None);
+    writer.apply_watcher_event(&watcher::Event::Apply(node(
+        "n1",
+        &entry.image,
+        Some("young"),
+        Some(done),
+    )));
+    let p = run(&young, 3, starts(&["n2"], 1));
+    assert!(p.plan.nodes.is_empty(), "the older job wants the slot");
+    assert!(
+        p.waiting[0].contains("1 older job(s) first"),
+        "{:?}",
+        p.waiting
+    );
+    let p = run(&old, 4, starts(&["n3"], 1));
+    assert_eq!(p.plan.nodes, vec!["n3"]);
+    assert!(p.waiting.is_empty() && p.events().is_empty());
+    // Its write fails: the slot is free again for the next in line.
+    pacing.write_failed("old");
+    let p = run(&young, 5, starts(&["n2"], 1));
+    assert_eq!(p.plan.nodes, vec!["n2"]);
+    // A reservation the cache never shows counts only up to its bound.
+    let later = 5 + RESERVATION_BOUND.num_seconds();
+    let p = run(&old, later, starts(&["n3"], 1));
+    assert_eq!(p.plan.nodes, vec!["n3"]);
+}
+
+#[test]
+fn unlimited_registries_plan_freely_and_report() {
+    let limited = ImageTagStatus::rate_limited_message(REG, 5, "429");
+    let (store, _writer) = cache(vec![
+        node(
+            "n1",
+            &format!("{REG}/app"),
+            None,
+            Some(status("v1", ImagePullPhase::Waiting, Some(limited))),
+        ),
+        node("n2", "quay.io/x/y", Some("j"), None),
+    ]);
+    let pacing = RegistryPacing::new(Limits::new(0, &[(REG.into(), 3)]), store);
+    let quay = Entry {
+        image: "quay.io/x/y".into(),
+        tag: "v1".into(),
+    };
+    let p = paced(&pacing, &job(1, "j"), &[quay], 0, starts(&["a", "b"], 2));
+    assert_eq!(p.plan.nodes.len(), 2, "no limit on quay.io");
+    // The hand-written entry rate-limits the limited registry.
+    let app = Entry {
+        image: format!("{REG}/app"),
+        tag: "v1".into(),
+    };
+    let p = paced(&pacing, &job(2, "k"), &[app], 0, starts(&["a"], 1));
+    assert!(p.plan.nodes.is_empty() && p.events()[0].note.contains("rate-limited"));
+    let report = pacing.report(at(1));
+    let row = |r: &str| report.iter().find(|g| g.registry == r).cloned();
+    let reg = row(REG).map(|g| (g.in_flight, g.limit, g.rate_limited, g.jobs_waiting));
+    assert_eq!(reg, Some((1, Some(3), true, 1)));
+    let quay = row("quay.io").map(|g| (g.in_flight, g.limit, g.rate_limited, g.jobs_waiting));
+    assert_eq!(quay, Some((1, None, false, 0)));
+    pacing.forget("k");
+    assert_eq!(
+        pacing
+            .report(at(2))
+            .iter()
+            .map(|g| g.jobs_waiting)
+            .sum::<usize>(),
+        0
+    );
+}

@@ -1,0 +1,151 @@
+//! Registry pacing end to end, on the local cluster's three real nodes and
+//! the shared controller, which `tests/nodeimage.sh start` runs with a
+//! limit of one pulling node on one registry host of its own
+//! (`--registry-max-pulls-for <NODEIMAGE_PACED_REGISTRY>=1`). This test
+//! starts a slow proxy on that host in front of the cluster registry;
+//! no other test names it, so the limit holds back nobody else.
+//!
+//! Three ImagePullJobs, each free to pull on all three nodes at once,
+//! pull three images through it. The daemons' own timestamps (each tag's
+//! `startTime` and `completionTime`) must show one pull at a time, and
+//! every job must complete.
+
+use k8s_openapi::jiff::Timestamp;
+use nodeimage_tests::kruise::{self, IPJ, SlowRegistry, TestNs, completed, count};
+use nodeimage_tests::{Cluster, http};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Nine pulls one after the other, each a few seconds, with the
+/// controller's hand-over between them.
+const TIMEOUT: Duration = Duration::from_secs(300);
+/// Proxy rate: 6 MB images take about two seconds each, alone.
+const BYTES_PER_SECOND: u64 = 3_000_000;
+const IMAGE_BYTES: usize = 6 << 20;
+
+/// One pull on one node, as its daemon reported it.
+struct Pull {
+    node: String,
+    image: String,
+    start: i64,
+    end: i64,
+}
+
+impl std::fmt::Display for Pull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (n, i, s, e) = (&self.node, &self.image, self.start, self.end);
+        write!(f, "{n} pulled {i} from {s} to {e}")
+    }
+}
+
+fn seconds(v: &Value) -> Option<i64> {
+    v.as_str()?.parse::<Timestamp>().ok().map(|t| t.as_second())
+}
+
+/// The pulls of `image` (a NodeImage key, tag v1) on `nodes`, from status.
+fn pulls_of(c: &Cluster, image: &str, nodes: &[String]) -> Vec<Pull> {
+    let all = kruise::nodeimages(c);
+    nodes
+        .iter()
+        .map(|n| {
+            let ni = kruise::find(&all, n).unwrap_or_else(|| panic!("no NodeImage {n}"));
+            let st = kruise::status_tag(ni, image, "v1")
+                .unwrap_or_else(|| panic!("{n} reports nothing of {image}: {}", ni["status"]));
+            assert_eq!(st["phase"], "Succeeded", "{n} {image}: {st}");
+            let (start, end) = (seconds(&st["startTime"]), seconds(&st["completionTime"]));
+            let (Some(start), Some(end)) = (start, end) else {
+                panic!("{n} {image}: no startTime or completionTime: {st}");
+            };
+            Pull {
+                node: n.clone(),
+                image: image.to_string(),
+                start,
+                end,
+            }
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the local cluster (tests/cluster/up.sh) and nodeimage (tests/nodeimage.sh start)"]
+fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
+    let c = Cluster::load();
+    let paced = c
+        .nodeimage_vars()
+        .get("NODEIMAGE_PACED_REGISTRY")
+        .cloned()
+        .expect("NODEIMAGE_PACED_REGISTRY: restart nodeimage with tests/nodeimage.sh start");
+    let slow = SlowRegistry::start_on(&c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
+    let ns = TestNs::create(&c, "e2e-pace");
+    let nodes: Vec<String> = c.nodes().into_iter().take(3).collect();
+    assert_eq!(nodes.len(), 3, "the cluster has three nodes");
+    let reg = kruise::registry(&c);
+    let mut images = Vec::new();
+    for i in 0..3 {
+        let pushed = kruise::push_unique(&reg, &format!("pace{i}"), IMAGE_BYTES);
+        let image = kruise::via(&pushed, &slow.host());
+        let job = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "ImagePullJob",
+            "metadata": {"name": format!("pace-{i}"), "namespace": ns.name},
+            "spec": {
+                "image": format!("{}:v1", image.name),
+                "parallelism": 3,
+                "selector": {"names": nodes},
+                "pullPolicy": {"timeoutSeconds": 120, "backoffLimit": 1},
+                "completionPolicy": {"type": "Always"},
+            },
+        });
+        kruise::create(&c, &job);
+        images.push(image.name);
+    }
+    for i in 0..3 {
+        let job = kruise::wait_job(
+            &c,
+            IPJ,
+            &ns.name,
+            &format!("pace-{i}"),
+            "completed",
+            TIMEOUT,
+            completed,
+        );
+        let got = (count(&job, "succeeded"), count(&job, "failed"));
+        assert_eq!(got, (3, 0), "{}", kruise::describe(&job));
+    }
+
+    let mut pulls: Vec<Pull> = images
+        .iter()
+        .flat_map(|i| pulls_of(&c, i, &nodes))
+        .collect();
+    pulls.sort_by_key(|p| (p.start, p.end));
+    let all: Vec<String> = pulls.iter().map(Pull::to_string).collect();
+    eprintln!("pulls from {paced} (Unix seconds):\n{}", all.join("\n"));
+    for pair in pulls.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(
+            b.start >= a.end,
+            "two nodes pulled from {paced} at once: {a} and {b}; all pulls (Unix seconds):\n{}",
+            all.join("\n")
+        );
+    }
+    // The jobs created after the first waited, and said so.
+    let waited = (0..3).any(|i| {
+        kruise::events_of(&c, &ns.name, &format!("pace-{i}"))
+            .iter()
+            .any(|e| e["reason"] == "RegistryWait")
+    });
+    assert!(waited, "no job published a RegistryWait event");
+    // The controller exports the limit of the host.
+    let health = c
+        .nodeimage_vars()
+        .get("NODEIMAGE_CONTROLLER_HEALTH")
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1:18080".into());
+    let text = http::scrape(&format!("http://{health}/metrics"));
+    let series = format!("nodeimage_registry_pull_limit{{registry=\"{paced}\"}}");
+    assert_eq!(
+        http::metric_value(&text, &series),
+        Some(1.0),
+        "{series} in:\n{text}"
+    );
+}
