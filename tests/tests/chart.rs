@@ -812,6 +812,26 @@ fn cleanup_release(c: &Cluster, release_yaml: &str) {
     eprintln!("cleanup: the chart test's namespaces are still present after 120s");
 }
 
+/// The chart rendered with `values` and applied as the test release, in its
+/// namespaces, after removing leftovers of an interrupted run; the release
+/// and the namespaces go when the returned guard drops.
+fn applied_release(c: &Cluster, values: &[&str]) -> (String, Cleanup) {
+    let release = rendered(c, values);
+    cleanup_release(c, &release);
+    let mut cleanup = Cleanup::default();
+    let (cc, ry) = (c.clone(), release.clone());
+    cleanup.defer("delete the test release", move || cleanup_release(&cc, &ry));
+    for n in [NS, SECRETS_NS, OTHER_NS] {
+        c.kubectl_ok(&["create", "namespace", n], None);
+        c.kubectl_ok(
+            &["label", "namespace", n, "nodeimage.dev/chart-test=true"],
+            None,
+        );
+    }
+    c.kubectl_ok(&["apply", "-f", "-"], Some(&release));
+    (release, cleanup)
+}
+
 #[test]
 #[ignore = "needs the local cluster and helm (tests/chart.sh)"]
 fn chart_rbac_node_identity_and_the_real_daemon() {
@@ -827,21 +847,7 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
     ]
     .map(str::to_string);
     let values: Vec<&str> = release_values.iter().map(String::as_str).collect();
-    let release = rendered(&c, &values);
-    // Leftovers of an interrupted run first; the same at the end.
-    cleanup_release(&c, &release);
-    let mut cleanup = Cleanup::default();
-    let (cc, ry) = (c.clone(), release.clone());
-    cleanup.defer("delete the test release", move || cleanup_release(&cc, &ry));
-
-    for n in [NS, SECRETS_NS, OTHER_NS] {
-        c.kubectl_ok(&["create", "namespace", n], None);
-        c.kubectl_ok(
-            &["label", "namespace", n, "nodeimage.dev/chart-test=true"],
-            None,
-        );
-    }
-    c.kubectl_ok(&["apply", "-f", "-"], Some(&release));
+    let (_, mut cleanup) = applied_release(&c, &values);
 
     // A dockerconfigjson pull secret for the auth registry, in the secrets
     // namespace (as the controller copies it) and in another namespace.
@@ -1292,21 +1298,13 @@ fn chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint() {
         format!("secretsNamespace={SECRETS_NS}"),
     ];
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
-    let release = rendered(&c, &values);
+    let (release, cleanup) = applied_release(&c, &values);
     expect_in(
         &release,
         "--startup-gate-taint=nodeimage.dev/images-pending",
         "controller args",
     );
     expect_in(&release, "--startup-gate-timeout=10m", "controller args");
-    cleanup_release(&c, &release);
-    let mut cleanup = Cleanup::default();
-    let (cc, ry) = (c.clone(), release.clone());
-    cleanup.defer("delete the test release", move || cleanup_release(&cc, &ry));
-    for n in [NS, SECRETS_NS, OTHER_NS] {
-        c.kubectl_ok(&["create", "namespace", n], None);
-    }
-    c.kubectl_ok(&["apply", "-f", "-"], Some(&release));
 
     // Two fake Nodes (no kubelet), registered with the start-up taint and another one.
     let other_taint = json!({"key": "dedicated", "value": "x", "effect": "NoExecute"});

@@ -49,6 +49,16 @@ impl NodeApi for FakeNode {
     }
 }
 
+/// A runtime holding [`A`], and a Node with the start-up taint whose next
+/// patches fail with `failures`.
+fn gated_with(failures: impl IntoIterator<Item = NodeError>) -> (FakeRuntime, FakeNode) {
+    let rt = FakeRuntime::default();
+    rt.present(A);
+    let node = FakeNode::with(Some(vec![taint(DEFAULT_TAINT_KEY)]));
+    node.failures.lock().expect("lock").extend(failures);
+    (rt, node)
+}
+
 fn note(images: &[&str]) -> GateNote {
     GateNote {
         taint: DEFAULT_TAINT_KEY.into(),
@@ -96,13 +106,7 @@ async fn opens_removing_only_the_gate_taint() {
 
 #[tokio::test]
 async fn a_stale_write_is_read_again_and_redone() {
-    let rt = FakeRuntime::default();
-    rt.present(A);
-    let node = FakeNode::with(Some(vec![taint(DEFAULT_TAINT_KEY)]));
-    node.failures
-        .lock()
-        .expect("lock")
-        .extend([NodeError::Stale, NodeError::Stale]);
+    let (rt, node) = gated_with([NodeError::Stale, NodeError::Stale]);
     assert_eq!(
         look(&rt, &node, &note(&[A])).await.expect("a look"),
         Outcome::Opened
@@ -112,19 +116,9 @@ async fn a_stale_write_is_read_again_and_redone() {
 
 #[tokio::test]
 async fn other_failures_are_errors_and_endless_staleness_gives_up() {
-    let rt = FakeRuntime::default();
-    rt.present(A);
-    let node = FakeNode::with(Some(vec![taint(DEFAULT_TAINT_KEY)]));
-    node.failures
-        .lock()
-        .expect("lock")
-        .push_back(NodeError::Other("forbidden".into()));
+    let (rt, node) = gated_with([NodeError::Other("forbidden".into())]);
     assert!(look(&rt, &node, &note(&[A])).await.is_err());
-    let node = FakeNode::with(Some(vec![taint(DEFAULT_TAINT_KEY)]));
-    node.failures
-        .lock()
-        .expect("lock")
-        .extend((0..WRITE_ATTEMPTS).map(|_| NodeError::Stale));
+    let (rt, node) = gated_with((0..WRITE_ATTEMPTS).map(|_| NodeError::Stale));
     assert!(look(&rt, &node, &note(&[A])).await.is_err());
 }
 
