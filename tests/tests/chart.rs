@@ -1071,6 +1071,9 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
         ("no", vec!["create", "secrets", "-n", SECRETS_NS]),
         ("no", vec!["watch", "secrets", "-n", SECRETS_NS]),
         ("no", vec!["get", "imagepulljobs.apps.kruise.io", "-A"]),
+        // The start-up gate: its own Node only, its taint only (the policy).
+        ("yes", vec!["patch", "nodes"]),
+        ("no", vec!["delete", "nodes"]),
     ] {
         can_i(&c, &daemon, "daemon", want, &args);
     }
@@ -1078,7 +1081,11 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
     // The controller's ServiceAccount.
     let mut checks: Vec<(&str, Vec<&str>)> = vec![
         ("yes", vec!["list", "nodes"]),
-        ("no", vec!["patch", "nodes"]),
+        // The start-up gate: only removing its taint (the admission policy,
+        // chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint).
+        ("yes", vec!["patch", "nodes"]),
+        ("no", vec!["update", "nodes"]),
+        ("no", vec!["delete", "nodes"]),
         ("yes", vec!["create", "nodeimages.apps.kruise.io"]),
         ("yes", vec!["delete", "nodeimages.apps.kruise.io"]),
         (
