@@ -248,6 +248,11 @@ impl Metrics {
             "Pulls waiting for a registry that rate-limited this node, by registry",
             self.registry_waiting.clone(),
         );
+        self.register_gate(r);
+    }
+
+    /// Registers the start-up gate's metrics (under the daemon's prefix).
+    fn register_gate(&self, r: &mut Registry) {
         r.register(
             "startup_gate_opened",
             "Start-up taints this daemon removed from its Node once every gating image was on the node",
