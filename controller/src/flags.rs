@@ -81,6 +81,18 @@ pub struct Flags {
     )]
     pub skip_nodes_labelled: Vec<Option<(String, String)>>,
 
+    /// Key of the start-up taint new nodes register with (kubelet
+    /// --register-with-taints, or the node pool's taints): nodeimage removes
+    /// it once the images of the jobs annotated nodeimage.dev/gate-new-nodes
+    /// are on the node. It never adds it. Empty: the gate is off.
+    #[arg(long, default_value = nodeimage_api::gate::DEFAULT_TAINT_KEY)]
+    pub startup_gate_taint: String,
+
+    /// Longest a new node stays behind the start-up taint, counted from its
+    /// creation; then the controller removes the taint anyway (with a
+    /// Warning event naming the missing images), e.g. 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub startup_gate_timeout: Duration,
     /// Most nodes pulling from one registry host at once, across every job
     /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
     /// hand-written NodeImage entries count but are not held back. Jobs
@@ -166,6 +178,16 @@ mod tests {
         );
         assert!(Flags::try_parse_from(["c", "--skip-nodes-labelled=novalue"]).is_err());
         assert!(Flags::try_parse_from(["c", "--skip-nodes-labelled==x"]).is_err());
+    }
+
+    #[test]
+    fn startup_gate_defaults() {
+        let f = Flags::parse_from(["c"]);
+        assert_eq!(f.startup_gate_taint, nodeimage_api::gate::DEFAULT_TAINT_KEY);
+        assert_eq!(f.startup_gate_timeout, Duration::from_secs(600));
+        let f = Flags::parse_from(["c", "--startup-gate-taint=", "--startup-gate-timeout=30s"]);
+        assert!(f.startup_gate_taint.is_empty());
+        assert_eq!(f.startup_gate_timeout, Duration::from_secs(30));
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod runtime;
 use cluster::{nodecache, nodeimages, tagwrites};
 use controllers::{
     housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, nodemirror, nodeupgradejob,
+    startupgate,
 };
 use engine::jobshell;
 use flags::Flags;
@@ -58,6 +59,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             .cloned()
             .collect(),
     );
+    nodes::gate_taint_key(flags.startup_gate_taint.clone());
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let ctx = context::Context::new(client, &flags)?;
     let limits =
@@ -87,7 +89,13 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             None => std::future::pending::<()>().await,
         }
     };
-    let work = controllers(ctx.clone(), limits, readiness, stop_rx);
+    let gate = startupgate::plan::Settings {
+        taint: flags.startup_gate_taint.clone(),
+        timeout: runtime::clock::seconds(
+            i64::try_from(flags.startup_gate_timeout.as_secs()).unwrap_or(i64::MAX),
+        ),
+    };
+    let work = controllers(ctx.clone(), limits, gate, readiness, stop_rx);
     let mut work = std::pin::pin!(work);
     let mut lost_lease = false;
     tokio::select! {
@@ -165,6 +173,7 @@ async fn lead(
 async fn controllers(
     ctx: context::Context,
     limits: engine::registrypace::Limits,
+    gate: startupgate::plan::Settings,
     readiness: health::Readiness,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -193,6 +202,8 @@ async fn controllers(
         nodes.subscribe(),
         nodes.subscribe(),
     );
+    let nodes_for_gate = nodes.subscribe();
+    let nodeimages_for_gate = (nodeimages.store.clone(), nodeimages.synced.clone());
     let writes_seen = for_writer
         .changes
         .take_until(lifecycle::stopped(stop.clone()));
@@ -231,6 +242,13 @@ async fn controllers(
             nodes_for_prepull
         ),
         imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone()),
+        startupgate::run(
+            ctx.clone(),
+            gate,
+            stop.clone(),
+            nodes_for_gate,
+            nodeimages_for_gate
+        ),
         jobshell::run_node_tasks(
             nodeupgradejob::WIRING,
             ctx,

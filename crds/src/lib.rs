@@ -10,6 +10,7 @@
 pub mod conditions;
 pub mod crdgen;
 pub mod defaults;
+pub mod gate;
 pub mod interned;
 pub mod kruise;
 pub mod kubeedge;

@@ -10,6 +10,7 @@ mod decode;
 mod deps;
 mod desired;
 pub mod flags;
+mod gate;
 mod metrics;
 mod pins;
 mod presence;
@@ -103,12 +104,15 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let presence_every = (flags.presence_check_seconds > 0)
         .then(|| Duration::from_secs(flags.presence_check_seconds));
     let upgrades = upgrade_settings(&flags);
+    let (notes, notes_rx) = tokio::sync::watch::channel(None);
+    let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, stop_rx.clone()));
     let sync = tokio::spawn(sync::run(
         api,
         flags.node_name.clone(),
         worker::Workers { deps, upgrades },
         synced,
         presence_every,
+        notes,
         stop_rx.clone(),
     ));
 
@@ -116,6 +120,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let _ = stop_tx.send(true);
     let tasks = Tasks {
         sync,
+        gate,
         writer,
         probe,
         pinning,
@@ -127,6 +132,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
 /// The daemon's background tasks, told to stop by the stop switch.
 struct Tasks {
     sync: tokio::task::JoinHandle<()>,
+    gate: tokio::task::JoinHandle<()>,
     writer: tokio::task::JoinHandle<()>,
     probe: tokio::task::JoinHandle<()>,
     pinning: tokio::task::JoinHandle<()>,
@@ -138,6 +144,7 @@ impl Tasks {
     /// last write of what they reported, then the rest.
     async fn stopped(self) -> Result<(), Error> {
         let _ = self.sync.await;
+        let _ = self.gate.await;
         if tokio::time::timeout(Duration::from_secs(5), self.writer)
             .await
             .is_err()

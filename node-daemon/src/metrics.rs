@@ -90,6 +90,8 @@ pub struct Metrics {
     pub registry_rate_limited: Family<RegistryLabels, Counter>,
     /// Pulls waiting for a registry that rate-limited this node, by registry.
     pub registry_waiting: Family<RegistryLabels, Gauge>,
+    /// Start-up taints this daemon removed once every gating image was there.
+    pub startup_gate_opened: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -164,6 +166,7 @@ impl Metrics {
             images_lost: Counter::default(),
             registry_rate_limited: Family::default(),
             registry_waiting: Family::default(),
+            startup_gate_opened: Counter::default(),
         }
     }
 
@@ -245,6 +248,16 @@ impl Metrics {
             "Pulls waiting for a registry that rate-limited this node, by registry",
             self.registry_waiting.clone(),
         );
+        self.register_gate(r);
+    }
+
+    /// Registers the start-up gate's metrics (under the daemon's prefix).
+    fn register_gate(&self, r: &mut Registry) {
+        r.register(
+            "startup_gate_opened",
+            "Start-up taints this daemon removed from its Node once every gating image was on the node",
+            self.startup_gate_opened.clone(),
+        );
     }
 
     /// Counts a failed CRI call.
@@ -323,6 +336,7 @@ mod tests {
             "nodeimage_daemon_images_lost_total 0",
             "nodeimage_daemon_registry_rate_limited_total{registry=\"docker.io\"} 1",
             "nodeimage_daemon_registry_pulls_waiting{registry=\"docker.io\"} 2",
+            "nodeimage_daemon_startup_gate_opened_total 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

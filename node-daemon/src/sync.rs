@@ -55,6 +55,8 @@ struct State {
     latest: Latest,
     /// How often each entry version lost its image.
     losses: Losses,
+    /// Where the start-up gate hears of each NodeImage (its note).
+    notes: crate::gate::Notes,
 }
 
 /// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec
@@ -65,6 +67,7 @@ pub async fn run(
     workers: Workers,
     synced: Check,
     presence_every: Option<Duration>,
+    notes: crate::gate::Notes,
     mut stop: watch::Receiver<bool>,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
@@ -80,6 +83,7 @@ pub async fn run(
         run_started: std::time::SystemTime::now(),
         latest: Latest::default(),
         losses: Losses::default(),
+        notes,
     };
     let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Vec<Expected>>();
     // Without checks the timer still needs a period the clock can hold.
@@ -146,6 +150,11 @@ impl State {
 
     /// Acts on the NodeImage as it is now.
     fn applied(&mut self, workers: &Workers, decoded: Decoded, relisted: bool) {
+        let note = decoded.nodeimage.metadata.annotations.as_ref();
+        let note = note
+            .and_then(|a| a.get(nodeimage_api::gate::STARTUP_GATE))
+            .cloned();
+        self.notes.send_replace(note);
         self.latest = apply(
             workers,
             decoded,
@@ -159,6 +168,7 @@ impl State {
 
     /// The NodeImage is gone: every pull stops and nothing is wanted.
     fn deleted(&mut self, workers: &Workers) {
+        self.notes.send_replace(None);
         for (_, r) in std::mem::take(&mut self.running) {
             r.handle.abort();
             end_lease_after(workers, r);

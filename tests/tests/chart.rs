@@ -11,6 +11,9 @@
 //! 4. the chart refuses to install (`helm install --dry-run=server`) over a
 //!    CRD that is not nodeimage's unless `takeOver=true`, and installs once
 //!    nodeimage's CRDs are applied as docs/migration.md says;
+//! 6. the start-up gate's admission policy, with real tokens: the daemon
+//!    and the controller may remove the start-up taint (the daemon only
+//!    from its own Node) and change nothing else of a Node;
 //! 5. the RBAC, for real: the chart applied as release "chart-test" (no
 //!    kubelet here, so its pods never run); as the daemon's ServiceAccount
 //!    (tokens bound to a Node, as kubelet's are) it may patch only its own
@@ -769,6 +772,7 @@ fn cleanup_release(c: &Cluster, release_yaml: &str) {
             "delete",
             "node",
             FAKE_NI,
+            OTHER_NI,
             "--ignore-not-found",
             "--wait=false",
         ],
@@ -838,6 +842,26 @@ fn cleanup_release(c: &Cluster, release_yaml: &str) {
     eprintln!("cleanup: the chart test's namespaces are still present after 120s");
 }
 
+/// The chart rendered with `values` and applied as the test release, in its
+/// namespaces, after removing leftovers of an interrupted run; the release
+/// and the namespaces go when the returned guard drops.
+fn applied_release(c: &Cluster, values: &[&str]) -> (String, Cleanup) {
+    let release = rendered(c, values);
+    cleanup_release(c, &release);
+    let mut cleanup = Cleanup::default();
+    let (cc, ry) = (c.clone(), release.clone());
+    cleanup.defer("delete the test release", move || cleanup_release(&cc, &ry));
+    for n in [NS, SECRETS_NS, OTHER_NS] {
+        c.kubectl_ok(&["create", "namespace", n], None);
+        c.kubectl_ok(
+            &["label", "namespace", n, "nodeimage.dev/chart-test=true"],
+            None,
+        );
+    }
+    c.kubectl_ok(&["apply", "-f", "-"], Some(&release));
+    (release, cleanup)
+}
+
 #[test]
 #[ignore = "needs the local cluster and helm (tests/chart.sh)"]
 fn chart_rbac_node_identity_and_the_real_daemon() {
@@ -853,21 +877,7 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
     ]
     .map(str::to_string);
     let values: Vec<&str> = release_values.iter().map(String::as_str).collect();
-    let release = rendered(&c, &values);
-    // Leftovers of an interrupted run first; the same at the end.
-    cleanup_release(&c, &release);
-    let mut cleanup = Cleanup::default();
-    let (cc, ry) = (c.clone(), release.clone());
-    cleanup.defer("delete the test release", move || cleanup_release(&cc, &ry));
-
-    for n in [NS, SECRETS_NS, OTHER_NS] {
-        c.kubectl_ok(&["create", "namespace", n], None);
-        c.kubectl_ok(
-            &["label", "namespace", n, "nodeimage.dev/chart-test=true"],
-            None,
-        );
-    }
-    c.kubectl_ok(&["apply", "-f", "-"], Some(&release));
+    let (_, mut cleanup) = applied_release(&c, &values);
 
     // A dockerconfigjson pull secret for the auth registry, in the secrets
     // namespace (as the controller copies it) and in another namespace.
@@ -1091,6 +1101,9 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
         ("no", vec!["create", "secrets", "-n", SECRETS_NS]),
         ("no", vec!["watch", "secrets", "-n", SECRETS_NS]),
         ("no", vec!["get", "imagepulljobs.apps.kruise.io", "-A"]),
+        // The start-up gate: its own Node only, its taint only (the policy).
+        ("yes", vec!["patch", "nodes"]),
+        ("no", vec!["delete", "nodes"]),
     ] {
         can_i(&c, &daemon, "daemon", want, &args);
     }
@@ -1098,7 +1111,11 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
     // The controller's ServiceAccount.
     let mut checks: Vec<(&str, Vec<&str>)> = vec![
         ("yes", vec!["list", "nodes"]),
-        ("no", vec!["patch", "nodes"]),
+        // The start-up gate: only removing its taint (the admission policy,
+        // chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint).
+        ("yes", vec!["patch", "nodes"]),
+        ("no", vec!["update", "nodes"]),
+        ("no", vec!["delete", "nodes"]),
         ("yes", vec!["create", "nodeimages.apps.kruise.io"]),
         ("yes", vec!["delete", "nodeimages.apps.kruise.io"]),
         (
@@ -1267,4 +1284,213 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
         other.is_empty(),
         "permission errors besides the expected one: {other:?}"
     );
+}
+
+/// The start-up taint's key (the chart's default).
+const GATE_TAINT: &str = "nodeimage.dev/images-pending";
+
+/// `who` JSON-patches Node `node` with `ops` (`dry`: server-side dry run).
+fn node_patch(
+    c: &Cluster,
+    who: &TokenConfig,
+    node: &str,
+    ops: serde_json::Value,
+    dry: bool,
+) -> helm::Run {
+    let ops = ops.to_string();
+    let mut args = vec!["patch", "node", node, "--type=json", "-p", ops.as_str()];
+    if dry {
+        args.push("--dry-run=server");
+    }
+    who.kubectl(c, &args)
+}
+
+/// `r` must have been refused by the start-up gate policy, saying `why`.
+fn refused_by_gate(r: &helm::Run, why: &str, what: &str) {
+    forbidden(r, what);
+    assert!(
+        r.text().contains(why),
+        "{what}: expected {why:?} in: {}",
+        r.text()
+    );
+}
+
+/// The taint keys of Node `node`, space-separated.
+fn taint_keys(c: &Cluster, node: &str) -> String {
+    c.kubectl_ok(
+        &["get", "node", node, "-o", "jsonpath={.spec.taints[*].key}"],
+        None,
+    )
+    .trim()
+    .to_string()
+}
+
+#[test]
+#[ignore = "needs the local cluster and helm (tests/chart.sh)"]
+fn chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint() {
+    let c = Cluster::load();
+    let work = tempfile::tempdir().expect("work dir");
+    let values = [
+        "--set".to_string(),
+        format!("secretsNamespace={SECRETS_NS}"),
+    ];
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let (release, cleanup) = applied_release(&c, &values);
+    expect_in(
+        &release,
+        "--startup-gate-taint=nodeimage.dev/images-pending",
+        "controller args",
+    );
+    expect_in(&release, "--startup-gate-timeout=10m", "controller args");
+
+    // Two fake Nodes (no kubelet), registered with the start-up taint and another one.
+    // NoSchedule: the API server stamps NoExecute taints with timeAdded, which
+    // a hand-written patch would change (the gate copies the taints as read).
+    let other_taint = json!({"key": "dedicated", "value": "x", "effect": "NoSchedule"});
+    let gate_taint = json!({"key": GATE_TAINT, "effect": "NoSchedule"});
+    for n in [FAKE_NI, OTHER_NI] {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": n, "labels": {"nodeimage.dev/chart-test": "true"}},
+            "spec": {"taints": [other_taint.clone(), gate_taint.clone()]}});
+        c.kubectl_ok(&["create", "-f", "-"], Some(&node.to_string()));
+    }
+    let dir = work.path();
+    let bound = [
+        "--bound-object-kind",
+        "Node",
+        "--bound-object-name",
+        FAKE_NI,
+    ];
+    let daemon = TokenConfig::create(&c, dir, "daemon", NS, DAEMON_SA, &bound);
+    let controller = TokenConfig::create(&c, dir, "controller", NS, CONTROLLER_SA, &[]);
+    // The API server adds node.kubernetes.io/not-ready to a new Node: the
+    // patches keep every taint as read but the one they remove.
+    let without = |node: &str, key: &str| {
+        let taints: serde_json::Value = serde_json::from_str(&c.kubectl_ok(
+            &["get", "node", node, "-o", "jsonpath={.spec.taints}"],
+            None,
+        ))
+        .expect("taints as JSON");
+        let kept: Vec<&serde_json::Value> = taints
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["key"] != key)
+            .collect();
+        json!([{"op": "replace", "path": "/spec/taints", "value": kept}])
+    };
+    let only_other = without(FAKE_NI, GATE_TAINT);
+    let only_other_there = without(OTHER_NI, GATE_TAINT);
+    let only_gate = without(FAKE_NI, "dedicated");
+    let only_gate_there = without(OTHER_NI, "dedicated");
+    let added = json!([{"op": "add", "path": "/spec/taints/-", "value": {"key": "extra", "effect": "NoSchedule"}}]);
+    let relabel = json!([{"op": "add", "path": "/metadata/labels/extra", "value": "x"}]);
+    let cordon = json!([{"op": "add", "path": "/spec/unschedulable", "value": true}]);
+
+    // The policy takes effect once the API server loaded it.
+    let first = wait_for(
+        "the start-up gate policy to refuse another taint's removal",
+        Duration::from_secs(60),
+        || {
+            let r = node_patch(&c, &daemon, FAKE_NI, only_gate.clone(), true);
+            (!r.success).then_some(r)
+        },
+    );
+    refused_by_gate(
+        &first,
+        "may only remove taint nodeimage.dev/images-pending",
+        "daemon removes another taint",
+    );
+    let may_only = "may only remove taint nodeimage.dev/images-pending";
+    let not_own = format!("may write only Node {FAKE_NI}, not {OTHER_NI}");
+    for (who, name, ops, why, what) in [
+        (
+            &daemon,
+            FAKE_NI,
+            added.clone(),
+            may_only,
+            "daemon adds a taint",
+        ),
+        (
+            &daemon,
+            FAKE_NI,
+            relabel.clone(),
+            "labels, annotations",
+            "daemon changes a label",
+        ),
+        (
+            &daemon,
+            FAKE_NI,
+            cordon.clone(),
+            "the rest of its spec",
+            "daemon cordons its node",
+        ),
+        (
+            &daemon,
+            OTHER_NI,
+            only_other.clone(),
+            not_own.as_str(),
+            "daemon on another node",
+        ),
+        (
+            &controller,
+            OTHER_NI,
+            only_gate_there.clone(),
+            may_only,
+            "controller removes another taint",
+        ),
+        (
+            &controller,
+            OTHER_NI,
+            added.clone(),
+            may_only,
+            "controller adds a taint",
+        ),
+        (
+            &controller,
+            OTHER_NI,
+            relabel.clone(),
+            "labels, annotations",
+            "controller changes a label",
+        ),
+        (
+            &controller,
+            OTHER_NI,
+            cordon.clone(),
+            "the rest of its spec",
+            "controller cordons a node",
+        ),
+    ] {
+        refused_by_gate(&node_patch(&c, who, name, ops, true), why, what);
+    }
+    forbidden(
+        &daemon.kubectl(&c, &["delete", "node", FAKE_NI, "--dry-run=server"]),
+        "daemon deletes its Node",
+    );
+
+    // Removing exactly the start-up taint passes, for real.
+    ok(
+        &node_patch(&c, &daemon, FAKE_NI, only_other.clone(), false),
+        "daemon removes the start-up taint from its own Node",
+    );
+    let keys = taint_keys(&c, FAKE_NI);
+    assert!(
+        !keys.contains(GATE_TAINT) && keys.contains("dedicated"),
+        "{keys}"
+    );
+    ok(
+        &node_patch(&c, &controller, OTHER_NI, only_other_there, false),
+        "controller removes the start-up taint after the bound",
+    );
+    let keys = taint_keys(&c, OTHER_NI);
+    assert!(
+        !keys.contains(GATE_TAINT) && keys.contains("dedicated"),
+        "{keys}"
+    );
+    // Nothing left to remove: the same taints again are no change, and allowed.
+    ok(
+        &node_patch(&c, &daemon, FAKE_NI, only_other, true),
+        "daemon writes the taints as they are",
+    );
+    drop(cleanup);
 }

@@ -627,3 +627,252 @@ fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenant
     rn.delete_pod(&b, "verified");
     drop(cleanup);
 }
+
+/// The start-up taint (the controller's and the chart's default key).
+const GATE_TAINT: &str = "nodeimage.dev/images-pending";
+
+/// kubelet registers its Node with the start-up taint.
+const REGISTER_GATED: &str =
+    "registerWithTaints: [{key: \"nodeimage.dev/images-pending\", effect: NoSchedule}]\n";
+
+/// The e2e controller's --startup-gate-timeout (tests/nodeimage.sh).
+const GATE_TIMEOUT: Duration = Duration::from_secs(90);
+
+impl RealNode {
+    /// Deletes the Node and restarts kubelet so that it registers the Node
+    /// again, with the start-up taint; the guard restores the settings and
+    /// makes sure the taint is gone.
+    fn register_gated(&self) -> Gated<'_> {
+        self.c.kubectl_ok(
+            &["delete", "node", &self.name, "--wait=true", "--timeout=60s"],
+            None,
+        );
+        let gated = Gated(self);
+        self.kubelet_settings(Some(REGISTER_GATED));
+        gated
+    }
+
+    fn node(&self) -> Value {
+        let r = self
+            .c
+            .kubectl(&["get", "node", &self.name, "-o", "json"], None);
+        serde_json::from_str(&r.stdout).unwrap_or(Value::Null)
+    }
+
+    fn gated(&self) -> bool {
+        self.node()["spec"]["taints"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["key"] == GATE_TAINT))
+    }
+
+    /// The start-up gate's note on the node's NodeImage, once it names `image`.
+    fn wait_note(&self, image: &str) -> Value {
+        wait_for(
+            &format!(
+                "the start-up gate's note on NodeImage {} to name {image}",
+                self.name
+            ),
+            TIMEOUT,
+            || {
+                let r = self.c.kubectl(
+                    &[
+                        "get",
+                        "nodeimage",
+                        &self.name,
+                        "-o",
+                        "jsonpath={.metadata.annotations.nodeimage\\.dev/startup-gate}",
+                    ],
+                    None,
+                );
+                let note: Value = serde_json::from_str(r.stdout.trim()).ok()?;
+                note["images"]
+                    .as_array()
+                    .is_some_and(|i| i.iter().any(|i| i == image))
+                    .then_some(note)
+            },
+        )
+    }
+
+    /// Events on the Node with `reason`.
+    fn node_events(&self, reason: &str) -> Vec<Value> {
+        kruise::events_of(&self.c, "default", &self.name)
+            .into_iter()
+            .filter(|e| e["reason"] == reason)
+            .collect()
+    }
+
+    /// A gating ImagePullJob of `image` for this node that never completes
+    /// (so it keeps selecting the node when it registers again).
+    fn gating_job(&self, ns: &str, name: &str, image: &str) {
+        kruise::create(
+            &self.c,
+            &json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+                "metadata": {"name": name, "namespace": ns,
+                             "annotations": {"nodeimage.dev/gate-new-nodes": "true"}},
+                "spec": {"image": image, "selector": {"names": [self.name]},
+                         "pullPolicy": {"backoffLimit": 1, "timeoutSeconds": 30},
+                         "completionPolicy": {"type": "Never"}}}),
+        );
+    }
+}
+
+/// Restores kubelet's default settings and leaves the Node untainted when dropped.
+struct Gated<'a>(&'a RealNode);
+
+impl Drop for Gated<'_> {
+    fn drop(&mut self) {
+        self.0.kubelet_settings(None);
+        let taint = format!("{GATE_TAINT}-");
+        let _ = self
+            .0
+            .c
+            .kubectl(&["taint", "node", &self.0.name, &taint], None);
+    }
+}
+
+/// A runnable image (a copy of the pause image) pushed to `registry`.
+fn runnable(rn: &RealNode, registry: &Registry, name: &str) -> PushedImage {
+    let pause = rn.c.var("NODEIMAGE_PAUSE_IMAGE");
+    let (pause_repo, pause_tag) = pause
+        .split_once('/')
+        .and_then(|(_, rest)| rest.split_once(':'))
+        .expect("NODEIMAGE_PAUSE_IMAGE is host/repository:tag");
+    registry
+        .push_runnable_copy(
+            &Registry::new(&rn.c.var("NODEIMAGE_REGISTRY")),
+            pause_repo,
+            pause_tag,
+            &unique(name),
+            "v1",
+        )
+        .expect("push a runnable image")
+}
+
+/// Issue 32: a node that registers with the start-up taint takes no Pod
+/// until the gating image is on it; its daemon then removes the taint, and
+/// a Pod of that image runs with the registry stopped.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there() {
+    let rn = RealNode::load();
+    let dir = temp_dir(&rn);
+    let mut reg = TestRegistry::start(dir.path());
+    let image = runnable(&rn, &Registry::new(&reg.host()), "gate-image");
+    let reference = image.reference();
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &rn, &[&image]);
+    let ns = rn.namespace(&mut cleanup, "gate");
+    rn.gating_job(&ns, "gating", &reference);
+    // Events of earlier runs on this node stay for an hour: count from here.
+    let (opened_before, timed_out_before) = (
+        rn.node_events("StartupGateOpened").len(),
+        rn.node_events("StartupGateTimedOut").len(),
+    );
+
+    let gated = rn.register_gated();
+    assert!(
+        rn.gated(),
+        "kubelet registered the Node with the start-up taint"
+    );
+    let note = rn.wait_note(&reference);
+    assert_eq!(note["taint"], GATE_TAINT, "{note}");
+    rn.create_pod(&ns, "early", &reference, None);
+    kruise::consistently(
+        "the Pod stays unscheduled while the node is gated",
+        Duration::from_secs(5),
+        || {
+            let pod = rn.pod(&ns, "early");
+            match (pod["spec"]["nodeName"].as_str(), rn.gated()) {
+                (None, true) => Ok(()),
+                (node, gated) => Err(format!("nodeName {node:?}, gated {gated}")),
+            }
+        },
+    );
+    assert!(
+        rn.image(&reference).is_none(),
+        "no daemon yet: the image is not there"
+    );
+
+    let _daemon = rn.daemon(dir.path(), &[]);
+    wait_for("the daemon to remove the start-up taint", TIMEOUT, || {
+        (!rn.gated()).then_some(())
+    });
+    assert!(
+        rn.image(&reference).is_some(),
+        "the gating image is on the node"
+    );
+    wait_for("the daemon's StartupGateOpened event", TIMEOUT, || {
+        (rn.node_events("StartupGateOpened").len() > opened_before).then_some(())
+    });
+    assert_eq!(
+        rn.node_events("StartupGateTimedOut").len(),
+        timed_out_before,
+        "not by the bound"
+    );
+    reg.stop();
+    rn.wait_pod_running(&ns, "early");
+    rn.create_pod(&ns, "late", &reference, None);
+    rn.wait_pod_running(&ns, "late");
+    wait_for("the note to leave the NodeImage", TIMEOUT, || {
+        let ni = kruise::get(&rn.c, "nodeimage", None, &rn.name)?;
+        ni["metadata"]["annotations"]["nodeimage.dev/startup-gate"]
+            .is_null()
+            .then_some(())
+    });
+    for pod in ["early", "late"] {
+        rn.delete_pod(&ns, pod);
+    }
+    kruise::delete(&rn.c, "imagepulljob", &ns, "gating");
+    drop(gated);
+    drop(cleanup);
+}
+
+/// Issue 32: when the gating image cannot arrive (its registry is down),
+/// the controller removes the start-up taint once the bound has passed
+/// since the Node was created, and says why in a Warning event naming it.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() {
+    let rn = RealNode::load();
+    let dir = temp_dir(&rn);
+    let mut reg = TestRegistry::start(dir.path());
+    let image = Registry::new(&reg.host())
+        .push_image(&unique("gate-unreachable"), Some("v1"), 64 << 10)
+        .expect("push the image");
+    let reference = image.reference();
+    reg.stop();
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &rn, &[&image]);
+    let ns = rn.namespace(&mut cleanup, "gate-bound");
+    rn.gating_job(&ns, "gating", &reference);
+    let _daemon = rn.daemon(dir.path(), &[]);
+
+    let gated = rn.register_gated();
+    let created: k8s_openapi::jiff::Timestamp = rn.node()["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("the Node's creationTimestamp");
+    rn.wait_note(&reference);
+    assert!(rn.gated(), "gated while the image cannot come");
+    wait_for(
+        "the controller to remove the start-up taint after the bound",
+        GATE_TIMEOUT + TIMEOUT,
+        || (!rn.gated()).then_some(()),
+    );
+    let open_after = k8s_openapi::jiff::Timestamp::now().as_second() - created.as_second();
+    assert!(
+        open_after >= i64::try_from(GATE_TIMEOUT.as_secs()).unwrap_or(i64::MAX) - 1,
+        "opened {open_after}s after the Node's creation, before the bound of {GATE_TIMEOUT:?}"
+    );
+    let events = rn.node_events("StartupGateTimedOut");
+    assert!(
+        events.iter().any(|e| e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&reference))),
+        "a StartupGateTimedOut event names the missing image: {events:?}"
+    );
+    assert!(rn.image(&reference).is_none(), "the image never came");
+    kruise::delete(&rn.c, "imagepulljob", &ns, "gating");
+    drop(gated);
+    drop(cleanup);
+}

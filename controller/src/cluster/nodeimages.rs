@@ -95,16 +95,21 @@ impl NodeImages {
 /// the small metadata fields kept as decoded), the whole spec (an entry
 /// write `test`s each image it changes as read) and the whole status but
 /// `firstSyncStatus` (housekeeping's status writes are built from it; every
-/// tag status field feeds a job's status or a wakeup). Dropped: managed
-/// fields (decoded, larger than the spec), annotations (the node mirror's
-/// record of its labels), creation time, owner references, finalizers, and
+/// tag status field feeds a job's status or a wakeup), and the start-up
+/// gate's note (`nodeimage_api::gate::STARTUP_GATE`, on gated nodes only).
+/// Dropped: managed fields (decoded, larger than the spec), the other
+/// annotations (the node mirror's record of its labels), creation time, owner references, finalizers, and
 /// lists' spare capacity: decoding grows each list to at least four items,
 /// and most images have one tag (what each costs: docs/benchmarks.md,
 /// "Controller memory").
 pub fn compact(ni: &mut NodeImage) {
     let meta = &mut ni.metadata;
     meta.managed_fields = None;
-    meta.annotations = None;
+    meta.annotations = meta
+        .annotations
+        .take()
+        .and_then(|mut a| a.remove_entry(nodeimage_api::gate::STARTUP_GATE))
+        .map(|kv| std::collections::BTreeMap::from([kv]));
     meta.creation_timestamp = None;
     meta.owner_references = None;
     meta.finalizers = None;
@@ -154,7 +159,8 @@ mod tests {
                 "finalizers": ["example.com/keep"],
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "n"}],
                 "labels": {"zone": "a"},
-                "annotations": {"nodeimage.dev/mirrored-labels": "zone"},
+                "annotations": {"nodeimage.dev/mirrored-labels": "zone",
+                                "nodeimage.dev/startup-gate": "{}"},
                 "managedFields": [{"manager": "m", "operation": "Update"}]
             },
             "spec": {"images": {
@@ -203,6 +209,10 @@ mod tests {
         assert_eq!(m.resource_version, d.resource_version);
         assert_eq!(m.labels, d.labels);
         assert_eq!(m.deletion_timestamp, d.deletion_timestamp);
+        assert_eq!(
+            nodeimage_api::gate::GateNote::of(m.annotations.as_ref()).is_some(),
+            nodeimage_api::gate::GateNote::of(d.annotations.as_ref()).is_some()
+        );
         assert_eq!(projected.spec, decoded.spec);
         let mut status = decoded.status.clone().unwrap();
         status.first_sync_status = None;
@@ -217,7 +227,8 @@ mod tests {
         assert!(edge.tags[0].upgrade.is_some(), "upgrade state kept");
 
         // What nothing reads, gone.
-        assert!(m.managed_fields.is_none() && m.annotations.is_none());
+        assert!(m.managed_fields.is_none());
+        assert_eq!(m.annotations.as_ref().map(|a| a.len()), Some(1));
         assert!(m.creation_timestamp.is_none() && m.owner_references.is_none());
         assert!(m.finalizers.is_none());
         assert!(

@@ -4,7 +4,8 @@
 //! `reconcile` that feeds it and applies it through the job shell), and the
 //! NodeImage's own two: one NodeImage per Node (`nodemirror`) and the tag
 //! entries' lifetime (`housekeeping`: TTLs, nodes that never answer,
-//! orphaned status entries).
+//! orphaned status entries); and the node start-up gate (`startupgate`:
+//! new nodes take Pods once their gating images are there).
 
 pub mod housekeeping;
 pub mod imagelistpulljob;
@@ -12,3 +13,4 @@ pub mod imageprepulljob;
 pub mod imagepulljob;
 pub mod nodemirror;
 pub mod nodeupgradejob;
+pub mod startupgate;

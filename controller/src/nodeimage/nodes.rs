@@ -2,7 +2,7 @@
 //! job kinds: whether it gets a NodeImage, when a NodeImage has outlived
 //! its Node, and what the plans read of it.
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use nodeimage_api::kruise::FAKE_NODEIMAGE_LABEL;
@@ -16,6 +16,27 @@ static SKIPPED: OnceLock<Vec<(String, String)>> = OnceLock::new();
 /// Sets which Node labels get no NodeImage; the first call wins (at start).
 pub fn skip_nodes_labelled(labels: Vec<(String, String)>) {
     let _ = SKIPPED.set(labels);
+}
+
+/// The start-up gate's taint key in force: set once at start from the flag
+/// (owner: `lib::run`; never changes afterwards); empty: the gate is off.
+static GATE_TAINT: OnceLock<String> = OnceLock::new();
+
+/// Sets the start-up gate's taint key; the first call wins (at start).
+pub fn gate_taint_key(key: String) {
+    let _ = GATE_TAINT.set(key);
+}
+
+/// The start-up gate's taint key ("" when the gate is off).
+pub fn gate_taint() -> &'static str {
+    GATE_TAINT.get_or_init(|| nodeimage_api::gate::DEFAULT_TAINT_KEY.to_string())
+}
+
+/// Whether a Node carries the start-up gate's taint (the gate being on).
+pub fn is_gated(n: &Node) -> bool {
+    let key = gate_taint();
+    !key.is_empty()
+        && nodeimage_api::gate::has_taint(n.spec.as_ref().and_then(|s| s.taints.as_deref()), key)
 }
 
 fn skipped() -> &'static [(String, String)] {
@@ -123,14 +144,22 @@ pub fn kubeedge_version(n: &Node) -> Option<String> {
     nodeimage_api::kubeedge::kubeedge_version_of_kubelet(v)
 }
 
-/// Keeps only what the plans read of a Node: labels, deletion, the Ready
-/// condition's status and `nodeInfo.kubeletVersion` (where KubeEdge nodes
-/// report their version).
+/// Keeps only what the plans read of a Node: labels, deletion, creation
+/// time, the Ready condition's status, `nodeInfo.kubeletVersion` (where
+/// KubeEdge nodes report their version) and the start-up gate's taint.
 pub fn trim_node(n: &mut Node) {
     n.metadata.managed_fields = None;
     n.metadata.annotations = None;
     n.metadata.owner_references = None;
-    n.spec = None;
+    let gated = is_gated(n);
+    n.spec = gated.then(|| NodeSpec {
+        taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: gate_taint().to_string(),
+            effect: nodeimage_api::gate::TAINT_EFFECT.to_string(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
     if let Some(st) = n.status.as_mut() {
         let ready: Vec<_> = st
             .conditions
@@ -312,6 +341,12 @@ mod tests {
         kubelet_version: &str,
         deleting: bool,
     ) -> Node {
+        let gate = nodeimage_api::gate::DEFAULT_TAINT_KEY;
+        let taints = if labels.get("gated").is_some() {
+            serde_json::json!([{"key": "k", "effect": "NoSchedule"}, {"key": gate, "effect": "NoSchedule", "value": "x"}])
+        } else {
+            serde_json::json!([{"key": "k", "effect": "NoSchedule"}])
+        };
         let mut node: Node = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -319,12 +354,13 @@ mod tests {
                 "name": "node-1",
                 "uid": "5f0c",
                 "resourceVersion": "42",
+                "creationTimestamp": "2026-11-26T09:00:00Z",
                 "labels": labels,
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Thing", "name": "t", "uid": "u"}],
                 "managedFields": [{"manager": "kubelet", "operation": "Update"}]
             },
-            "spec": {"podCIDR": "10.0.0.0/24", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "spec": {"podCIDR": "10.0.0.0/24", "taints": taints},
             "status": {
                 "conditions": [
                     {"type": "MemoryPressure", "status": "False"},
@@ -370,6 +406,7 @@ mod tests {
                 false,
             ),
             full_node(serde_json::json!({"zone": "a"}), "True", "v1.33.1", true),
+            full_node(serde_json::json!({"gated": "1"}), "False", "v1.33.1", false),
         ];
         let nodeimage = meta(&[("zone", "old")]);
         for full in nodes {
@@ -401,8 +438,15 @@ mod tests {
                 );
             }
             assert_eq!(trimmed.metadata.name, full.metadata.name, "{name}");
+            assert_eq!(is_gated(&trimmed), is_gated(&full), "{name}");
+            assert_eq!(
+                trimmed.metadata.creation_timestamp, full.metadata.creation_timestamp,
+                "{name}"
+            );
             // What trimming is for: the parts no decision reads are gone.
-            assert!(trimmed.spec.is_none() && trimmed.metadata.managed_fields.is_none());
+            let spec_kept = trimmed.spec.as_ref().map(|s| s.pod_cidr.is_none());
+            assert_eq!(spec_kept, is_gated(&full).then_some(true), "{name}");
+            assert!(trimmed.metadata.managed_fields.is_none());
             let status = trimmed.status.as_ref().expect("status kept");
             assert!(status.images.is_none() && status.addresses.is_none());
             assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1), "{name}");

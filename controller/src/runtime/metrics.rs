@@ -3,6 +3,7 @@
 //! time, NodeImages, per-job node counts and jobs by phase. Per-job series
 //! vanish with their job because they are computed from the current cache.
 
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use nodeimage_api::NodeImage;
@@ -51,6 +52,13 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// Labels of the start-up gates the controller opened.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabels {
+    /// no_gating_images or timeout.
+    pub reason: String,
+}
+
 /// The caches the scrape-time metrics read; each controller fills its own.
 #[derive(Default)]
 pub struct Caches {
@@ -64,6 +72,9 @@ pub struct Caches {
     pub node_upgrade_jobs: OnceLock<Store<NodeUpgradeJob>>,
     /// Registry pacing, per registry.
     pub registries: OnceLock<RegistryReport>,
+    /// Every Node, trimmed: the only taint a trimmed Node keeps is the
+    /// start-up gate's (`nodeimage::nodes::trim_node`); set by the gate.
+    pub nodes: OnceLock<Store<Node>>,
 }
 
 /// The kinds whose reconciles are counted (the `kind` label values).
@@ -88,6 +99,8 @@ pub struct Metrics {
     invalid: Family<KindLabels, Gauge>,
     /// 1 while this replica leads (or runs without leader election), else 0.
     pub leader: Gauge,
+    /// Start-up gates the controller opened, by reason.
+    startup_gates_opened: Family<GateLabels, Counter>,
     /// Caches read at scrape time.
     pub caches: Arc<Caches>,
 }
@@ -108,6 +121,7 @@ impl Default for Metrics {
             response_timeouts: Counter::default(),
             invalid: Family::default(),
             leader: Gauge::default(),
+            startup_gates_opened: Family::default(),
             caches: Arc::new(Caches::default()),
         }
     }
@@ -184,6 +198,11 @@ impl Metrics {
             "Objects skipped because they cannot be decoded, by kind",
             self.invalid.clone(),
         );
+        c.register(
+            "startup_gate_opened",
+            "Start-up taints the controller removed, by reason (no_gating_images, timeout); the daemons count those they remove once the images are there",
+            self.startup_gates_opened.clone(),
+        );
         r.register_collector(Box::new(CacheCollector(self.caches.clone())));
     }
 
@@ -204,6 +223,15 @@ impl Metrics {
         self.invalid
             .get_or_create(&KindLabels { kind: kind.into() })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a start-up gate the controller opened, for `reason`.
+    pub fn startup_gate_opened(&self, reason: &str) {
+        self.startup_gates_opened
+            .get_or_create(&GateLabels {
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// Counts a failed reconcile of `kind`.
@@ -326,6 +354,14 @@ pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
     }
 }
 
+/// Whether a cached (trimmed) Node has taints: only the gate's is kept.
+fn has_taints(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| !t.is_empty())
+}
+
 #[derive(Debug)]
 struct CacheCollector(Arc<Caches>);
 
@@ -343,6 +379,16 @@ impl Collector for CacheCollector {
             g.encode(encoder.encode_descriptor(
                 "nodeimage_nodeimages",
                 "NodeImages in the cluster",
+                None,
+                g.metric_type(),
+            )?)?;
+        }
+        if let Some(store) = c.nodes.get() {
+            let gated = store.state().iter().filter(|n| has_taints(n)).count();
+            let g = ConstGauge::new(i64::try_from(gated).unwrap_or(i64::MAX));
+            g.encode(encoder.encode_descriptor(
+                "nodeimage_startup_gated_nodes",
+                "Nodes carrying the start-up taint now (waiting for their gating images)",
                 None,
                 g.metric_type(),
             )?)?;

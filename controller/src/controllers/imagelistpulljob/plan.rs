@@ -74,10 +74,7 @@ pub fn child(parent: &ImageListPullJob, image: &str, hash: &str) -> ImagePullJob
                 (TEMPLATE_HASH_LABEL.to_string(), hash.to_string()),
                 (PARENT_LABEL.to_string(), parent.name_any()),
             ])),
-            annotations: Some(BTreeMap::from([(
-                IMAGE_ANNOTATION.to_string(),
-                image.to_string(),
-            )])),
+            annotations: Some(child_annotations(parent, image)),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
@@ -87,6 +84,19 @@ pub fn child(parent: &ImageListPullJob, image: &str, hash: &str) -> ImagePullJob
         },
         status: None,
     }
+}
+
+/// A child's annotations: its image, and the start-up gate's mark when the
+/// list job carries it (children carry it on; the gate reads ImagePullJobs).
+fn child_annotations(parent: &ImageListPullJob, image: &str) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::from([(IMAGE_ANNOTATION.to_string(), image.to_string())]);
+    if nodeimage_api::gate::is_gating(parent.annotations()) {
+        a.insert(
+            nodeimage_api::gate::GATE_NEW_NODES.to_string(),
+            "true".to_string(),
+        );
+    }
+    a
 }
 
 /// Decides the list job's next step from its children, its status with

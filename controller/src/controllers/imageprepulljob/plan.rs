@@ -209,6 +209,25 @@ pub fn is_finished(status: &ImagePrePullJobStatus) -> bool {
     nodetasks::is_final(status.job.state.as_deref())
 }
 
+/// Whether an unfinished job works on node `name` (`info`: its Node), by
+/// the engine's rule (`nodetasks::job_nodes`) and the edge-node rule; read
+/// by the start-up gate.
+pub fn works_on(job: &ImagePrePullJob, name: &str, info: &NodeInfo, edge_only: bool) -> bool {
+    if job.status.as_ref().is_some_and(is_finished) || (edge_only && !rollout::is_edge_node(info)) {
+        return false;
+    }
+    let recorded: Vec<String> = job
+        .status
+        .iter()
+        .flat_map(|s| s.status.iter().flatten())
+        .filter_map(|r| r.node_status.as_ref()?.node_name.clone())
+        .collect();
+    let nodes = BTreeMap::from([(name.to_string(), info.clone())]);
+    let task = Task::of(&job.spec.image_pre_pull_template.task);
+    nodetasks::job_nodes(recorded, &task, &nodes, edge_only)
+        .is_ok_and(|n| n.iter().any(|n| n == name))
+}
+
 #[cfg(test)]
 fn row_name(row: &ImagePrePullStatus) -> Option<&str> {
     row.node_status.as_ref()?.node_name.as_deref()

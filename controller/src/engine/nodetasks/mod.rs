@@ -38,7 +38,7 @@ mod verdict;
 
 pub use outcome::{Node, Planned};
 pub use rows::{succeeded, task, timed_out};
-pub use step::step;
+pub use step::{job_nodes, step};
 #[cfg(test)]
 pub use track::NOT_EDGE;
 

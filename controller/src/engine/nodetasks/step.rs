@@ -113,6 +113,22 @@ pub fn step<K: NodeTask>(
     }
 }
 
+/// The nodes a KubeEdge job works on: those its rows recorded (a job picks
+/// its nodes once), else those it selects now. The one rule, read by the
+/// step and by the start-up gate.
+pub fn job_nodes(
+    recorded: Vec<String>,
+    task: &super::Task<'_>,
+    nodes: &BTreeMap<String, NodeInfo>,
+    edge_only: bool,
+) -> Result<Vec<String>, String> {
+    if recorded.is_empty() {
+        rollout::select_nodes(task.node_names, task.label_selector, nodes, edge_only)
+    } else {
+        Ok(recorded)
+    }
+}
+
 /// The job's settings, parsed, and its node set: as recorded, else
 /// selected now. Announces the start as the kind wants; an error fails the
 /// job before any node starts.
@@ -135,12 +151,7 @@ fn prepare<'a, K: NodeTask>(
         .iter()
         .filter_map(|r| K::task(r)?.node_name.clone())
         .collect();
-    let names = if recorded.is_empty() {
-        let t = &job.task;
-        rollout::select_nodes(t.node_names, t.label_selector, nodes, job.edge_only)?
-    } else {
-        recorded
-    };
+    let names = job_nodes(recorded, &job.task, nodes, job.edge_only)?;
     if first_look && K::ANNOUNCE == Announce::OnceSelected {
         events.push(JobEvent::normal("Started", kind.started(Some(names.len()))));
     }

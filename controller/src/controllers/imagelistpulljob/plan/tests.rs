@@ -181,3 +181,18 @@ fn completion_is_announced_once_with_conditions_at_the_plan_time() {
     let p = plan(&done, &kids, now(70));
     assert!(!p.write_status && p.events.is_empty());
 }
+
+#[test]
+fn children_carry_the_start_up_gate_mark_on() {
+    use nodeimage_api::gate::{GATE_NEW_NODES, is_gating};
+    let mut j = list(&["a:1"], CompletionPolicy::default());
+    let hash = template_hash(&j.spec.template);
+    assert!(!is_gating(child(&j, "a:1", &hash).annotations()));
+    j.metadata.annotations = Some([(GATE_NEW_NODES.to_string(), "true".to_string())].into());
+    let c = child(&j, "a:1", &hash);
+    assert!(is_gating(c.annotations()));
+    assert_eq!(
+        c.annotations().get(IMAGE_ANNOTATION).map(String::as_str),
+        Some("a:1")
+    );
+}
