@@ -168,8 +168,8 @@ async fn lead(
 }
 
 /// Every controller of this binary over the shared caches, the one entry
-/// writer and the one registry pacing, until `stop` turns true. Every reader subscribes to a cache
-/// before the cache runs.
+/// writer and the one registry pacing, until `stop` turns true. Every
+/// reader subscribes to a cache before the cache runs.
 async fn controllers(
     ctx: context::Context,
     limits: engine::registrypace::Limits,
@@ -179,14 +179,7 @@ async fn controllers(
 ) {
     let nodeimages = nodeimages::NodeImages::new();
     let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
-    let pacing = std::sync::Arc::new(engine::registrypace::RegistryPacing::new(
-        limits,
-        nodeimages.store.clone(),
-    ));
-    let report = pacing.clone();
-    let report: runtime::metrics::RegistryReport =
-        std::sync::Arc::new(move || report.report(chrono::Utc::now()));
-    let _ = ctx.metrics.caches.registries.set(report);
+    let pacing = registry_pacing(&ctx, limits, &nodeimages.store);
     let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
     let for_writer = nodeimages.subscribe();
     let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
@@ -196,13 +189,13 @@ async fn controllers(
         nodeimages.subscribe(),
     );
     let mut nodes = nodecache::Nodes::new();
-    let (nodes_for_mirror, nodes_for_housekeeping, nodes_for_prepull, nodes_for_upgrade) = (
-        nodes.subscribe(),
-        nodes.subscribe(),
-        nodes.subscribe(),
-        nodes.subscribe(),
-    );
-    let nodes_for_gate = nodes.subscribe();
+    let [
+        nodes_mirror,
+        nodes_housekeeping,
+        nodes_prepull,
+        nodes_upgrade,
+        nodes_gate,
+    ] = std::array::from_fn(|_| nodes.subscribe());
     let nodeimages_for_gate = (nodeimages.store.clone(), nodeimages.synced.clone());
     let writes_seen = for_writer
         .changes
@@ -211,18 +204,13 @@ async fn controllers(
         nodeimages.run(ctx.clone(), readiness.clone(), stop.clone()),
         nodes.run(ctx.client.clone(), readiness.clone(), stop.clone()),
         writer.clone().follow(writes_seen.boxed()),
-        nodemirror::run(
-            ctx.clone(),
-            readiness.clone(),
-            stop.clone(),
-            nodes_for_mirror
-        ),
+        nodemirror::run(ctx.clone(), readiness.clone(), stop.clone(), nodes_mirror),
         housekeeping::run(
             ctx.clone(),
             readiness.clone(),
             stop.clone(),
             for_housekeeping,
-            nodes_for_housekeeping
+            nodes_housekeeping
         ),
         imagepulljob::run(
             ctx.clone(),
@@ -239,14 +227,14 @@ async fn controllers(
             pacing.clone(),
             stop.clone(),
             for_prepull,
-            nodes_for_prepull
+            nodes_prepull
         ),
         imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone()),
         startupgate::run(
             ctx.clone(),
             gate,
             stop.clone(),
-            nodes_for_gate,
+            nodes_gate,
             nodeimages_for_gate
         ),
         jobshell::run_node_tasks(
@@ -256,9 +244,27 @@ async fn controllers(
             pacing,
             stop,
             for_upgrade,
-            nodes_for_upgrade
+            nodes_upgrade
         ),
     );
+}
+
+/// The one registry pacing of every job kind, over the NodeImage cache, with
+/// its per-registry report handed to the metrics.
+fn registry_pacing(
+    ctx: &context::Context,
+    limits: engine::registrypace::Limits,
+    nodeimages: &kube::runtime::reflector::Store<nodeimage_api::NodeImage>,
+) -> std::sync::Arc<engine::registrypace::RegistryPacing> {
+    let pacing = std::sync::Arc::new(engine::registrypace::RegistryPacing::new(
+        limits,
+        nodeimages.clone(),
+    ));
+    let report = pacing.clone();
+    let report: runtime::metrics::RegistryReport =
+        std::sync::Arc::new(move || report.report(chrono::Utc::now()));
+    let _ = ctx.metrics.caches.registries.set(report);
+    pacing
 }
 
 /// Waits for the health server and says how the run ended.
