@@ -25,8 +25,11 @@
 //! `run` counts its own requests (patches, gets) and prints them every
 //! `--stats-interval` seconds and at exit (SIGINT/SIGTERM), as one JSON line
 //! on stdout and in `--stats-file` if given. The line also gives, per
-//! registry host, the most nodes it saw Pulling from it at once
-//! (`peakPullingNodes`: what registry pacing must keep under its limit).
+//! registry host, the most nodes pulling from it at once
+//! (`peakPullingNodes`: what registry pacing must keep under its limit),
+//! counted from the status each node is about to write: a daemon stops
+//! pulling before it reports Succeeded, and the controller may start the
+//! next node the moment that report lands.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -414,6 +417,14 @@ impl Sim {
             let Some((status, pulling, succeeded)) = step(&ni) else {
                 return;
             };
+            // What the node pulls from now, as a daemon knows it before it
+            // writes: it has stopped pulling before it reports Succeeded (the
+            // controller may free that slot the moment the write lands).
+            self.stats
+                .registries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(name, &status);
             // The daemon's own write (the NodeImage write contract).
             let ops: json_patch::Patch =
                 match serde_json::from_value(patch::guarded_status_patch(&ni, &status)) {
@@ -432,14 +443,6 @@ impl Sim {
                     self.stats.patches.fetch_add(1, Ordering::Relaxed);
                     self.stats.pulling.fetch_add(pulling, Ordering::Relaxed);
                     self.stats.succeeded.fetch_add(succeeded, Ordering::Relaxed);
-                    if let Some(st) = obj.status.as_ref() {
-                        let mut r = self
-                            .stats
-                            .registries
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner());
-                        r.observe(name, st);
-                    }
                     self.store(obj);
                     if pulling > 0 && !self.pull.is_zero() {
                         tokio::time::sleep(self.pull).await;

@@ -20,7 +20,7 @@ use crate::engine::jobevents::JobEvent;
 use crate::engine::rollout::{Entry, Starts};
 use crate::runtime::metrics::RegistryGauge;
 use chrono::{DateTime, TimeDelta, Utc};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
@@ -232,11 +232,18 @@ impl RegistryPacing {
         now: DateTime<Utc>,
         keep: impl Fn(&str) -> bool,
     ) -> BTreeMap<String, Load> {
+        // One snapshot for both the loads and the reservations it shows: a
+        // reservation dropped because a later read shows its entry, while
+        // the loads come from an earlier one, would count that node nowhere.
         let snapshot = self.nodeimages.state();
         let mut loads = load::loads(snapshot.iter().map(|n| n.as_ref()), &keep);
-        ledger
-            .reserved
-            .retain(|r| now - r.at < RESERVATION_BOUND && !self.shows(&r.node, &r.entry, &r.uid));
+        let by_name: BTreeMap<&str, &NodeImage> = snapshot
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
+            .collect();
+        ledger.reserved.retain(|r| {
+            now - r.at < RESERVATION_BOUND && !shows(by_name.get(r.node.as_str()), &r.entry, &r.uid)
+        });
         for r in ledger.reserved.iter().filter(|r| keep(r.registry.as_str())) {
             let load = loads.entry(r.registry.clone()).or_default();
             load.pulling.insert(r.node.clone());
@@ -248,30 +255,31 @@ impl RegistryPacing {
         loads
     }
 
-    /// Whether the cache shows `entry` on `node` owned by the job `uid`.
-    fn shows(&self, node: &str, entry: &Entry, uid: &str) -> bool {
-        let Some(ni) = self.nodeimages.get(&ObjectRef::new(node)) else {
-            return false;
-        };
-        let image = ni
-            .spec
-            .images
-            .as_ref()
-            .and_then(|m| m.get(entry.image.as_str()));
-        image.is_some_and(|i| {
-            i.tags.iter().any(|t| {
-                t.tag == entry.tag
-                    && t.owner_references
-                        .iter()
-                        .flatten()
-                        .any(|o| o.uid.as_deref() == Some(uid))
-            })
-        })
-    }
-
     fn lock(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Whether `ni` (a node's NodeImage as the snapshot shows it) holds `entry`
+/// owned by the job `uid`.
+fn shows(ni: Option<&&NodeImage>, entry: &Entry, uid: &str) -> bool {
+    let Some(ni) = ni else {
+        return false;
+    };
+    let image = ni
+        .spec
+        .images
+        .as_ref()
+        .and_then(|m| m.get(entry.image.as_str()));
+    image.is_some_and(|i| {
+        i.tags.iter().any(|t| {
+            t.tag == entry.tag
+                && t.owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid.as_deref() == Some(uid))
+        })
+    })
 }
 
 /// What the rule sees of one limited registry.
