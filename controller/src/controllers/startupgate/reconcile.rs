@@ -21,8 +21,9 @@ use nodeimage_api::gate::{self, GateNote, STARTUP_GATE};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// The kind the retry policy counts this controller's errors under.
-const KIND: &str = "StartupGate";
+/// The kind this controller's reconciles and errors are counted under (the
+/// documented `kind` labels: Node, shared with the node mirror).
+const KIND: &str = "Node";
 
 /// What the gate's reconciler reads.
 pub struct State {
@@ -72,7 +73,7 @@ impl Classify for Error {
 
 /// Gates, keeps gating, or opens one Node.
 pub async fn reconcile(node: Arc<Node>, state: Arc<State>) -> Result<Action, Error> {
-    let _timer = state.ctx.metrics.reconcile("Node");
+    let _timer = state.ctx.metrics.reconcile(KIND);
     let name = node.name_any();
     let tainted = nodes::is_gated(&node);
     let current = state.nodeimages.get(&ObjectRef::new(&name));

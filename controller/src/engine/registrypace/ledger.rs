@@ -237,9 +237,11 @@ impl RegistryPacing {
         // the loads come from an earlier one, would count that node nowhere.
         let snapshot = self.nodeimages.state();
         let mut loads = load::loads(snapshot.iter().map(|n| n.as_ref()), &keep);
+        let reserved: BTreeSet<&str> = ledger.reserved.iter().map(|r| r.node.as_str()).collect();
         let by_name: BTreeMap<&str, &NodeImage> = snapshot
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
+            .filter(|(name, _)| reserved.contains(name))
             .collect();
         ledger.reserved.retain(|r| {
             now - r.at < RESERVATION_BOUND && !shows(by_name.get(r.node.as_str()), &r.entry, &r.uid)
