@@ -179,7 +179,7 @@ async fn controllers(
 ) {
     let nodeimages = nodeimages::NodeImages::new();
     let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
-    let pacing = registry_pacing(&ctx, limits, &nodeimages.store);
+    let pacing = registry_pacing(&ctx, limits, &nodeimages, stop.clone());
     let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
     let for_writer = nodeimages.subscribe();
     let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
@@ -250,20 +250,25 @@ async fn controllers(
 }
 
 /// The one registry pacing of every job kind, over the NodeImage cache, with
-/// its per-registry report handed to the metrics.
+/// its per-registry report handed to the metrics; it follows the cache's
+/// changes (to hand freed slots on) until `stop` turns true.
 fn registry_pacing(
     ctx: &context::Context,
     limits: engine::registrypace::Limits,
-    nodeimages: &kube::runtime::reflector::Store<nodeimage_api::NodeImage>,
+    nodeimages: &nodeimages::NodeImages,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::sync::Arc<engine::registrypace::RegistryPacing> {
     let pacing = std::sync::Arc::new(engine::registrypace::RegistryPacing::new(
         limits,
-        nodeimages.clone(),
+        nodeimages.store.clone(),
     ));
     let report = pacing.clone();
     let report: runtime::metrics::RegistryReport =
         std::sync::Arc::new(move || report.report(chrono::Utc::now()));
     let _ = ctx.metrics.caches.registries.set(report);
+    let changes = nodeimages.subscribe().changes;
+    let changes = changes.take_until(lifecycle::stopped(stop)).boxed();
+    tokio::spawn(pacing.clone().follow(changes));
     pacing
 }
 

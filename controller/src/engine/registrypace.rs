@@ -1,21 +1,23 @@
 //! Registry pacing: at most a set number of nodes pull from one registry
 //! host at once, across every job kind. Hand-written NodeImage entries
 //! count towards the limit but are not held back (holding them would cost
-//! an API write per pull). A job takes a free slot only when no older job
-//! waiting on the same registry wants it, and a registry whose tags say it
-//! rate-limited them (HTTP 429) gets no new pulls until none says so.
+//! an API write per pull). Free slots go round-robin between namespaces
+//! (oldest job first within one); a node already pulling from a registry
+//! takes more entries on it without a new slot; a freed slot wakes the
+//! jobs it goes to at once. A registry whose tags say it rate-limited them
+//! (HTTP 429) gets no new pulls until none says so.
 //!
 //! `rule` decides (pure: the one home of the rule), `load` reads what the
 //! NodeImages show of each registry (pure), `ledger` remembers what the
 //! cache does not show yet (entries being written, jobs waiting) and runs a
-//! plan under the rule.
+//! plan under the rule, `handoff` wakes the jobs a freed slot goes to.
 
+mod handoff;
 mod ledger;
 mod load;
 mod rule;
 
-pub use ledger::{Paced, RegistryPacing, Starting};
-pub use rule::JobOrder;
+pub use ledger::{Paced, PacedJob, RegistryPacing, Starting};
 
 use nodeimage_api::reference::canonical_registry;
 use std::collections::BTreeMap;

@@ -258,14 +258,52 @@ pub struct Starts {
     pub nodes: Vec<String>,
 }
 
-/// [`to_start`] cut to `cap` (the free slots of the job's registries;
-/// `None`: no registry limit applies).
-pub fn to_start_capped(nodes: &[(String, NodeState)], limit: usize, cap: Option<usize>) -> Starts {
-    let mut start = to_start(nodes, limit);
-    let wanted = start.len();
-    if let Some(cap) = cap {
-        start.truncate(cap);
+/// What registry pacing lets a job start: `slots` nodes not yet pulling
+/// from its limited registries, and any number of `riding` nodes, which
+/// already pull from every one of them (they count once however many
+/// entries they pull, so taking them costs no slot).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cap {
+    /// Nodes not yet pulling from the registries that may start.
+    pub slots: usize,
+    /// Nodes already pulling from every limited registry of the job.
+    pub riding: BTreeSet<String>,
+}
+
+#[cfg(test)]
+impl Cap {
+    /// `slots` new nodes and no node to ride.
+    pub fn new(slots: usize) -> Self {
+        Cap {
+            slots,
+            riding: BTreeSet::new(),
+        }
     }
+}
+
+/// [`to_start`] within `cap` (`None`: no registry limit applies): nodes
+/// already pulling from the job's registries first (free), then up to
+/// `cap.slots` others, in the given order, all within the job's budget.
+pub fn to_start_capped(nodes: &[(String, NodeState)], limit: usize, cap: Option<&Cap>) -> Starts {
+    let Some(cap) = cap else {
+        let start = to_start(nodes, limit);
+        return Starts {
+            wanted: start.len(),
+            nodes: start,
+        };
+    };
+    let wanted = to_start(nodes, limit).len();
+    let not_started = || {
+        nodes
+            .iter()
+            .filter(|(_, s)| *s == NodeState::NotStarted)
+            .map(|(n, _)| n)
+    };
+    let riding = not_started().filter(|n| cap.riding.contains(*n));
+    let others = not_started().filter(|n| !cap.riding.contains(*n));
+    let mut start: Vec<String> = riding.take(wanted).cloned().collect();
+    let room = wanted.saturating_sub(start.len()).min(cap.slots);
+    start.extend(others.take(room).cloned());
     Starts {
         wanted,
         nodes: start,

@@ -85,7 +85,7 @@ pub struct Inputs<'a> {
     pub edge_only: bool,
     /// Most nodes that may start now by the registries' free slots
     /// (`None`: none of its images is on a limited registry).
-    pub registry_cap: Option<usize>,
+    pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
     /// The job's image secret.
     pub secrets: Secrets,
     /// The time.

@@ -74,7 +74,9 @@ pub async fn run(
         jobs: jobs.clone(),
     });
     let relabelled = LabelChanges::new(state.shared.nodeimages.clone());
+    let paced = state.shared.pacing.wakeups::<ImagePullJob>(KIND);
     let controller = controller
+        .reconcile_on(paced)
         .watches_shared_stream(nodeimages.changes, on_nodeimage(jobs.clone(), relabelled))
         .watches_stream(pod_events, on_pod(jobs.clone()))
         .watches_stream(secret_events(&client), on_secret(jobs));

@@ -49,7 +49,7 @@ pub struct Inputs<'a> {
     pub missing_secrets: Vec<String>,
     /// Most nodes that may start now by the registry's free slots
     /// (`None`: the image's registry has no limit).
-    pub registry_cap: Option<usize>,
+    pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -286,7 +286,7 @@ fn roll_out(
     job: &ImagePullJob,
     nodes: Vec<(String, NodeState)>,
     deadline: Option<DateTime<Utc>>,
-    cap: Option<usize>,
+    cap: Option<&rollout::Cap>,
     now: DateTime<Utc>,
 ) -> Rollout {
     let past_deadline = deadline.is_some_and(|d| now >= d);

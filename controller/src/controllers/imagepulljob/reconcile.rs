@@ -7,7 +7,7 @@ use crate::cluster::tagwrites;
 use crate::cluster::watch::Synced;
 use crate::engine::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
 use crate::engine::pullsecrets;
-use crate::engine::registrypace::JobOrder;
+use crate::engine::registrypace::PacedJob;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
@@ -136,7 +136,7 @@ impl JobReconciler for State {
         // hundred jobs waiting on writes held that many generations).
         let pacing = &self.shared.pacing;
         let paced = pacing.plan(
-            &JobOrder::of(job.meta()),
+            &PacedJob::of(super::KIND, job.meta()),
             &plan::entries(&job),
             now,
             |registry_cap| {

@@ -102,7 +102,7 @@ pub struct Inputs<'a> {
     pub edge_only: bool,
     /// Most nodes that may start now by the registry's free slots (`None`:
     /// the upgrade image's registry has no limit).
-    pub registry_cap: Option<usize>,
+    pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
     /// The time.
     pub now: DateTime<Utc>,
 }

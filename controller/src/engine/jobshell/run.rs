@@ -8,7 +8,7 @@ use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::nodeimages::Subscription;
 use crate::cluster::wakeups::TagChanges;
 use crate::cluster::watch::{self, Synced};
-use crate::engine::registrypace::{JobOrder, Paced, Starting};
+use crate::engine::registrypace::{Paced, PacedJob, Starting};
 use crate::engine::rollout::Entry;
 use crate::nodeimage::nodes::{NodeInfo, node_info};
 use crate::runtime::context::Context;
@@ -110,10 +110,10 @@ impl<K: JobKind> NodeJobs<K> {
         now: DateTime<Utc>,
         plan: impl FnOnce(&Snapshot<'_>) -> P,
     ) -> Paced<P> {
-        let order = JobOrder::of(job.meta());
+        let paced = PacedJob::of(K::KIND, job.meta());
         self.shared
             .pacing
-            .plan(&order, entries, now, |registry_cap| {
+            .plan(&paced, entries, now, |registry_cap| {
                 let (nodes, nodeimages) = self.snapshot();
                 plan(&Snapshot {
                     nodes: &nodes,
@@ -134,7 +134,7 @@ pub struct Snapshot<'a> {
     /// Only KubeEdge edge nodes take part.
     pub edge_only: bool,
     /// Most nodes the job may start by its registries' free slots.
-    pub registry_cap: Option<usize>,
+    pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
 }
 
 impl<K> Caches for NodeJobs<K> {
@@ -206,7 +206,9 @@ pub async fn run_node_tasks<K, Key>(
     });
     let is_finished = w.is_finished;
     let changes = TagChanges::new(K::KIND, crate::engine::nodetasks::GROUP);
+    let paced = state.shared.pacing.wakeups::<K>(K::KIND);
     let controller = controller
+        .reconcile_on(paced)
         .watches_shared_stream(nodeimages.changes, wake_owners::<K>(changes))
         .watches_stream(node_events, move |_: Node| {
             jobs.state()

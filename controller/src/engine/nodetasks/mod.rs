@@ -156,7 +156,7 @@ pub struct Job<'a, R> {
     pub edge_only: bool,
     /// Most nodes that may start now by the registries' free slots
     /// (`None`: none of the job's images is on a limited registry).
-    pub registry_cap: Option<usize>,
+    pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
 }
 
 /// The fields of a kind's `NodeTaskSpec` the engine reads, so that both

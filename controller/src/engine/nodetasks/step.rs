@@ -32,7 +32,7 @@ struct Setup<'a, K: NodeTask> {
     /// Most nodes working at once.
     concurrency: usize,
     /// Most nodes starting now by the registries' free slots.
-    registry_cap: Option<usize>,
+    registry_cap: Option<&'a crate::engine::rollout::Cap>,
     /// The job's nodes, in row order.
     names: Vec<String>,
     /// The rows so far.
@@ -221,7 +221,7 @@ fn starting(
     total: usize,
     tolerance: f64,
     concurrency: usize,
-    registry_cap: Option<usize>,
+    registry_cap: Option<&crate::engine::rollout::Cap>,
 ) -> Starts {
     let failed = budget
         .iter()

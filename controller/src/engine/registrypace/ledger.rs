@@ -4,10 +4,14 @@
 //!   show yet (without them, two jobs planning one after the other both see
 //!   the same free slot). Dropped when the cache shows the entry owned by
 //!   the job, when the job's write fails, or [`RESERVATION_BOUND`] after.
-//! - wants: jobs waiting for a registry and how many nodes each would start
-//!   (the queue in order of creation). Replaced at each plan of the job,
-//!   dropped when it wants nothing, when it is deleted, or
-//!   [`WANT_BOUND`] after its last plan.
+//! - wants: jobs waiting for a registry and how many nodes each would start.
+//!   Replaced at each plan of the job, dropped when it wants nothing, when
+//!   it is deleted, or [`WANT_BOUND`] after its last plan.
+//! - served: when each waiting tenant last got a new slot on a registry
+//!   (the round-robin's turn). Dropped with the tenant's last want there.
+//! - last loads: each limited registry's pulling nodes as the last plan
+//!   (or reservation) saw them, so that a NodeImage change can tell a freed
+//!   slot (`handoff`). Replaced at each plan of a job on the registry.
 //!
 //! A plan of a job with a limited registry runs under one lock, from
 //! counting the slots to recording its reservations; plans of jobs without
@@ -15,53 +19,94 @@
 
 use super::Limits;
 use super::load::{self, Load};
-use super::rule::{self, JobOrder, RegistryView};
+use super::rule::{self, JobOrder};
 use crate::engine::jobevents::JobEvent;
-use crate::engine::rollout::{Entry, Starts};
+use crate::engine::rollout::{Cap, Entry, Starts};
 use crate::runtime::metrics::RegistryGauge;
 use chrono::{DateTime, TimeDelta, Utc};
 use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// How soon a job that waits for a registry looks again (a slot freed by
-/// another job's node does not wake it).
-pub const PACE_RETRY: Duration = Duration::from_secs(2);
+/// How soon a job that waits for a registry looks again if nothing wakes
+/// it: a safety net only, as a freed slot wakes the jobs it goes to
+/// (`handoff`).
+pub const PACE_RETRY: Duration = Duration::from_secs(10);
 /// How long a reservation counts at most (the cache shows a write within
 /// milliseconds; a lost watch event must not hold a slot for good).
 pub const RESERVATION_BOUND: TimeDelta = TimeDelta::seconds(30);
 /// How long a job's want counts after its last plan (a waiting job plans
-/// again every [`PACE_RETRY`]).
+/// again at least every [`PACE_RETRY`]).
 pub const WANT_BOUND: TimeDelta = TimeDelta::seconds(30);
 
 /// Registry limits, the NodeImage cache, and what pacing remembers.
 pub struct RegistryPacing {
-    limits: Limits,
+    pub(super) limits: Limits,
     nodeimages: Store<NodeImage>,
     ledger: Mutex<Ledger>,
+    pub(super) wakers: Mutex<BTreeMap<&'static str, super::handoff::Waker>>,
+}
+
+/// A job as pacing knows it: its place in the queue, its tenant, and its
+/// kind, namespace and name to wake it by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PacedJob {
+    /// Its place among the jobs of its tenant.
+    pub order: JobOrder,
+    /// Its kind (cluster-scoped kinds are tenants of their own).
+    pub kind: &'static str,
+    /// Its namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+impl PacedJob {
+    /// The job of `kind` with `meta`.
+    pub fn of(
+        kind: &'static str,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Self {
+        PacedJob {
+            order: JobOrder::of(meta),
+            kind,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Its tenant (`rule::tenant`).
+    pub fn tenant(&self) -> String {
+        rule::tenant(self.namespace.as_deref(), self.kind)
+    }
 }
 
 #[derive(Debug, Default)]
-struct Ledger {
-    reserved: Vec<Reservation>,
-    waiting: BTreeMap<String, BTreeMap<JobOrder, Want>>,
+pub(super) struct Ledger {
+    pub(super) reserved: Vec<Reservation>,
+    pub(super) waiting: BTreeMap<String, BTreeMap<JobOrder, Want>>,
+    served: BTreeMap<String, BTreeMap<String, u64>>,
+    serves: u64,
+    pub(super) last: BTreeMap<String, Load>,
 }
 
 #[derive(Debug, Clone)]
-struct Reservation {
-    uid: String,
-    node: String,
-    entry: Entry,
-    registry: String,
+pub(super) struct Reservation {
+    pub(super) uid: String,
+    pub(super) node: String,
+    pub(super) entry: Entry,
+    pub(super) registry: String,
+    tenant: String,
     at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Want {
+#[derive(Debug, Clone)]
+pub(super) struct Want {
     nodes: usize,
     at: DateTime<Utc>,
+    pub(super) job: Arc<PacedJob>,
 }
 
 /// A plan that starts nodes: which, and how many its own budget wanted.
@@ -132,47 +177,40 @@ impl RegistryPacing {
             limits,
             nodeimages,
             ledger: Mutex::default(),
+            wakers: Mutex::default(),
         }
     }
 
-    /// Runs a job's `plan` with the number of nodes it may start (`None`
-    /// when none of its `entries` is on a limited registry), then reserves
-    /// the nodes it started and records what it still wants.
+    /// Runs a job's `plan` with what it may start (`None` when none of its
+    /// `entries` is on a limited registry), then reserves the nodes it
+    /// started, records what it still wants and wakes the jobs this plan
+    /// left slots or rides for.
     pub fn plan<P: Starting>(
         &self,
-        job: &JobOrder,
+        job: &PacedJob,
         entries: &[Entry],
         now: DateTime<Utc>,
-        plan: impl FnOnce(Option<usize>) -> P,
+        plan: impl FnOnce(Option<&Cap>) -> P,
     ) -> Paced<P> {
-        if !self.limits.any() {
-            return Paced::free(plan(None));
-        }
-        let limited: BTreeMap<String, usize> = entries
-            .iter()
-            .filter_map(|e| load::registry_of(&e.image))
-            .map(|r| (self.limits.of(&r), r))
-            .filter(|(limit, _)| *limit > 0)
-            .map(|(limit, r)| (r, limit))
-            .collect();
+        let limited = self.limited(entries);
         if limited.is_empty() {
             return Paced::free(plan(None));
         }
         let mut ledger = self.lock();
         let loads = self.settle(&mut ledger, now, |r| limited.contains_key(r));
-        let mut cap = usize::MAX;
-        let mut held = Vec::new();
-        for (registry, limit) in &limited {
-            let waiting = ledger.waiting_for(registry);
-            let view = view(*limit, loads.get(registry), &waiting);
-            let slots = rule::admit(job, &view);
-            cap = cap.min(slots);
-            held.push((slots, rule::wait_reason(registry, job, &view)));
+        for registry in limited.keys() {
+            let load = loads.get(registry).cloned().unwrap_or_default();
+            ledger.last.insert(registry.clone(), load);
         }
-        let p = plan(Some(cap));
+        let (cap, held) = ledger.cap(job, &limited);
+        let p = plan(Some(&cap));
         let s = p.starts();
-        let was_waiting = ledger.is_waiting(job);
-        ledger.reserve(&job.uid, &s.nodes, entries, &limited, now);
+        let was_waiting = ledger.is_waiting(&job.order);
+        let took_new = s.nodes.iter().any(|n| !cap.riding.contains(n));
+        ledger.reserve(job, &s.nodes, entries, &limited, now);
+        if took_new {
+            ledger.served_now(&job.tenant(), limited.keys());
+        }
         let unmet = s.wanted.saturating_sub(s.nodes.len());
         ledger.want(job, limited.keys(), unmet, now);
         let waiting: Vec<String> = held
@@ -180,7 +218,9 @@ impl RegistryPacing {
             .filter(|(slots, _)| unmet > 0 && *slots < s.wanted)
             .map(|(_, reason)| reason)
             .collect();
+        let wake = ledger.to_wake(&job.order, &limited, took_new);
         drop(ledger);
+        self.wake(&wake);
         Paced {
             plan: p,
             newly_waiting: !waiting.is_empty() && !was_waiting,
@@ -188,19 +228,45 @@ impl RegistryPacing {
         }
     }
 
+    /// The limited registries of `entries`, with their limits.
+    fn limited(&self, entries: &[Entry]) -> BTreeMap<String, usize> {
+        if !self.limits.any() {
+            return BTreeMap::new();
+        }
+        entries
+            .iter()
+            .filter_map(|e| load::registry_of(&e.image))
+            .map(|r| (self.limits.of(&r), r))
+            .filter(|(limit, _)| *limit > 0)
+            .map(|(limit, r)| (r, limit))
+            .collect()
+    }
+
     /// Drops the reservations of the job with `uid`: its entry writes failed.
     pub fn write_failed(&self, uid: &str) {
         self.lock().reserved.retain(|r| r.uid != uid);
     }
 
-    /// Forgets the job with `uid`: it is being deleted.
+    /// Forgets the job with `uid` (it is being deleted), and wakes the jobs
+    /// the slots it wanted now go to.
     pub fn forget(&self, uid: &str) {
         let mut ledger = self.lock();
         ledger.reserved.retain(|r| r.uid != uid);
-        for jobs in ledger.waiting.values_mut() {
+        let mut left = Vec::new();
+        for (registry, jobs) in ledger.waiting.iter_mut() {
+            let before = jobs.len();
             jobs.retain(|o, _| o.uid != uid);
+            if jobs.len() < before {
+                left.push(registry.clone());
+            }
         }
         ledger.waiting.retain(|_, jobs| !jobs.is_empty());
+        let wake: Vec<Arc<PacedJob>> = left
+            .iter()
+            .flat_map(|r| ledger.next_up(r, self.limits.of(r)))
+            .collect();
+        drop(ledger);
+        self.wake(&wake);
     }
 
     /// Every registry with nodes pulling, a configured limit or waiting
@@ -244,27 +310,29 @@ impl RegistryPacing {
             .filter(|(name, _)| reserved.contains(name))
             .collect();
         ledger.reserved.retain(|r| {
-            now - r.at < RESERVATION_BOUND && !shows(by_name.get(r.node.as_str()), &r.entry, &r.uid)
+            now - r.at < RESERVATION_BOUND
+                && !shows(by_name.get(r.node.as_str()).copied(), &r.entry, &r.uid)
         });
         for r in ledger.reserved.iter().filter(|r| keep(r.registry.as_str())) {
             let load = loads.entry(r.registry.clone()).or_default();
-            load.pulling.insert(r.node.clone());
+            load.add(&r.node, Some(&r.tenant));
         }
         for jobs in ledger.waiting.values_mut() {
             jobs.retain(|_, w| now - w.at < WANT_BOUND);
         }
         ledger.waiting.retain(|_, jobs| !jobs.is_empty());
+        ledger.forget_served();
         loads
     }
 
-    fn lock(&self) -> MutexGuard<'_, Ledger> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Whether `ni` (a node's NodeImage as the snapshot shows it) holds `entry`
+/// Whether `ni` (a node's NodeImage as a snapshot shows it) holds `entry`
 /// owned by the job `uid`.
-fn shows(ni: Option<&&NodeImage>, entry: &Entry, uid: &str) -> bool {
+pub(super) fn shows(ni: Option<&NodeImage>, entry: &Entry, uid: &str) -> bool {
     let Some(ni) = ni else {
         return false;
     };
@@ -284,74 +352,4 @@ fn shows(ni: Option<&&NodeImage>, entry: &Entry, uid: &str) -> bool {
     })
 }
 
-/// What the rule sees of one limited registry.
-fn view<'a>(
-    limit: usize,
-    load: Option<&Load>,
-    waiting: &'a [(JobOrder, usize)],
-) -> RegistryView<'a> {
-    RegistryView {
-        limit,
-        in_flight: load.map_or(0, |l| l.pulling.len()),
-        rate_limited: load.is_some_and(|l| l.rate_limited),
-        waiting,
-    }
-}
-
-impl Ledger {
-    /// The jobs waiting for `registry`, oldest first.
-    fn waiting_for(&self, registry: &str) -> Vec<(JobOrder, usize)> {
-        let jobs = self.waiting.get(registry).into_iter().flatten();
-        jobs.map(|(o, w)| (o.clone(), w.nodes)).collect()
-    }
-
-    fn is_waiting(&self, job: &JobOrder) -> bool {
-        self.waiting.values().any(|jobs| jobs.contains_key(job))
-    }
-
-    /// Reserves each started node for each entry on a limited registry.
-    fn reserve(
-        &mut self,
-        uid: &str,
-        nodes: &[String],
-        entries: &[Entry],
-        limited: &BTreeMap<String, usize>,
-        now: DateTime<Utc>,
-    ) {
-        for entry in entries {
-            let Some(registry) = load::registry_of(&entry.image) else {
-                continue;
-            };
-            if !limited.contains_key(&registry) {
-                continue;
-            }
-            self.reserved.extend(nodes.iter().map(|node| Reservation {
-                uid: uid.to_string(),
-                node: node.clone(),
-                entry: entry.clone(),
-                registry: registry.clone(),
-                at: now,
-            }));
-        }
-    }
-
-    /// Records that `job` wants `nodes` more nodes on each of `registries`
-    /// (none: it waits for none of them).
-    fn want<'a>(
-        &mut self,
-        job: &JobOrder,
-        registries: impl Iterator<Item = &'a String>,
-        nodes: usize,
-        at: DateTime<Utc>,
-    ) {
-        for registry in registries {
-            let jobs = self.waiting.entry(registry.clone()).or_default();
-            if nodes == 0 {
-                jobs.remove(job);
-            } else {
-                jobs.insert(job.clone(), Want { nodes, at });
-            }
-        }
-        self.waiting.retain(|_, jobs| !jobs.is_empty());
-    }
-}
+mod queue;

@@ -1,8 +1,10 @@
 //! What the NodeImages show of each registry: the nodes with a tag entry
 //! on it whose answering status is not finished (hand-written entries
 //! included; an upgrade only until its image is pulled), and whether a tag
-//! waits because the registry rate-limited it. Pure.
+//! waits because the registry rate-limited it, and for which tenants
+//! (namespaces, or cluster-scoped kinds) each node pulls. Pure.
 
+use super::rule::tenant;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage, UpgradeState};
 use nodeimage_api::reference::{ImageRef, canonical_registry};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,8 +14,33 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct Load {
     /// Nodes with an unfinished entry of an image on the registry.
     pub pulling: BTreeSet<String>,
+    /// For each tenant of a job owning an unfinished entry, its nodes.
+    pub tenants: BTreeMap<String, BTreeSet<String>>,
     /// A tag waits because the registry answered 429.
     pub rate_limited: bool,
+}
+
+impl Load {
+    /// Counts `node` as pulling, for `tenant` if it has one.
+    pub fn add(&mut self, node: &str, tenant: Option<&str>) {
+        if !self.pulling.contains(node) {
+            self.pulling.insert(node.to_string());
+        }
+        if let Some(t) = tenant {
+            let nodes = self.tenants.entry(t.to_string()).or_default();
+            if !nodes.contains(node) {
+                nodes.insert(node.to_string());
+            }
+        }
+    }
+
+    /// How many nodes pull for each tenant.
+    pub fn held(&self) -> BTreeMap<String, usize> {
+        self.tenants
+            .iter()
+            .map(|(t, n)| (t.clone(), n.len()))
+            .collect()
+    }
 }
 
 /// The registry of a NodeImage image key (`None`: not a reference).
@@ -49,7 +76,11 @@ pub fn loads<'a>(
                 };
                 if may_pull(answer) {
                     let load = out.entry(registry.clone()).or_default();
-                    load.pulling.insert(name.to_string());
+                    load.add(name, None);
+                    for o in tag.owner_references.iter().flatten() {
+                        let kind = o.kind.as_deref().unwrap_or_default();
+                        load.add(name, Some(&tenant(o.namespace.as_deref(), kind)));
+                    }
                 }
             }
         }

@@ -1,8 +1,9 @@
 use super::ledger::{PACE_RETRY, Paced, RESERVATION_BOUND};
 use super::load::loads;
-use super::rule::{RegistryView, admit, wait_reason};
+use super::rule::JobOrder;
 use super::*;
 use crate::engine::nodetasks::fixtures::{nodeimage_with, tag_entry};
+use crate::engine::rollout::Cap;
 use crate::engine::rollout::{Entry, Starts};
 use chrono::DateTime;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -15,11 +16,22 @@ use nodeimage_api::kruise::{
 
 const REG: &str = "127.0.0.1:5000";
 
-fn job(created: i64, uid: &str) -> JobOrder {
-    JobOrder {
-        created: DateTime::from_timestamp(created, 0),
-        uid: uid.into(),
+/// An ImagePullJob `uid` (also its name) in namespace `ns`, created at
+/// second `created`.
+fn job_in(ns: &str, created: i64, uid: &str) -> PacedJob {
+    PacedJob {
+        order: JobOrder {
+            created: DateTime::from_timestamp(created, 0),
+            uid: uid.into(),
+        },
+        kind: "ImagePullJob",
+        namespace: Some(ns.into()),
+        name: uid.into(),
     }
+}
+
+fn job(created: i64, uid: &str) -> PacedJob {
+    job_in("ns", created, uid)
 }
 
 fn at(s: i64) -> chrono::DateTime<chrono::Utc> {
@@ -29,6 +41,9 @@ fn at(s: i64) -> chrono::DateTime<chrono::Utc> {
 fn owner(uid: &str) -> ObjectReference {
     ObjectReference {
         uid: Some(uid.into()),
+        kind: Some("ImagePullJob".into()),
+        namespace: Some("ns".into()),
+        name: Some(uid.into()),
         ..Default::default()
     }
 }
@@ -74,55 +89,6 @@ fn cache(nodes: Vec<NodeImage>) -> (Store<NodeImage>, Writer<NodeImage>) {
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
     (writer.as_reader(), writer)
-}
-
-/// (case, job, limit, in flight, rate-limited, waiting jobs, slots).
-#[rustfmt::skip]
-#[test]
-fn admit_table() {
-    let (a, b, c) = (job(100, "a"), job(200, "b"), job(200, "c"));
-    let w = |o: &JobOrder, n: usize| vec![(o.clone(), n)];
-    let cases: Vec<(&str, &JobOrder, usize, usize, bool, Vec<(JobOrder, usize)>, usize)> = vec![
-        ("an idle registry", &b, 3, 0, false, vec![], 3),
-        ("full", &a, 1, 1, false, vec![], 0),
-        ("over a lowered limit", &a, 1, 3, false, vec![], 0),
-        ("two jobs: the older first", &b, 1, 0, false, w(&a, 1), 0),
-        ("two jobs: the older takes it", &a, 1, 0, false, [w(&a, 1), w(&b, 1)].concat(), 1),
-        // A job of another kind is just another job: only age counts.
-        ("a younger job of another kind waits", &c, 2, 0, false, w(&a, 2), 0),
-        ("younger jobs never hold an older one", &a, 2, 0, false, w(&b, 5), 2),
-        ("what older jobs leave is free", &b, 4, 1, false, w(&a, 2), 1),
-        ("same second: the uid decides", &c, 1, 0, false, w(&b, 1), 0),
-        ("same second, the other way", &b, 1, 0, false, w(&c, 1), 1),
-        ("hand-written entries fill it", &a, 2, 2, false, vec![], 0),
-        ("rate-limited: no new pulls", &a, 10, 0, true, vec![], 0),
-    ];
-    for (case, job, limit, in_flight, rate_limited, waiting, slots) in cases {
-        let view = RegistryView { limit, in_flight, rate_limited, waiting: &waiting };
-        assert_eq!(admit(job, &view), slots, "{case}");
-    }
-}
-
-#[test]
-fn wait_reasons() {
-    let (a, b) = (job(100, "a"), job(200, "b"));
-    let waiting = [(a.clone(), 1)];
-    let mut view = RegistryView {
-        limit: 1,
-        in_flight: 1,
-        rate_limited: false,
-        waiting: &waiting,
-    };
-    assert_eq!(
-        wait_reason(REG, &a, &view),
-        format!("waiting for registry {REG}: 1 of 1 pulling")
-    );
-    assert_eq!(
-        wait_reason(REG, &b, &view),
-        format!("waiting for registry {REG}: 1 of 1 pulling, 1 older job(s) first")
-    );
-    view.rate_limited = true;
-    assert!(wait_reason(REG, &b, &view).contains("rate-limited"));
 }
 
 #[test]
@@ -180,25 +146,24 @@ fn limits_per_host_with_aliases() {
     assert_eq!(Limits::new(5, &[]).of("quay.io"), 5);
 }
 
-/// A job plan that wants `wanted` of `nodes` and starts what the cap allows.
-fn starts(nodes: &[&str], wanted: usize) -> impl FnOnce(Option<usize>) -> Starts {
-    let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-    move |cap| Starts {
-        wanted,
-        nodes: nodes
-            .into_iter()
-            .take(wanted.min(cap.unwrap_or(usize::MAX)))
-            .collect(),
-    }
+/// A job plan that wants `wanted` of `nodes` (none started yet) and
+/// starts what the cap allows, as every kind does.
+fn starts(nodes: &[&str], wanted: usize) -> impl FnOnce(Option<&Cap>) -> Starts {
+    use crate::engine::rollout::{NodeState, to_start_capped};
+    let nodes: Vec<(String, NodeState)> = nodes
+        .iter()
+        .map(|n| (n.to_string(), NodeState::NotStarted))
+        .collect();
+    move |cap| to_start_capped(&nodes, wanted, cap)
 }
 
 /// `plan` of `job` over `entries` at second `s`, under `pacing`.
 fn paced(
     pacing: &RegistryPacing,
-    job: &JobOrder,
+    job: &PacedJob,
     entries: &[Entry],
     s: i64,
-    plan: impl FnOnce(Option<usize>) -> Starts,
+    plan: impl FnOnce(Option<&Cap>) -> Starts,
 ) -> Paced<Starts> {
     pacing.plan(job, entries, at(s), plan)
 }
@@ -213,7 +178,7 @@ fn reservations_and_the_queue_across_plans() {
     let (store, mut writer) = cache(vec![]);
     let pacing = RegistryPacing::new(Limits::new(0, &[(REG.into(), 1)]), store);
     let (old, young) = (job(100, "old"), job(200, "young"));
-    let run = |j: &JobOrder, s: i64, plan| paced(&pacing, j, entries, s, plan);
+    let run = |j: &PacedJob, s: i64, plan| paced(&pacing, j, entries, s, plan);
 
     // The younger job plans first and takes the free slot.
     let p = run(&young, 0, starts(&["n1", "n2"], 2));
@@ -225,7 +190,9 @@ fn reservations_and_the_queue_across_plans() {
     assert!(p.plan.nodes.is_empty());
     assert_eq!(
         p.waiting,
-        vec![format!("waiting for registry {REG}: 1 of 1 pulling")]
+        vec![format!(
+            "waiting for registry {REG}: 1 of 1 pulling, 1 other job(s) waiting (slots go round-robin by namespace)"
+        )]
     );
     // The cache shows the entry (pulling): still taken, reservation gone.
     writer.apply_watcher_event(&watcher::Event::Apply(node(
@@ -247,7 +214,7 @@ fn reservations_and_the_queue_across_plans() {
     let p = run(&young, 3, starts(&["n2"], 1));
     assert!(p.plan.nodes.is_empty(), "the older job wants the slot");
     assert!(
-        p.waiting[0].contains("1 older job(s) first"),
+        p.waiting[0].contains("1 other job(s) waiting"),
         "{:?}",
         p.waiting
     );
@@ -305,4 +272,77 @@ fn unlimited_registries_plan_freely_and_report() {
             .sum::<usize>(),
         0
     );
+}
+
+fn app() -> Entry {
+    Entry {
+        image: format!("{REG}/app"),
+        tag: "v1".into(),
+    }
+}
+
+#[test]
+fn a_node_already_pulling_takes_more_entries_without_a_slot() {
+    let (store, _writer) = cache(vec![]);
+    let pacing = RegistryPacing::new(Limits::new(0, &[(REG.into(), 1)]), store);
+    let (old, young) = (job(100, "old"), job(200, "young"));
+    let entries = [app()];
+    let p = paced(&pacing, &old, &entries, 0, starts(&["n1", "n2"], 2));
+    assert_eq!(p.plan.nodes, vec!["n1"]);
+    // n1 pulls from the registry already: the younger job rides it, though
+    // the older one waits for the only slot.
+    let p = paced(&pacing, &young, &entries, 1, starts(&["n2", "n1"], 2));
+    assert_eq!(p.plan.nodes, vec!["n1"], "{p:?}");
+    assert!(!p.waiting.is_empty(), "n2 still waits");
+}
+
+#[test]
+fn namespaces_take_turns_while_an_older_job_waits() {
+    let (store, mut writer) = cache(vec![]);
+    let pacing = RegistryPacing::new(Limits::new(0, &[(REG.into(), 1)]), store);
+    let mut woken = Box::pin(pacing.wakeups::<nodeimage_api::ImagePullJob>("ImagePullJob"));
+    let mut next = move || {
+        let mut out = vec![];
+        while let Some(Some(r)) =
+            futures::FutureExt::now_or_never(futures::StreamExt::next(&mut woken))
+        {
+            out.push(format!("{}/{}", r.namespace.unwrap_or_default(), r.name));
+        }
+        out
+    };
+    let (big, other) = (job(100, "old"), job_in("other", 200, "b"));
+    let entries = [app()];
+    let p = paced(&pacing, &big, &entries, 0, starts(&["n1", "n2"], 2));
+    assert_eq!(p.plan.nodes, vec!["n1"]);
+    let p = paced(&pacing, &other, &entries, 1, starts(&["n3"], 1));
+    assert!(p.plan.nodes.is_empty() && p.newly_waiting);
+    assert_eq!(next(), Vec::<String>::new(), "no slot was freed");
+    let pulling = node("n1", &app().image, Some("old"), None);
+    writer.apply_watcher_event(&watcher::Event::Apply(pulling.clone()));
+    pacing.seen(&pulling);
+    assert_eq!(next(), Vec::<String>::new(), "n1 still pulls");
+    // n1 finishes: the slot goes to the other namespace, which is woken at
+    // once; the older job waits its turn.
+    let done = node(
+        "n1",
+        &app().image,
+        Some("old"),
+        Some(status("v1", ImagePullPhase::Succeeded, None)),
+    );
+    writer.apply_watcher_event(&watcher::Event::Apply(done.clone()));
+    pacing.seen(&done);
+    assert_eq!(next(), vec!["other/b"]);
+    let p = paced(&pacing, &big, &entries, 2, starts(&["n2"], 1));
+    assert!(p.plan.nodes.is_empty(), "{p:?}");
+    assert_eq!(next(), vec!["other/b"], "the slot it left is the other's");
+    let p = paced(&pacing, &other, &entries, 3, starts(&["n3"], 1));
+    assert_eq!(p.plan.nodes, vec!["n3"]);
+    // Its plan took a new node: the waiting job is woken to ride it.
+    assert_eq!(next(), vec!["ns/old"]);
+    // The other job is deleted and its entry leaves n3: the slot is handed on.
+    pacing.forget("b");
+    let emptied = NodeImage::new("n3", Default::default());
+    writer.apply_watcher_event(&watcher::Event::Apply(emptied.clone()));
+    pacing.seen(&emptied);
+    assert_eq!(next(), vec!["ns/old"]);
 }

@@ -249,8 +249,8 @@ fn budget_fills_free_slots_in_order() {
     assert_eq!(to_start(&nodes, 10), vec!["c", "d", "e"]);
     assert_eq!(to_start(&nodes, 0), Vec::<String>::new());
     // A registry cap cuts the starts, and says what the budget wanted.
-    let capped = |limit, cap| {
-        let s = to_start_capped(&nodes, limit, cap);
+    let capped = |limit, cap: Option<usize>| {
+        let s = to_start_capped(&nodes, limit, cap.map(Cap::new).as_ref());
         (s.wanted, s.nodes)
     };
     assert_eq!(
@@ -260,6 +260,27 @@ fn budget_fills_free_slots_in_order() {
     assert_eq!(capped(10, Some(1)), (3, vec!["c".into()]));
     assert_eq!(capped(10, Some(0)), (3, vec![]));
     assert_eq!(capped(2, Some(5)), (1, vec!["c".into()]));
+    // Nodes already pulling from the registry start first and take no slot,
+    // within the job's own budget.
+    let riding = |limit, slots, riding: &[&str]| {
+        let cap = Cap {
+            slots,
+            riding: riding.iter().map(|n| n.to_string()).collect(),
+        };
+        to_start_capped(&nodes, limit, Some(&cap)).nodes
+    };
+    assert_eq!(riding(10, 0, &["e"]), vec!["e"]);
+    assert_eq!(riding(10, 1, &["e"]), vec!["e", "c"]);
+    assert_eq!(
+        riding(2, 1, &["e", "d"]),
+        vec!["d"],
+        "budget of one, in order"
+    );
+    assert_eq!(
+        riding(10, 0, &["a", "b"]),
+        Vec::<String>::new(),
+        "started already"
+    );
 }
 
 #[test]

@@ -91,7 +91,7 @@ impl Plans for World {
             nodes: &self.nodes,
             nodeimages: &self.nodeimages,
             edge_only: true,
-            registry_cap: cap,
+            registry_cap: cap.map(crate::engine::rollout::Cap::new).as_ref(),
             secrets: Secrets::None,
             now: at(now),
         })

@@ -136,14 +136,14 @@ fn selection_table() {
 fn registry_cap_cuts_the_starts() {
     let j = job(3, CompletionPolicy::default());
     let fresh: Vec<_> = ["n1", "n2", "n3"].map(|n| node(n, &[], None)).into();
-    let capped = |cap| {
+    let capped = |cap: Option<usize>| {
         plan(Inputs {
             job: &j,
             nodeimages: &fresh,
             pods: &[],
             secrets: vec![],
             missing_secrets: vec![],
-            registry_cap: cap,
+            registry_cap: cap.map(crate::engine::rollout::Cap::new).as_ref(),
             now: now(200),
         })
     };

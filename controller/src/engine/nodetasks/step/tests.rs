@@ -94,7 +94,8 @@ fn starting_table() {
         ),
     ];
     for (budget, total, tolerance, concurrency, cap, want) in cases {
-        let got = starting(&budget, total, tolerance, concurrency, cap);
+        let cap = cap.map(crate::engine::rollout::Cap::new);
+        let got = starting(&budget, total, tolerance, concurrency, cap.as_ref());
         let want: Vec<String> = want.into_iter().map(str::to_string).collect();
         assert_eq!(
             got.nodes, want,
