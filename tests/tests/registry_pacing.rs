@@ -7,14 +7,24 @@
 //!
 //! Three ImagePullJobs, each free to pull on all three nodes at once,
 //! pull three images through it. The daemons' own timestamps (each tag's
-//! `startTime` and `completionTime`) must show one pull at a time, and
-//! every job must complete.
+//! `startTime` and `completionTime`) must show one node pulling at a time
+//! (a node pulling several images counts once), and every job must
+//! complete. Then two namespaces share the limit: a job of the second
+//! namespace gets the freed slot while an older job of the first still
+//! waits for more.
+//!
+//! Both tests use the one paced host and its limit, so they run one after
+//! the other (`SERIAL`).
 
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_tests::kruise::{self, IPJ, SlowRegistry, TestNs, completed, count};
 use nodeimage_tests::{Cluster, http};
 use serde_json::{Value, json};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// The paced host and its limit are shared: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Nine pulls one after the other, each a few seconds, with the
 /// controller's hand-over between them.
@@ -69,6 +79,7 @@ fn pulls_of(c: &Cluster, image: &str, nodes: &[String]) -> Vec<Pull> {
 #[test]
 #[ignore = "needs the local cluster (tests/cluster/up.sh) and nodeimage (tests/nodeimage.sh start)"]
 fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::load();
     let paced = c
         .nodeimage_vars()
@@ -113,18 +124,29 @@ fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
         assert_eq!(got, (3, 0), "{}", kruise::describe(&job));
     }
 
-    let mut pulls: Vec<Pull> = images
+    let pulls: Vec<Pull> = images
         .iter()
         .flat_map(|i| pulls_of(&c, i, &nodes))
         .collect();
-    pulls.sort_by_key(|p| (p.start, p.end));
     let all: Vec<String> = pulls.iter().map(Pull::to_string).collect();
     eprintln!("pulls from {paced} (Unix seconds):\n{}", all.join("\n"));
-    for pair in pulls.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
+    // Each node pulls from its first start to its last end; no two nodes
+    // at once.
+    let mut spans: Vec<(i64, i64, &str)> = nodes
+        .iter()
+        .filter_map(|n| {
+            let mine = pulls.iter().filter(|p| p.node == *n);
+            let start = mine.clone().map(|p| p.start).min()?;
+            let end = mine.map(|p| p.end).max()?;
+            Some((start, end, n.as_str()))
+        })
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        let ((_, a_end, a), (b_start, _, b)) = (pair[0], pair[1]);
         assert!(
-            b.start >= a.end,
-            "two nodes pulled from {paced} at once: {a} and {b}; all pulls (Unix seconds):\n{}",
+            b_start >= a_end,
+            "{a} and {b} pulled from {paced} at once; all pulls (Unix seconds):\n{}",
             all.join("\n")
         );
     }
@@ -147,5 +169,77 @@ fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
         http::metric_value(&text, &series),
         Some(1.0),
         "{series} in:\n{text}"
+    );
+}
+
+/// An ImagePullJob `name` in `ns` of `image` on `nodes`, all at once.
+fn job_on(ns: &str, name: &str, image: &str, nodes: &[String]) -> Value {
+    json!({
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "image": format!("{image}:v1"),
+            "parallelism": nodes.len(),
+            "selector": {"names": nodes},
+            "pullPolicy": {"timeoutSeconds": 120, "backoffLimit": 1},
+            "completionPolicy": {"type": "Always"},
+        },
+    })
+}
+
+#[test]
+#[ignore = "needs the local cluster (tests/cluster/up.sh) and nodeimage (tests/nodeimage.sh start)"]
+fn two_namespaces_share_a_limit_of_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::load();
+    let paced = c
+        .nodeimage_vars()
+        .get("NODEIMAGE_PACED_REGISTRY")
+        .cloned()
+        .expect("NODEIMAGE_PACED_REGISTRY: restart nodeimage with tests/nodeimage.sh start");
+    let slow = SlowRegistry::start_on(&c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
+    let nodes: Vec<String> = c.nodes().into_iter().take(3).collect();
+    assert_eq!(nodes.len(), 3, "the cluster has three nodes");
+    let (first, second) = (
+        TestNs::create(&c, "e2e-pace-a"),
+        TestNs::create(&c, "e2e-pace-b"),
+    );
+    let reg = kruise::registry(&c);
+    let image = |name: &str| {
+        let pushed = kruise::push_unique(&reg, name, IMAGE_BYTES);
+        kruise::via(&pushed, &slow.host()).name
+    };
+    let (big, small) = (image("share-a"), image("share-b"));
+    // The first namespace's job wants two nodes; it gets the only slot.
+    let two = nodes[..2].to_vec();
+    kruise::create(&c, &job_on(&first.name, "big", &big, &two));
+    kruise::wait_job(&c, IPJ, &first.name, "big", "pulling", TIMEOUT, |j| {
+        count(j, "active") >= 1
+    });
+    // Younger, by a whole second of creationTimestamp.
+    std::thread::sleep(Duration::from_millis(1100));
+    let third = nodes[2..].to_vec();
+    kruise::create(&c, &job_on(&second.name, "small", &small, &third));
+    for (ns, name) in [(&second.name, "small"), (&first.name, "big")] {
+        let job = kruise::wait_job(&c, IPJ, ns, name, "completed", TIMEOUT, completed);
+        assert_eq!(count(&job, "failed"), 0, "{}", kruise::describe(&job));
+    }
+    let mut big_pulls = pulls_of(&c, &big, &two);
+    big_pulls.sort_by_key(|p| p.start);
+    let small_pull = pulls_of(&c, &small, &third).remove(0);
+    let all: Vec<String> = big_pulls
+        .iter()
+        .chain([&small_pull])
+        .map(Pull::to_string)
+        .collect();
+    eprintln!("pulls from {paced} (Unix seconds):\n{}", all.join("\n"));
+    // Oldest first across namespaces would pull both of the older job's
+    // nodes before the other namespace's one.
+    let last_big = &big_pulls[1];
+    assert!(
+        small_pull.start < last_big.start && small_pull.end <= last_big.start,
+        "the second namespace waited for the older job of the first: {}",
+        all.join("; ")
     );
 }
