@@ -60,8 +60,20 @@ impl SlowRegistry {
         upstream: &str,
         bytes_per_second: u64,
     ) -> SlowRegistry {
-        let proxy = Proxy::start_on(listen, upstream, bytes_per_second)
-            .unwrap_or_else(|e| panic!("start the registry proxy on {listen}: {e}"));
+        // A proxy just dropped on the same address lets go of it in the
+        // background: wait for it a little.
+        let mut tries = 0;
+        let proxy = loop {
+            match Proxy::start_on(listen, upstream, bytes_per_second) {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                r => {
+                    break r.unwrap_or_else(|e| panic!("start the registry proxy on {listen}: {e}"));
+                }
+            }
+        };
         let host = proxy.host();
         let state = PathBuf::from(c.var("NODEIMAGE_STATE"));
         let mut dirs = Vec::new();

@@ -218,7 +218,12 @@ impl RegistryPacing {
             .filter(|(slots, _)| unmet > 0 && *slots < s.wanted)
             .map(|(_, reason)| reason)
             .collect();
-        let wake = ledger.to_wake(&job.order, &limited, took_new);
+        // Whom to wake: riders when it took new nodes; the jobs free slots
+        // go to when it took some or let its claim go. A plan that changed
+        // nothing wakes nobody (two jobs held by another registry would
+        // otherwise wake each other for good).
+        let changed = took_new || (was_waiting && unmet == 0);
+        let wake = ledger.to_wake(&job.order, &limited, took_new, changed);
         drop(ledger);
         self.wake(&wake);
         Paced {

@@ -157,12 +157,14 @@ impl Ledger {
 
     /// Whom a plan of `job` wakes: when it took new nodes, every other job
     /// waiting on those registries (they may ride the same nodes, in the
-    /// same writes); and the jobs any slots left free go to.
+    /// same writes); when it `changed` what it holds or wants, the jobs any
+    /// slots left free go to.
     pub(super) fn to_wake(
         &self,
         job: &JobOrder,
         limited: &BTreeMap<String, usize>,
         took_new: bool,
+        changed: bool,
     ) -> Vec<Arc<PacedJob>> {
         let mut out: BTreeMap<JobOrder, Arc<PacedJob>> = BTreeMap::new();
         for (registry, limit) in limited {
@@ -170,8 +172,10 @@ impl Ledger {
                 let jobs = self.waiting.get(registry).into_iter().flatten();
                 out.extend(jobs.map(|(o, w)| (o.clone(), w.job.clone())));
             }
-            for j in self.next_up(registry, *limit) {
-                out.insert(j.order.clone(), j);
+            if changed {
+                for j in self.next_up(registry, *limit) {
+                    out.insert(j.order.clone(), j);
+                }
             }
         }
         out.remove(job);
