@@ -70,7 +70,8 @@ impl SlowRegistry {
                     std::thread::sleep(std::time::Duration::from_millis(200));
                 }
                 r => {
-                    break r.unwrap_or_else(|e| panic!("start the registry proxy on {listen}: {e}"));
+                    break r
+                        .unwrap_or_else(|e| panic!("start the registry proxy on {listen}: {e}"));
                 }
             }
         };

@@ -3,16 +3,13 @@
 //! to by the rule are woken at once, through each kind's controller. A
 //! waiting job also looks again every `PACE_RETRY` as a safety net.
 
-use super::ledger::{PacedJob, RegistryPacing, shows};
+use super::ledger::{PacedJob, RegistryPacing, Waker, shows};
 use super::load;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use nodeimage_api::kruise::NodeImage;
 use std::sync::Arc;
-
-/// Wakes one job of a kind, by namespace and name.
-pub type Waker = Box<dyn Fn(Option<&str>, &str) + Send + Sync>;
 
 impl RegistryPacing {
     /// The jobs of `kind` pacing wakes (a freed slot goes to them, or they

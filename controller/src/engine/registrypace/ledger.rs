@@ -46,8 +46,11 @@ pub struct RegistryPacing {
     pub(super) limits: Limits,
     nodeimages: Store<NodeImage>,
     ledger: Mutex<Ledger>,
-    pub(super) wakers: Mutex<BTreeMap<&'static str, super::handoff::Waker>>,
+    pub(super) wakers: Mutex<BTreeMap<&'static str, Waker>>,
 }
+
+/// Wakes one job of a kind, by namespace and name (`handoff`).
+pub type Waker = Box<dyn Fn(Option<&str>, &str) + Send + Sync>;
 
 /// A job as pacing knows it: its place in the queue, its tenant, and its
 /// kind, namespace and name to wake it by.
