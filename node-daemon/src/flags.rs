@@ -93,6 +93,18 @@ pub struct Flags {
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub presence_check_seconds: u64,
 
+    /// Key of the start-up taint (as the controller's --startup-gate-taint):
+    /// the daemon removes it from its own Node once the bound passed, if
+    /// nothing else did (the controller down or not scheduled). Empty: off.
+    #[arg(long, default_value = nodeimage_api::gate::DEFAULT_TAINT_KEY)]
+    pub startup_gate_taint: String,
+
+    /// The start-up gate's bound, counted from the Node's creation (as the
+    /// controller's --startup-gate-timeout); the daemon acts a minute after
+    /// it, so the controller, when it runs, opens the gate first.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub startup_gate_timeout: std::time::Duration,
+
     /// kubelet's credential-provider config file (CredentialProviderConfig):
     /// images its plugins match are also pulled with the credentials the
     /// plugins return, after the tag's own pull secrets, as kubelet does.
@@ -103,4 +115,9 @@ pub struct Flags {
     /// --image-credential-provider-bin-dir).
     #[arg(long, requires = "image_credential_provider_config")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+}
+
+/// Parses `90`, `90s`, `10m`, `1h30m` into a duration.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    nodeimage_ops::duration::parse(s).map_err(|e| e.to_string())
 }

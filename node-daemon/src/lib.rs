@@ -105,7 +105,8 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         .then(|| Duration::from_secs(flags.presence_check_seconds));
     let upgrades = upgrade_settings(&flags);
     let (notes, notes_rx) = tokio::sync::watch::channel(None);
-    let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, stop_rx.clone()));
+    let bound = gate_bound(&flags);
+    let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, bound, stop_rx.clone()));
     let sync = tokio::spawn(sync::run(
         api,
         flags.node_name.clone(),
@@ -385,5 +386,13 @@ async fn watch_runtime(
             _ = tokio::time::sleep(Duration::from_secs(5)) => {},
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// The start-up gate's bound on this node, from the flags.
+fn gate_bound(flags: &Flags) -> gate::bound::Settings {
+    gate::bound::Settings {
+        taint: flags.startup_gate_taint.clone(),
+        timeout: flags.startup_gate_timeout,
     }
 }

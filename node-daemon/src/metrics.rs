@@ -92,6 +92,10 @@ pub struct Metrics {
     pub registry_waiting: Family<RegistryLabels, Gauge>,
     /// Start-up taints this daemon removed once every gating image was there.
     pub startup_gate_opened: Counter,
+    /// Start-up taints this daemon removed because the bound passed.
+    pub startup_gate_timed_out: Counter,
+    /// Seconds this node has carried the start-up taint past its bound.
+    pub startup_gate_overdue_seconds: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -167,6 +171,8 @@ impl Metrics {
             registry_rate_limited: Family::default(),
             registry_waiting: Family::default(),
             startup_gate_opened: Counter::default(),
+            startup_gate_timed_out: Counter::default(),
+            startup_gate_overdue_seconds: Gauge::default(),
         }
     }
 
@@ -258,6 +264,16 @@ impl Metrics {
             "Start-up taints this daemon removed from its Node once every gating image was on the node",
             self.startup_gate_opened.clone(),
         );
+        r.register(
+            "startup_gate_timed_out",
+            "Start-up taints this daemon removed from its Node because the bound passed (no controller opened it)",
+            self.startup_gate_timed_out.clone(),
+        );
+        r.register(
+            "startup_gate_overdue_seconds",
+            "Seconds this node has carried the start-up taint past its bound (0: not gated, or within it)",
+            self.startup_gate_overdue_seconds.clone(),
+        );
     }
 
     /// Counts a failed CRI call.
@@ -337,6 +353,8 @@ mod tests {
             "nodeimage_daemon_registry_rate_limited_total{registry=\"docker.io\"} 1",
             "nodeimage_daemon_registry_pulls_waiting{registry=\"docker.io\"} 2",
             "nodeimage_daemon_startup_gate_opened_total 0",
+            "nodeimage_daemon_startup_gate_timed_out_total 0",
+            "nodeimage_daemon_startup_gate_overdue_seconds 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }
