@@ -906,3 +906,78 @@ fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() 
     drop(gated);
     drop(cleanup);
 }
+
+/// Issue 39: the gate's bound holds with no controller at all. The real
+/// node registers with the start-up taint while no controller runs (it is
+/// killed: a cluster whose every node is gated cannot schedule one); the
+/// node's own daemon removes the taint a minute after its bound (30 s
+/// here), with a Warning event saying no controller opened it, and says how
+/// long it was overdue meanwhile.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_startup_gate_opens_without_a_controller_after_the_bound() {
+    let rn = RealNode::load();
+    let dir = temp_dir(&rn);
+    let controller = kruise::SharedController::attach(&rn.c);
+    controller.kill();
+    struct Restart(kruise::SharedController);
+    impl Drop for Restart {
+        fn drop(&mut self) {
+            self.0.ensure_running();
+        }
+    }
+    let _restart = Restart(controller);
+    let timed_out_before = rn.node_events("StartupGateTimedOut").len();
+    let gated = rn.register_gated();
+    // kubelet's restart may register the Node once more: go on once the
+    // same tainted Node is seen 5 s apart.
+    let created_at = || {
+        rn.node()["metadata"]["creationTimestamp"]
+            .as_str()
+            .map(String::from)
+    };
+    wait_for("the gated Node to settle", TIMEOUT, || {
+        let first = created_at()?;
+        std::thread::sleep(Duration::from_secs(5));
+        (created_at()? == first && rn.gated()).then_some(())
+    });
+    // As the DaemonSet's pod would, the daemon starts on the new node.
+    let daemon = rn.daemon(dir.path(), &["--startup-gate-timeout", "30s"]);
+    let created: k8s_openapi::jiff::Timestamp = created_at()
+        .and_then(|t| t.parse().ok())
+        .expect("the Node's creationTimestamp");
+    let metrics = format!("http://127.0.0.1:{}/metrics", daemon.health_port);
+    wait_for("the daemon to report its node overdue", TIMEOUT, || {
+        let text = http::scrape(&metrics);
+        let overdue = http::metric_value(&text, "nodeimage_daemon_startup_gate_overdue_seconds");
+        (overdue.unwrap_or(0.0) > 0.0 || !rn.gated()).then_some(())
+    });
+    wait_for(
+        "the node's daemon to remove the start-up taint",
+        TIMEOUT * 2,
+        || (!rn.gated()).then_some(()),
+    );
+    let open_after = k8s_openapi::jiff::Timestamp::now().as_second() - created.as_second();
+    assert!(
+        open_after >= 30 + 60 - 1,
+        "opened {open_after}s after the Node's creation, before the bound of 30 s and its minute of grace"
+    );
+    let events = rn.node_events("StartupGateTimedOut");
+    assert!(
+        events.len() > timed_out_before
+            && events.iter().any(|e| e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no controller opened it"))),
+        "a StartupGateTimedOut event from the daemon: {events:?}"
+    );
+    let text = http::scrape(&metrics);
+    assert_eq!(
+        http::metric_value(&text, "nodeimage_daemon_startup_gate_timed_out_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        http::metric_value(&text, "nodeimage_daemon_startup_gate_overdue_seconds"),
+        Some(0.0)
+    );
+    drop(gated);
+}

@@ -26,6 +26,10 @@ pub const GRACE: Duration = Duration::from_secs(60);
 /// registered again carries the taint anew): one GET per node per period.
 pub const IDLE_RECHECK: Duration = Duration::from_secs(300);
 
+/// How soon a Node that does not exist is read again: it is being
+/// registered (again), and may come with the taint.
+pub const ABSENT_RECHECK: Duration = Duration::from_secs(10);
+
 /// Longest wait between two reads of a tainted Node.
 pub const TAINTED_RECHECK: Duration = Duration::from_secs(60);
 
@@ -41,10 +45,13 @@ pub enum Step {
 /// The step for `seen` at `now` (seconds since the epoch) with the gate's
 /// `bound`, and the seconds the node is past its bound while tainted.
 pub fn decide(seen: Option<Seen>, bound: Duration, now: i64) -> (Step, u64) {
-    let Some(Seen {
+    let Some(seen) = seen else {
+        return (Step::Wait(ABSENT_RECHECK), 0);
+    };
+    let Seen {
         created,
         tainted: true,
-    }) = seen
+    } = seen
     else {
         return (Step::Wait(IDLE_RECHECK), 0);
     };
@@ -87,6 +94,12 @@ pub async fn run(deps: Arc<Deps>, settings: Settings, mut stop: watch::Receiver<
         let wait = match node.gate_state(&settings.taint).await {
             Ok(seen) => {
                 let (step, overdue) = decide(seen, settings.timeout, now());
+                tracing::debug!(
+                    ?seen,
+                    ?step,
+                    overdue,
+                    "start-up gate bound: read this node's Node"
+                );
                 let gauge = &deps.metrics.startup_gate_overdue_seconds;
                 gauge.set(i64::try_from(overdue).unwrap_or(i64::MAX));
                 match step {
@@ -174,7 +187,7 @@ mod tests {
             tainted: false,
         });
         for (seen, now, want) in [
-            (None, 10_000, (Step::Wait(IDLE_RECHECK), 0)),
+            (None, 10_000, (Step::Wait(ABSENT_RECHECK), 0)),
             (untainted, 10_000, (Step::Wait(IDLE_RECHECK), 0)),
             // Young: wait, at most a minute at a time.
             (tainted(0), 0, (Step::Wait(TAINTED_RECHECK), 0)),
