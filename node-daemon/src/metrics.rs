@@ -86,6 +86,8 @@ pub struct Metrics {
     pub image_fs_capacity_bytes: Gauge,
     /// Wanted images on the node the pin budget leaves unpinned.
     pub pins_over_budget: Gauge,
+    /// Pinning passes done (the pin metrics are current once it is above 0).
+    pub pin_passes: Counter,
     /// Images a finished tag still wants that left the node.
     pub images_lost: Counter,
     /// Pulls a registry rate-limited (HTTP 429), by registry.
@@ -166,6 +168,7 @@ impl Metrics {
             pinned_bytes: Gauge::default(),
             image_fs_capacity_bytes: Gauge::default(),
             pins_over_budget: Gauge::default(),
+            pin_passes: Counter::default(),
             images_lost: Counter::default(),
             registry_rate_limited: Family::default(),
             registry_waiting: Family::default(),
@@ -262,6 +265,11 @@ impl Metrics {
             "Images a tag entry wants that the pin budget leaves unpinned (over it, or of unknown size)",
             self.pins_over_budget.clone(),
         );
+        r.register(
+            "pin_passes",
+            "Pinning passes done; the pin metrics are current once it is above 0",
+            self.pin_passes.clone(),
+        );
     }
 
     /// Registers the start-up gate's metrics (under the daemon's prefix).
@@ -347,6 +355,7 @@ mod tests {
             "nodeimage_daemon_pinned_images 0",
             "nodeimage_daemon_pinned_bytes 0",
             "nodeimage_daemon_pins_over_budget 0",
+            "nodeimage_daemon_pin_passes_total 0",
             "nodeimage_daemon_images_lost_total 0",
             "nodeimage_daemon_registry_rate_limited_total{registry=\"docker.io\"} 1",
             "nodeimage_daemon_registry_pulls_waiting{registry=\"docker.io\"} 2",

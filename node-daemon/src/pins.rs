@@ -245,6 +245,7 @@ async fn pass<R: ContainerRuntime>(
         .pins_over_budget
         .set(i64::try_from(decision.left_out.len()).unwrap_or(i64::MAX));
     report.left_out = decision.left_out;
+    metrics.pin_passes.inc();
     Ok(report)
 }
 
