@@ -91,11 +91,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let pinning = tokio::spawn(pin_when_able(
         deps.clone(),
         info_rx,
-        pins::Settings {
-            node: flags.node_name.clone(),
-            enabled: flags.pin_images,
-            budget_percent: flags.pin_budget_percent,
-        },
+        pin_settings(&flags),
         stop_rx.clone(),
     ));
     let writer = tokio::spawn(writer::run(
@@ -260,6 +256,15 @@ fn upgrade_settings(flags: &Flags) -> Arc<upgrade::Settings> {
         node_name: flags.node_name.clone(),
         lock: tokio::sync::Mutex::new(()),
     })
+}
+
+/// How this node pins, from the flags.
+fn pin_settings(flags: &Flags) -> pins::Settings {
+    pins::Settings {
+        node: flags.node_name.clone(),
+        enabled: flags.pin_images,
+        budget_percent: flags.pin_budget_percent,
+    }
 }
 
 /// Once the runtime is known: says what it can do (a log line, the
