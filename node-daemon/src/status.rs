@@ -7,11 +7,12 @@ use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImage
 use std::collections::BTreeMap;
 
 /// Builds the status to publish; `pin_notes` are the messages of tags whose
-/// images the pin budget leaves unpinned (see [`with_pin_note`]).
+/// images the pin budget leaves unpinned (see [`with_pin_note`]), None
+/// until the pinning task has said (messages then stay as they are).
 pub fn build(
     ni: &NodeImage,
     live: &BTreeMap<TagKey, ImageTagStatus>,
-    pin_notes: &BTreeMap<TagKey, String>,
+    pin_notes: Option<&BTreeMap<TagKey, String>>,
 ) -> NodeImageStatus {
     nodeimage_api::kruise::nodeimage::contract::status_for_spec(ni, |image, t, observed| {
         let version = t.version.unwrap_or(0);
@@ -30,7 +31,10 @@ pub fn build(
                 version: Some(version),
                 ..Default::default()
             });
-        with_pin_note(entry, pin_notes.get(&key))
+        match pin_notes {
+            Some(notes) => with_pin_note(entry, notes.get(&key)),
+            None => entry,
+        }
     })
 }
 
@@ -151,7 +155,7 @@ mod tests {
                 },
             ),
         ]);
-        let s = build(&obj, &live, &BTreeMap::new());
+        let s = build(&obj, &live, None);
         assert_eq!(
             phases(&s),
             vec![
@@ -183,7 +187,7 @@ mod tests {
 
     #[test]
     fn empty_spec_gives_zero_counts() {
-        let s = build(&ni(&[], &[]), &BTreeMap::new(), &BTreeMap::new());
+        let s = build(&ni(&[], &[]), &BTreeMap::new(), None);
         assert_eq!(s.desired, 0);
         assert_eq!(s.succeeded, Some(0));
         assert!(s.image_statuses.is_none());
@@ -211,7 +215,7 @@ mod tests {
             (key("b"), note.clone()),
             (key("c"), note.clone()),
         ]);
-        let s = build(&obj, &BTreeMap::new(), &notes);
+        let s = build(&obj, &BTreeMap::new(), Some(&notes));
         let message = |s: &NodeImageStatus, i: &str| {
             s.image_statuses
                 .as_ref()
@@ -225,7 +229,10 @@ mod tests {
         // Pinned again: the message goes, from what status said as well.
         let mut written = obj.clone();
         written.status = Some(s);
-        let s = build(&written, &BTreeMap::new(), &BTreeMap::new());
+        // Before the pinning task has said anything (a restart), it stays.
+        let kept = build(&written, &BTreeMap::new(), None);
+        assert_eq!(message(&kept, "a"), Some(note.clone()));
+        let s = build(&written, &BTreeMap::new(), Some(&BTreeMap::new()));
         assert_eq!(message(&s, "a"), None);
         // Another message of a Succeeded tag is left alone.
         let mut other = ImageTagStatus {

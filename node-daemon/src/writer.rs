@@ -54,7 +54,7 @@ struct Inner {
     seen_during_request: Option<Vec<String>>,
     live: BTreeMap<TagKey, ImageTagStatus>,
     /// Messages of tags whose images the pin budget leaves unpinned.
-    pin_notes: BTreeMap<TagKey, String>,
+    pin_notes: Option<BTreeMap<TagKey, String>>,
     urgent: bool,
     /// A spec change not written since: its tags' first reports follow
     /// within milliseconds.
@@ -223,8 +223,8 @@ impl StatusHandle {
     /// unpinned (replaces the previous ones; see `status::build`).
     pub fn pin_notes(&self, notes: BTreeMap<TagKey, String>) {
         let mut g = self.lock();
-        if g.pin_notes != notes {
-            g.pin_notes = notes;
+        if g.pin_notes.as_ref() != Some(&notes) {
+            g.pin_notes = Some(notes);
             self.wake(g, true);
         }
     }
@@ -277,7 +277,7 @@ impl StatusHandle {
         g.urgent = false;
         g.spec_pending = false;
         let ni = g.observed.clone()?;
-        let new = status::build(&ni, &g.live, &g.pin_notes);
+        let new = status::build(&ni, &g.live, g.pin_notes.as_ref());
         if ni.status.as_ref() == Some(&new) {
             return None;
         }
