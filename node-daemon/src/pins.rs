@@ -292,7 +292,9 @@ async fn apply<R: ContainerRuntime>(
                 pinned.remove(name);
                 match left_out.get(name) {
                     Some(why) => tracing::info!(image = %name, reason = %why.message(), "unpinned"),
-                    None => tracing::info!(image = %name, "unpinned: no tag entry wants it"),
+                    None => {
+                        tracing::info!(image = %name, "unpinned: no tag entry wants it, or pinning is off")
+                    }
                 }
             }
             Err(e) => tracing::warn!(image = %name, error = %e, "cannot unpin"),
