@@ -84,6 +84,10 @@ pub struct Metrics {
     pub pinned_bytes: Gauge,
     /// Bytes the runtime's image filesystem can hold (for the pinned share).
     pub image_fs_capacity_bytes: Gauge,
+    /// Wanted images on the node the pin budget leaves unpinned.
+    pub pins_over_budget: Gauge,
+    /// Pinning passes done (the pin metrics are current once it is above 0).
+    pub pin_passes: Counter,
     /// Images a finished tag still wants that left the node.
     pub images_lost: Counter,
     /// Pulls a registry rate-limited (HTTP 429), by registry.
@@ -167,6 +171,8 @@ impl Metrics {
             pinned_images: Gauge::default(),
             pinned_bytes: Gauge::default(),
             image_fs_capacity_bytes: Gauge::default(),
+            pins_over_budget: Gauge::default(),
+            pin_passes: Counter::default(),
             images_lost: Counter::default(),
             registry_rate_limited: Family::default(),
             registry_waiting: Family::default(),
@@ -224,21 +230,7 @@ impl Metrics {
             "The container runtime found at start and what the daemon can do on it",
             self.runtime_info.clone(),
         );
-        r.register(
-            "pinned_images",
-            "Images the daemon keeps pinned while a tag entry wants them",
-            self.pinned_images.clone(),
-        );
-        r.register(
-            "pinned_bytes",
-            "Bytes of the images the daemon keeps pinned",
-            self.pinned_bytes.clone(),
-        );
-        r.register(
-            "image_fs_capacity_bytes",
-            "Size of the filesystem that holds the runtime's images",
-            self.image_fs_capacity_bytes.clone(),
-        );
+        self.register_pins(r);
         r.register(
             "images_lost",
             "Images a finished tag still wanted that left the node (kubelet's image GC, crictl rmi)",
@@ -255,6 +247,35 @@ impl Metrics {
             self.registry_waiting.clone(),
         );
         self.register_gate(r);
+    }
+
+    /// Registers the pinning task's metrics (under the daemon's prefix).
+    fn register_pins(&self, r: &mut Registry) {
+        r.register(
+            "pinned_images",
+            "Images the daemon keeps pinned while a tag entry wants them",
+            self.pinned_images.clone(),
+        );
+        r.register(
+            "pinned_bytes",
+            "Bytes of the images the daemon keeps pinned",
+            self.pinned_bytes.clone(),
+        );
+        r.register(
+            "image_fs_capacity_bytes",
+            "Size of the filesystem that holds the runtime's images",
+            self.image_fs_capacity_bytes.clone(),
+        );
+        r.register(
+            "pins_over_budget",
+            "Images a tag entry wants that the pin budget leaves unpinned (over it, or of unknown size)",
+            self.pins_over_budget.clone(),
+        );
+        r.register(
+            "pin_passes",
+            "Pinning passes done; the pin metrics are current once it is above 0",
+            self.pin_passes.clone(),
+        );
     }
 
     /// Registers the start-up gate's metrics (under the daemon's prefix).
@@ -349,6 +370,8 @@ mod tests {
             "nodeimage_daemon_cri_errors_total{call=\"PullImage\"} 1",
             "nodeimage_daemon_pinned_images 0",
             "nodeimage_daemon_pinned_bytes 0",
+            "nodeimage_daemon_pins_over_budget 0",
+            "nodeimage_daemon_pin_passes_total 0",
             "nodeimage_daemon_images_lost_total 0",
             "nodeimage_daemon_registry_rate_limited_total{registry=\"docker.io\"} 1",
             "nodeimage_daemon_registry_pulls_waiting{registry=\"docker.io\"} 2",

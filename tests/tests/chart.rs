@@ -168,6 +168,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
         ("--health-addr=0.0.0.0:10226", "daemon health address"),
         ("path: /readyz", "daemon readiness probe"),
         ("runAsUser: 0", "daemon runs as root (socket)"),
+        ("--pin-budget-percent=40", "the default pin budget"),
     ] {
         expect_in(&ds, needle, what);
     }
@@ -450,7 +451,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
     );
 
     // Values the chart refuses, each with a message that names the problem.
-    let refused: [(&str, &str, &[&str]); 16] = [
+    let refused: [(&str, &str, &[&str]); 19] = [
         (
             "ServiceMonitor and PodMonitor together",
             "not both",
@@ -535,6 +536,21 @@ fn chart_lints_renders_and_refuses_bad_values() {
             "a negative registry limit",
             "/controller/registryPacing/default",
             &["--set", "controller.registryPacing.default=-1"],
+        ),
+        (
+            "a pin budget of 0",
+            "/daemon/pinning/budgetPercent",
+            &["--set", "daemon.pinning.budgetPercent=0"],
+        ),
+        (
+            "a pin budget above 100 percent",
+            "/daemon/pinning/budgetPercent",
+            &["--set", "daemon.pinning.budgetPercent=150"],
+        ),
+        (
+            "a pin budget as a string",
+            "/daemon/pinning/budgetPercent",
+            &["--set-string", "daemon.pinning.budgetPercent=lots"],
         ),
         (
             "a skipped node label without a value",
