@@ -364,34 +364,22 @@ struct Sized {
     size: u64,
 }
 
-/// Issue 39: with a pin budget too small for every wanted image, the
-/// oldest entries' images are pinned and the newest is not: its tag stays
-/// Succeeded and says why, one `ImageNotPinned` Warning names it, and the
-/// daemon's `pins_over_budget` metric counts it. Once an older entry leaves,
-/// it fits and is pinned, and its message goes. The documented uninstall
-/// step (the daemon with `--pin-images=false`, `daemon.pinning.enabled=false`)
-/// then removes every pin of the node. The budget is worked out from the
-/// node's image filesystem (the shared daemon's capacity metric) so that
-/// the two oldest images fit and the third does not.
-#[test]
-#[ignore = "needs the local cluster (make test)"]
-fn pins_stay_within_the_budget_and_the_tag_says_which_are_left_out() {
-    use nodeimage_api::kruise::nodeimage::pins::NOT_PINNED_PREFIX;
-    use nodeimage_tests::prepull::{TestNode, remove_from_nodes};
-    let c = Cluster::load();
+/// The budget scenario's start: a node whose containerd honours pins, its
+/// index and image filesystem size, and three images pulled there (old,
+/// mid, new), each removed from the node by `cleanup`.
+fn budget_images(c: &Cluster, cleanup: &mut Cleanup) -> (usize, f64, Vec<Sized>) {
     let Some((i, n, runtime, _)) = nodes(&c).into_iter().rev().find(|n| n.3) else {
         panic!("no node of the mixed cluster runs a containerd that honours pins");
     };
     let socket = c.socket(i);
     let capacity = wait_for(&format!("{n}'s image filesystem size"), TIMEOUT, || {
         http::metric_value(
-            &daemon_metrics(&c, i),
+            &daemon_metrics(c, i),
             "nodeimage_daemon_image_fs_capacity_bytes",
         )
         .filter(|v| *v > 0.0)
     });
     let registry = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
-    let mut cleanup = Cleanup::default();
     let images: Vec<Sized> = ["old", "mid", "new"]
         .iter()
         .map(|age| {
@@ -405,7 +393,7 @@ fn pins_stay_within_the_budget_and_the_tag_says_which_are_left_out() {
             let reference = pushed.reference();
             let (s, r) = (socket.clone(), reference.clone());
             cleanup.defer(format!("remove {r} from {n}"), move || {
-                remove_from_nodes(&[s], &r)
+                nodeimage_tests::prepull::remove_from_nodes(&[s], &r)
             });
             cri::pull(&socket, &reference, None).expect("pull the test image");
             let size = cri::image_status(&socket, &reference)
@@ -421,11 +409,33 @@ fn pins_stay_within_the_budget_and_the_tag_says_which_are_left_out() {
             }
         })
         .collect();
+    eprintln!("{n} ({runtime}): image filesystem {capacity} B");
+    (i, capacity, images)
+}
+
+/// Issue 39: with a pin budget too small for every wanted image, the
+/// oldest entries' images are pinned and the newest is not: its tag stays
+/// Succeeded and says why, one `ImageNotPinned` Warning names it, and the
+/// daemon's `pins_over_budget` metric counts it. Once an older entry leaves,
+/// it fits and is pinned, and its message goes. The documented uninstall
+/// step (the daemon with `--pin-images=false`, `daemon.pinning.enabled=false`)
+/// then removes every pin of the node. The budget is worked out from the
+/// node's image filesystem (the shared daemon's capacity metric) so that
+/// the two oldest images fit and the third does not.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn pins_stay_within_the_budget_and_the_tag_says_which_are_left_out() {
+    use nodeimage_api::kruise::nodeimage::pins::NOT_PINNED_PREFIX;
+    use nodeimage_tests::prepull::TestNode;
+    let c = Cluster::load();
+    let mut cleanup = Cleanup::default();
+    let (i, capacity, images) = budget_images(&c, &mut cleanup);
+    let socket = c.socket(i);
     let (old, mid, new) = (&images[0], &images[1], &images[2]);
     // The two oldest fit, the newest does not (by half its size).
     let budget = old.size + mid.size + new.size / 2;
     let percent = budget as f64 * 100.0 / capacity;
-    eprintln!("{n} ({runtime}): image filesystem {capacity} B, budget {budget} B = {percent}%");
+    eprintln!("budget {budget} B = {percent}%");
     // Not an edge node: no other test's ImagePrePullJob selects it.
     let mut node = TestNode::create_exactly(&c, "pin-budget", &Default::default());
     node.start_daemon(&socket, &["--pin-budget-percent", &percent.to_string()]);
@@ -518,6 +528,65 @@ fn pins_stay_within_the_budget_and_the_tag_says_which_are_left_out() {
     wait_for("every pin of the test node gone", TIMEOUT, || {
         (!pinned_here(mid) && !pinned_here(new)).then_some(())
     });
+    drop(node);
+    drop(cleanup);
+}
+
+/// Issue 39: a tenant (rights in its own namespace only, through its own
+/// token) cannot pin beyond the budget: its three `Never` jobs on a node
+/// whose budget holds two of their images get those two pinned (the
+/// oldest), and the third pulled, not pinned, its tag saying so.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_tenants_jobs_pin_only_within_the_budget() {
+    use nodeimage_api::kruise::nodeimage::pins::NOT_PINNED_PREFIX;
+    use nodeimage_tests::kruise::TestNs;
+    use nodeimage_tests::prepull::TestNode;
+    use nodeimage_tests::tenant::Tenant;
+    let c = Cluster::load();
+    let mut cleanup = Cleanup::default();
+    let (i, capacity, images) = budget_images(&c, &mut cleanup);
+    let socket = c.socket(i);
+    let (old, mid, new) = (&images[0], &images[1], &images[2]);
+    let budget = old.size + mid.size + new.size / 2;
+    let percent = budget as f64 * 100.0 / capacity;
+    let mut node = TestNode::create_exactly(&c, "tenant-pins", &Default::default());
+    node.start_daemon(&socket, &["--pin-budget-percent", &percent.to_string()]);
+    let name = node.name.clone();
+    let ns = TestNs::create(&c, "e2e-tenant-pins");
+    let tenant = Tenant::new(&c, &ns.name);
+    for (k, img) in images.iter().enumerate() {
+        let job = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+            "metadata": {"name": format!("pin-{k}")},
+            "spec": {"image": img.reference, "selector": {"names": [name]},
+                     "completionPolicy": {"type": "Never"}}});
+        let (ok, stderr) = tenant.apply(&job);
+        assert!(ok, "the tenant creates its job: {stderr}");
+        // Entries one second apart at least: their age orders them.
+        let tag = Tag {
+            ni: &name,
+            image: &img.name,
+            tag: "v1",
+        };
+        ni::wait_phase(&c, tag, 0, "Succeeded", TIMEOUT);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let pinned_here = |img: &Sized| {
+        cri::image_status(&socket, &img.reference)
+            .ok()
+            .flatten()
+            .is_some_and(|i| i.pinned)
+    };
+    wait_for("the tenant's newest image said not pinned", TIMEOUT, || {
+        ni::get(&c, &name)
+            .and_then(|o| ni::tag_status(&o, &new.name, "v1").cloned())
+            .and_then(|t| t["message"].as_str().map(str::to_string))
+            .filter(|m| m.starts_with(NOT_PINNED_PREFIX))
+    });
+    wait_for("the two oldest pinned", TIMEOUT, || {
+        (pinned_here(old) && pinned_here(mid)).then_some(())
+    });
+    assert!(!pinned_here(new), "over the budget: not pinned");
     drop(node);
     drop(cleanup);
 }
