@@ -368,7 +368,7 @@ struct Sized {
 /// index and image filesystem size, and three images pulled there (old,
 /// mid, new), each removed from the node by `cleanup`.
 fn budget_images(c: &Cluster, cleanup: &mut Cleanup) -> (usize, f64, Vec<Sized>) {
-    let Some((i, n, runtime, _)) = nodes(&c).into_iter().rev().find(|n| n.3) else {
+    let Some((i, n, runtime, _)) = nodes(c).into_iter().rev().find(|n| n.3) else {
         panic!("no node of the mixed cluster runs a containerd that honours pins");
     };
     let socket = c.socket(i);
