@@ -308,14 +308,66 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "- \"platform-agents\"",
         "the class that is set",
     );
+    // The controller's class while the start-up gate is on is in the quota
+    // too: it must schedule when every other node is gated (issue 39).
+    expect_in(
+        &other_class,
+        "- \"system-cluster-critical\"",
+        "the controller's class",
+    );
+    let controller_only = rendered(
+        &c,
+        &[
+            "--show-only",
+            "templates/daemon-priority-quota.yaml",
+            "--set",
+            "daemon.priorityClassName=",
+        ],
+    );
+    expect_in(
+        &controller_only,
+        "- \"system-cluster-critical\"",
+        "the controller's class alone",
+    );
+    expect_not_in(
+        &controller_only,
+        "- \"system-node-critical\"",
+        "no daemon class",
+    );
     for off in [
-        "daemon.priorityClassName=",
-        "daemon.priorityQuota.enabled=false",
+        vec!["daemon.priorityClassName=", "startupGate.enabled=false"],
+        vec!["daemon.priorityQuota.enabled=false"],
     ] {
-        let r = render(&c, RELEASE, NS, &["--set", off]);
-        assert!(r.success, "helm template --set {off}: {}", r.text());
-        expect_not_in(&r.stdout, "kind: ResourceQuota", off);
+        let args: Vec<&str> = off.iter().flat_map(|v| ["--set", *v]).collect();
+        let r = render(&c, RELEASE, NS, &args);
+        let what = off.join(" ");
+        assert!(r.success, "helm template --set {what}: {}", r.text());
+        expect_not_in(&r.stdout, "kind: ResourceQuota", &what);
     }
+    // The controller tolerates the gate's taint and gets the critical class
+    // while the gate is on, and neither without it.
+    let controller = rendered(&c, &["--show-only", "templates/controller-deployment.yaml"]);
+    expect_in(
+        &controller,
+        "key: \"nodeimage.dev/images-pending\"",
+        "the controller tolerates the start-up taint",
+    );
+    expect_in(
+        &controller,
+        "priorityClassName: system-cluster-critical",
+        "the controller's class while gated",
+    );
+    let ungated = rendered(
+        &c,
+        &[
+            "--show-only",
+            "templates/controller-deployment.yaml",
+            "--set",
+            "startupGate.enabled=false",
+        ],
+    );
+    expect_not_in(&ungated, "images-pending", "no gate, no toleration");
+    expect_not_in(&ungated, "priorityClassName", "no gate, no class");
     let k3s = rendered(
         &c,
         &[
