@@ -16,6 +16,12 @@ pub const GROUPS: [&str; 2] = ["apps.kruise.io", "policy.kruise.io"];
 /// The kinds nodeimage serves: moving them is the migration itself.
 pub const IMAGE_KINDS: [&str; 3] = ["NodeImage", "ImagePullJob", "ImageListPullJob"];
 
+/// Kinds whose objects OpenKruise itself keeps, one per Node, from what
+/// users wrote elsewhere (NodePodProbe: the probes of PodProbeMarkers, which
+/// are counted): losing them loses nothing of the user's. Seen against a
+/// real kruise-manager v1.9, which makes one per Node on its own.
+pub const DERIVED_KINDS: [&str; 1] = ["NodePodProbe"];
+
 /// Most object names listed per kind.
 const NAMES_SHOWN: usize = 5;
 
@@ -81,8 +87,9 @@ pub async fn find(client: &kube::Client) -> Result<Vec<Found>, kube::Error> {
         let mut seen = std::collections::BTreeSet::new();
         let versions = group.versions().map(str::to_string).collect::<Vec<_>>();
         for (ar, _) in versions.iter().flat_map(|v| group.versioned_resources(v)) {
-            let image_kind = IMAGE_KINDS.contains(&ar.kind.as_str());
-            if image_kind || ar.plural.contains('/') || !seen.insert(ar.kind.clone()) {
+            let kind = ar.kind.as_str();
+            let ours_or_derived = IMAGE_KINDS.contains(&kind) || DERIVED_KINDS.contains(&kind);
+            if ours_or_derived || ar.plural.contains('/') || !seen.insert(ar.kind.clone()) {
                 continue;
             }
             // Every namespace, or the cluster scope: one list either way.
