@@ -32,6 +32,7 @@ start() {
   "$KUBECTL" wait --for=condition=Established --timeout=60s -f "$REPO_ROOT/crds/yaml" >/dev/null
   # The start-up gate's bound, short for real_kubelet_startup_gate_* (which
   # read it as GATE_TIMEOUT); no other test registers a node with its taint.
+  # Only the jobs of namespace nodeimage-gate-e2e may gate (their GATE_NS).
   # The one registry host the shared controller paces, one node pulling from
   # it at a time: a proxy tests/tests/registry_pacing.rs starts on this
   # port (no other test names it). Default: the registry's port plus 10.
@@ -39,7 +40,7 @@ start() {
   local paced=127.0.0.1:${NODEIMAGE_PACED_REGISTRY_PORT:-$((reg_port + 10))}
   start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
     --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1" \
-    --startup-gate-timeout 90s
+    --startup-gate-timeout 90s --startup-gate-namespaces nodeimage-gate-e2e
   local i=0 node socket
   for node in $NODEIMAGE_NODES; do
     i=$((i + 1))

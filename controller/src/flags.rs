@@ -93,6 +93,20 @@ pub struct Flags {
     /// Warning event naming the missing images), e.g. 10m.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub startup_gate_timeout: Duration,
+
+    /// Namespaces whose ImagePullJobs and ImageListPullJobs may gate new
+    /// nodes (comma-separated; `*`: every namespace). Cluster-scoped
+    /// ImagePrePullJobs always may. Default: none, so a tenant's job
+    /// annotated nodeimage.dev/gate-new-nodes gates nothing.
+    #[arg(long, value_delimiter = ',')]
+    pub startup_gate_namespaces: Vec<String>,
+
+    /// Namespaces whose Secrets an ImagePrePullJob's `imageSecrets`
+    /// (namespace/name) may name (comma-separated). Default `*`: any, as
+    /// in KubeEdge.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub image_secret_namespaces: Vec<String>,
+
     /// Most nodes pulling from one registry host at once, across every job
     /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
     /// hand-written NodeImage entries count but are not held back. Jobs

@@ -98,12 +98,34 @@ pub fn job_pull_secrets(_: &mut SchemaGenerator) -> Schema {
 /// `namespace/name` of KubeEdge's `imageSecrets`.
 pub fn namespaced_secret(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
-        "description": "Secret with registry credentials, as `namespace/name`. It must be of type kubernetes.io/dockerconfigjson.",
+        "description": "Secret with registry credentials, as `namespace/name`, of type kubernetes.io/dockerconfigjson (or kubernetes.io/dockercfg): a Secret of any other type is refused and the job's nodes fail naming it. The chart may limit the namespaces allowed (controller.imageSecretNamespaces).",
         "type": "string",
         "maxLength": 63 + 1 + SUBDOMAIN_MAX,
         "x-kubernetes-validations": [rule(
             format!("self.matches('{}') && self.indexOf('/') <= 63 && size(self) - self.indexOf('/') - 1 <= {SUBDOMAIN_MAX}", cel(NAMESPACED_NAME)),
             "spec.imagePrePullTemplate.imageSecrets must be of the form namespace/name (a namespace name, '/', a Secret name)".to_string(),
+        )],
+    })
+}
+
+/// An image repository, with an optional registry host and port, tag or
+/// digest (the distribution reference grammar, lower-case path): what a
+/// NodeUpgradeJob's `image` must be before any node runs a tool from it.
+pub const IMAGE_REFERENCE: &str = r"^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]+)?/)?[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([+._-][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?$";
+
+/// Longest image reference accepted (bounds the CEL cost).
+const IMAGE_REFERENCE_MAX: u32 = 512;
+
+/// `spec.image` of NodeUpgradeJob: a valid image repository.
+pub fn upgrade_image(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Image that ships the upgrade tool (keadm); any tag or digest is replaced by version. A repository such as kubeedge/installation-package or registry.example.com:5000/edge/installer.",
+        "type": "string",
+        "default": "kubeedge/installation-package",
+        "maxLength": IMAGE_REFERENCE_MAX,
+        "x-kubernetes-validations": [rule(
+            format!("self.matches('{}')", cel(IMAGE_REFERENCE)),
+            "spec.image must be an image repository such as kubeedge/installation-package or registry.example.com/edge/installer (lower-case path, optional host:port, tag or digest)".to_string(),
         )],
     })
 }
@@ -297,6 +319,31 @@ mod tests {
             ("/regcred", false),
             ("Default/regcred", false),
             ("a/b/c", false),
+        ] {
+            assert_eq!(r.is_match(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn image_references() {
+        let r = re(IMAGE_REFERENCE);
+        for (input, want) in [
+            ("kubeedge/installation-package", true),
+            ("installation-package", true),
+            ("docker.io/kubeedge/installation-package:v1.16.0", true),
+            ("127.0.0.1:5000/edge/installer", true),
+            ("Registry.Example.com:443/a/b_c/d__e/f-g", true),
+            (
+                "r.io/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                true,
+            ),
+            ("Not An/Image!!", false),
+            ("kubeedge/Installation", false),
+            ("kubeedge//x", false),
+            ("-leading/x", false),
+            ("a/b; rm -rf /", false),
+            ("a/b:$(id)", false),
+            ("", false),
         ] {
             assert_eq!(r.is_match(input), want, "{input:?}");
         }

@@ -4,6 +4,7 @@
 //! [`view`] and [`render`], the job `pull` creates in [`pull`].
 
 mod follow;
+mod precheck;
 mod proxy;
 mod pull;
 mod render;
@@ -16,6 +17,8 @@ use std::process::ExitCode;
 
 /// Exit code when the job finished with failed nodes (`--watch`, `--wait`).
 const EXIT_FAILED_NODES: u8 = 3;
+/// Exit code when OpenKruise has objects other than image ones (`openkruise-check`).
+const EXIT_OPENKRUISE_IN_USE: u8 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,7 +26,7 @@ const EXIT_FAILED_NODES: u8 = 3;
     bin_name = "kubectl nodeimage",
     version,
     about = "Follow image pre-pull jobs node by node, and pull an image onto nodes",
-    after_help = "Exit status: 0 success; 1 error; 2 bad usage; 3 the job finished with failed nodes (--watch, --wait)."
+    after_help = "Exit status: 0 success; 1 error; 2 bad usage; 3 the job finished with failed nodes (--watch, --wait); 4 OpenKruise has other objects (openkruise-check)."
 )]
 struct Cli {
     /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
@@ -45,6 +48,10 @@ enum Command {
     Status(StatusArgs),
     /// Create an ImagePullJob that pulls IMAGE onto nodes, and print its name.
     Pull(PullArgs),
+    /// Before uninstalling OpenKruise (docs/migration.md way A): list the
+    /// objects of its other kinds, which the uninstall would delete; exit 4
+    /// if there are any.
+    OpenkruiseCheck,
 }
 
 /// Table for people, JSON for programs.
@@ -228,6 +235,17 @@ fn around_env_proxy(config: &kube::Config) -> bool {
 
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
     match &cli.command {
+        Command::OpenkruiseCheck => {
+            let (client, _) = client(&cli).await?;
+            let found = precheck::find(&client).await?;
+            let (safe, text) = precheck::verdict(&found);
+            print!("{text}");
+            Ok(if safe {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_OPENKRUISE_IN_USE)
+            })
+        }
         Command::Status(args) => {
             let target = target::parse_target(&args.target, args.name.as_deref())?;
             let (client, default_ns) = client(&cli).await?;

@@ -88,10 +88,29 @@ pub struct Flags {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub pin_images: bool,
 
+    /// The most the daemon pins, in percent of the image filesystem (above
+    /// 0, at most 100; decimals allowed): wanted images beyond it are not
+    /// pinned, gating images and cluster-scoped jobs' images first, then the
+    /// oldest entries (docs/api.md).
+    #[arg(long, default_value_t = 40.0, value_parser = budget_percent)]
+    pub pin_budget_percent: f64,
+
     /// How often, in seconds, the images of tags reported Succeeded are
     /// looked for on the node (an image gone is pulled again); 0: never.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub presence_check_seconds: u64,
+
+    /// Key of the start-up taint (as the controller's --startup-gate-taint):
+    /// the daemon removes it from its own Node once the bound passed, if
+    /// nothing else did (the controller down or not scheduled). Empty: off.
+    #[arg(long, default_value = nodeimage_api::gate::DEFAULT_TAINT_KEY)]
+    pub startup_gate_taint: String,
+
+    /// The start-up gate's bound, counted from the Node's creation (as the
+    /// controller's --startup-gate-timeout); the daemon acts a minute after
+    /// it, so the controller, when it runs, opens the gate first.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub startup_gate_timeout: std::time::Duration,
 
     /// kubelet's credential-provider config file (CredentialProviderConfig):
     /// images its plugins match are also pulled with the credentials the
@@ -103,4 +122,53 @@ pub struct Flags {
     /// --image-credential-provider-bin-dir).
     #[arg(long, requires = "image_credential_provider_config")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+}
+
+/// Parses `90`, `90s`, `10m`, `1h30m` into a duration.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    nodeimage_ops::duration::parse(s).map_err(|e| e.to_string())
+}
+
+/// Parses `--pin-budget-percent`: a number above 0 and at most 100.
+fn budget_percent(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),
+        Ok(p) => Err(format!(
+            "{p} is out of range: the pin budget is a share of the image filesystem, above 0 and at most 100 (percent)"
+        )),
+        Err(e) => Err(format!("{s:?} is not a number of percent: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_pin_budget_is_above_0_and_at_most_100_percent() {
+        let parse = |v: &str| {
+            let flag = format!("--pin-budget-percent={v}");
+            Flags::try_parse_from(["nodeimage-daemon", "--node-name", "n", &flag])
+                .map(|f| f.pin_budget_percent)
+                .map_err(|e| e.to_string())
+        };
+        for (v, want) in [
+            ("40", 40.0),
+            ("100", 100.0),
+            ("0.001", 0.001),
+            ("12.5", 12.5),
+        ] {
+            assert_eq!(parse(v), Ok(want), "{v}");
+        }
+        for v in ["0", "-5", "100.5", "1e9", "NaN", "inf", "forty"] {
+            let e = parse(v).err().unwrap_or_default();
+            assert!(
+                e.contains("above 0 and at most 100") || e.contains("not a number"),
+                "{v}: {e}"
+            );
+        }
+        let default = Flags::try_parse_from(["nodeimage-daemon", "--node-name", "n"]);
+        assert_eq!(default.map(|f| f.pin_budget_percent).ok(), Some(40.0));
+    }
 }

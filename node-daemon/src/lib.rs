@@ -91,7 +91,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let pinning = tokio::spawn(pin_when_able(
         deps.clone(),
         info_rx,
-        flags.pin_images,
+        pin_settings(&flags),
         stop_rx.clone(),
     ));
     let writer = tokio::spawn(writer::run(
@@ -105,7 +105,8 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         .then(|| Duration::from_secs(flags.presence_check_seconds));
     let upgrades = upgrade_settings(&flags);
     let (notes, notes_rx) = tokio::sync::watch::channel(None);
-    let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, stop_rx.clone()));
+    let bound = gate_bound(&flags);
+    let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, bound, stop_rx.clone()));
     let sync = tokio::spawn(sync::run(
         api,
         flags.node_name.clone(),
@@ -258,13 +259,22 @@ fn upgrade_settings(flags: &Flags) -> Arc<upgrade::Settings> {
     })
 }
 
+/// How this node pins, from the flags.
+fn pin_settings(flags: &Flags) -> pins::Settings {
+    pins::Settings {
+        node: flags.node_name.clone(),
+        enabled: flags.pin_images,
+        budget_percent: flags.pin_budget_percent,
+    }
+}
+
 /// Once the runtime is known: says what it can do (a log line, the
 /// `runtime_info` metric, an event on the NodeImage once it is read) and,
 /// where it honours pins, keeps the wanted images pinned (`pins`).
 async fn pin_when_able(
     deps: Arc<deps::Deps>,
     mut info: tokio::sync::watch::Receiver<Option<runtime_info::RuntimeInfo>>,
-    enabled: bool,
+    settings: pins::Settings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let info = tokio::select! {
@@ -277,16 +287,18 @@ async fn pin_when_able(
     let Some(info) = info else { return };
     record_runtime(&deps, &info);
     let events = tokio::spawn(announce_runtime(deps.clone(), info.clone(), stop.clone()));
+    let enabled = settings.enabled;
     if info.has(runtime_info::Capability::Pinning) {
-        let settings = pins::Settings {
-            node: deps.node.clone(),
-            enabled,
+        let sinks = pins::Sinks {
+            metrics: deps.metrics.clone(),
+            status: deps.status.clone(),
+            announce: announce_unpinned(deps.clone()),
         };
         pins::run(
             deps.pins.clone(),
             deps.runtime.clone(),
             settings,
-            deps.metrics.clone(),
+            sinks,
             stop.clone(),
         )
         .await;
@@ -295,6 +307,18 @@ async fn pin_when_able(
     }
     let _ = stop.changed().await;
     events.abort();
+}
+
+/// Records a Warning event on the NodeImage for an image the pin budget
+/// leaves unpinned (the pinning task says each image once).
+fn announce_unpinned(deps: Arc<deps::Deps>) -> Box<dyn Fn(String) + Send + Sync> {
+    Box::new(move |note| {
+        let deps = deps.clone();
+        tokio::spawn(async move {
+            let warning = kube::runtime::events::EventType::Warning;
+            report::event(&deps, warning, pins::REASON_NOT_PINNED, "Pin", note).await;
+        });
+    })
 }
 
 /// Says what the runtime can do: a log line and the `runtime_info` metric.
@@ -385,5 +409,13 @@ async fn watch_runtime(
             _ = tokio::time::sleep(Duration::from_secs(5)) => {},
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// The start-up gate's bound on this node, from the flags.
+fn gate_bound(flags: &Flags) -> gate::bound::Settings {
+    gate::bound::Settings {
+        taint: flags.startup_gate_taint.clone(),
+        timeout: flags.startup_gate_timeout,
     }
 }

@@ -84,6 +84,10 @@ pub struct Metrics {
     pub pinned_bytes: Gauge,
     /// Bytes the runtime's image filesystem can hold (for the pinned share).
     pub image_fs_capacity_bytes: Gauge,
+    /// Wanted images on the node the pin budget leaves unpinned.
+    pub pins_over_budget: Gauge,
+    /// Pinning passes done (the pin metrics are current once it is above 0).
+    pub pin_passes: Counter,
     /// Images a finished tag still wants that left the node.
     pub images_lost: Counter,
     /// Pulls a registry rate-limited (HTTP 429), by registry.
@@ -92,6 +96,10 @@ pub struct Metrics {
     pub registry_waiting: Family<RegistryLabels, Gauge>,
     /// Start-up taints this daemon removed once every gating image was there.
     pub startup_gate_opened: Counter,
+    /// Start-up taints this daemon removed because the bound passed.
+    pub startup_gate_timed_out: Counter,
+    /// Seconds this node has carried the start-up taint past its bound.
+    pub startup_gate_overdue_seconds: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -163,10 +171,14 @@ impl Metrics {
             pinned_images: Gauge::default(),
             pinned_bytes: Gauge::default(),
             image_fs_capacity_bytes: Gauge::default(),
+            pins_over_budget: Gauge::default(),
+            pin_passes: Counter::default(),
             images_lost: Counter::default(),
             registry_rate_limited: Family::default(),
             registry_waiting: Family::default(),
             startup_gate_opened: Counter::default(),
+            startup_gate_timed_out: Counter::default(),
+            startup_gate_overdue_seconds: Gauge::default(),
         }
     }
 
@@ -218,21 +230,7 @@ impl Metrics {
             "The container runtime found at start and what the daemon can do on it",
             self.runtime_info.clone(),
         );
-        r.register(
-            "pinned_images",
-            "Images the daemon keeps pinned while a tag entry wants them",
-            self.pinned_images.clone(),
-        );
-        r.register(
-            "pinned_bytes",
-            "Bytes of the images the daemon keeps pinned",
-            self.pinned_bytes.clone(),
-        );
-        r.register(
-            "image_fs_capacity_bytes",
-            "Size of the filesystem that holds the runtime's images",
-            self.image_fs_capacity_bytes.clone(),
-        );
+        self.register_pins(r);
         r.register(
             "images_lost",
             "Images a finished tag still wanted that left the node (kubelet's image GC, crictl rmi)",
@@ -251,12 +249,51 @@ impl Metrics {
         self.register_gate(r);
     }
 
+    /// Registers the pinning task's metrics (under the daemon's prefix).
+    fn register_pins(&self, r: &mut Registry) {
+        r.register(
+            "pinned_images",
+            "Images the daemon keeps pinned while a tag entry wants them",
+            self.pinned_images.clone(),
+        );
+        r.register(
+            "pinned_bytes",
+            "Bytes of the images the daemon keeps pinned",
+            self.pinned_bytes.clone(),
+        );
+        r.register(
+            "image_fs_capacity_bytes",
+            "Size of the filesystem that holds the runtime's images",
+            self.image_fs_capacity_bytes.clone(),
+        );
+        r.register(
+            "pins_over_budget",
+            "Images a tag entry wants that the pin budget leaves unpinned (over it, or of unknown size)",
+            self.pins_over_budget.clone(),
+        );
+        r.register(
+            "pin_passes",
+            "Pinning passes done; the pin metrics are current once it is above 0",
+            self.pin_passes.clone(),
+        );
+    }
+
     /// Registers the start-up gate's metrics (under the daemon's prefix).
     fn register_gate(&self, r: &mut Registry) {
         r.register(
             "startup_gate_opened",
             "Start-up taints this daemon removed from its Node once every gating image was on the node",
             self.startup_gate_opened.clone(),
+        );
+        r.register(
+            "startup_gate_timed_out",
+            "Start-up taints this daemon removed from its Node because the bound passed (no controller opened it)",
+            self.startup_gate_timed_out.clone(),
+        );
+        r.register(
+            "startup_gate_overdue_seconds",
+            "Seconds this node has carried the start-up taint past its bound (0: not gated, or within it)",
+            self.startup_gate_overdue_seconds.clone(),
         );
     }
 
@@ -333,10 +370,14 @@ mod tests {
             "nodeimage_daemon_cri_errors_total{call=\"PullImage\"} 1",
             "nodeimage_daemon_pinned_images 0",
             "nodeimage_daemon_pinned_bytes 0",
+            "nodeimage_daemon_pins_over_budget 0",
+            "nodeimage_daemon_pin_passes_total 0",
             "nodeimage_daemon_images_lost_total 0",
             "nodeimage_daemon_registry_rate_limited_total{registry=\"docker.io\"} 1",
             "nodeimage_daemon_registry_pulls_waiting{registry=\"docker.io\"} 2",
             "nodeimage_daemon_startup_gate_opened_total 0",
+            "nodeimage_daemon_startup_gate_timed_out_total 0",
+            "nodeimage_daemon_startup_gate_overdue_seconds 0",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
         }

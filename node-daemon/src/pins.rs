@@ -1,31 +1,43 @@
 //! Keeps kubelet's image garbage collector away from the images this node's
-//! NodeImage wants. kubelet collects never-used images first, and a
-//! pre-pulled image is exactly that; it never collects a pinned one. While
-//! a valid tag entry in the spec names an image, the daemon labels the
-//! image's record in containerd (namespace k8s.io) `io.cri-containerd.pinned=pinned`
-//! and `nodeimage.dev/pinned-by=<node>`; once no entry names it (TTL passed,
-//! job deleted, entry removed, NodeImage deleted) both labels go and kubelet
-//! may collect it. Only images carrying the daemon's own label are ever
-//! unpinned: a pin set by someone else (containerd's sandbox image, an
-//! operator) is left alone. The first pass runs once the first NodeImage is
-//! read, so pins a previous run left for images nothing wants any more go
-//! then; with pinning turned off, every pass unpins what the daemon pinned.
+//! NodeImage wants, within a budget. kubelet collects never-used images
+//! first, and a pre-pulled image is exactly that; it never collects a pinned
+//! one. While a valid tag entry in the spec names an image on the node, the
+//! daemon labels the image's record in containerd (namespace k8s.io)
+//! `io.cri-containerd.pinned=pinned` and `nodeimage.dev/pinned-by=<node>`,
+//! as long as it fits in the pin budget (`--pin-budget-percent` of the
+//! image filesystem; which images fit is `budget::decide`); once no entry
+//! names it (TTL passed, job deleted, entry removed, NodeImage deleted), or
+//! images ranked before it take its room, both labels go and kubelet may
+//! collect it. An image left out says so in its tags' status messages
+//! (`StatusHandle::pin_notes`), in one Warning event per image and in the
+//! `pins_over_budget` metric. Only images carrying the daemon's own label
+//! are ever unpinned: a pin set by someone else (containerd's sandbox
+//! image, an operator) is left alone. The first pass runs once the first
+//! NodeImage is read, so pins a previous run left for images nothing wants
+//! any more go then; with pinning turned off, every pass unpins what the
+//! daemon pinned.
 //!
 //! State: the wanted set (owned by the sync loop, replaced whole on every
-//! NodeImage event) and the pinned set (containerd's labels; never copied).
+//! NodeImage event), the pinned set (containerd's labels; never copied) and
+//! the images already announced as left out (this task's own).
 
-use crate::cri::namespaced;
+mod budget;
+mod containerd;
+mod wanted;
+
+pub(crate) use containerd::{list_ours, set_pin};
+pub use wanted::{Wanted, wanted};
+
+use crate::desired::TagKey;
 use crate::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
-use containerd_client::services::v1::images_client::ImagesClient;
-use containerd_client::services::v1::{
-    GetImageRequest, Image, ListImagesRequest, UpdateImageRequest,
-};
-use std::collections::BTreeSet;
+use crate::writer::StatusHandle;
+use budget::{Candidate, Decision};
+use nodeimage_api::kruise::nodeimage::pins::NotPinned;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
-use tonic::transport::Channel;
 
 /// containerd's pin label: CRI reports the image `pinned`, kubelet keeps it.
 pub const PIN_LABEL: &str = "io.cri-containerd.pinned";
@@ -38,31 +50,55 @@ pub const OWNER_LABEL: &str = "nodeimage.dev/pinned-by";
 const RESYNC: Duration = Duration::from_secs(60);
 /// Longest one containerd call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The event reason of an image the budget leaves unpinned.
+pub const REASON_NOT_PINNED: &str = "ImageNotPinned";
 
 /// What a pass changes: images to pin and images to unpin.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// Wanted, not pinned by this daemon yet.
+    /// To keep pinned, not pinned by this daemon yet.
     pub pin: Vec<String>,
-    /// Pinned by this daemon, wanted no more.
+    /// Pinned by this daemon, not to keep any more.
     pub unpin: Vec<String>,
 }
 
-/// The pass's decision: pin what is wanted and not ours yet, unpin what is
-/// ours and not wanted (nothing is wanted when pinning is off).
-pub fn changes(wanted: &BTreeSet<String>, ours: &BTreeSet<String>, enabled: bool) -> Changes {
-    let empty = BTreeSet::new();
-    let wanted = if enabled { wanted } else { &empty };
+/// The pass's moves: pin what is to be kept and not ours yet, unpin what is
+/// ours and not to be kept (nothing is kept when pinning is off).
+pub fn changes(keep: &BTreeSet<String>, ours: &BTreeSet<String>) -> Changes {
     Changes {
-        pin: wanted.difference(ours).cloned().collect(),
-        unpin: ours.difference(wanted).cloned().collect(),
+        pin: keep.difference(ours).cloned().collect(),
+        unpin: ours.difference(keep).cloned().collect(),
     }
+}
+
+/// The status message of each tag whose image was left out.
+pub fn notes(wanted: &Wanted, left_out: &BTreeMap<String, NotPinned>) -> BTreeMap<TagKey, String> {
+    left_out
+        .iter()
+        .filter_map(|(r, why)| wanted.get(r).map(|w| (w, why.message())))
+        .flat_map(|(w, m)| w.tags.iter().map(move |t| (t.clone(), m.clone())))
+        .collect()
+}
+
+/// The images left out now that were not the last time (each is announced
+/// once while it stays out); `announced` becomes the ones left out now.
+pub fn newly_left_out(
+    announced: &mut BTreeSet<String>,
+    left_out: &BTreeMap<String, NotPinned>,
+) -> Vec<(String, NotPinned)> {
+    let new = left_out
+        .iter()
+        .filter(|(r, _)| !announced.contains(*r))
+        .map(|(r, w)| (r.clone(), *w))
+        .collect();
+    *announced = left_out.keys().cloned().collect();
+    new
 }
 
 /// How the sync loop and the workers talk to the pinning task.
 #[derive(Clone)]
 pub struct Pins {
-    wanted: watch::Sender<Option<BTreeSet<String>>>,
+    wanted: watch::Sender<Option<Wanted>>,
     poke: Arc<Notify>,
 }
 
@@ -76,11 +112,11 @@ impl Default for Pins {
 }
 
 impl Pins {
-    /// The image references the spec wants now (replaces the previous set).
-    pub fn want(&self, refs: BTreeSet<String>) {
+    /// The images the spec wants now (replaces the previous set).
+    pub fn want(&self, wanted: Wanted) {
         self.wanted.send_if_modified(|w| {
-            let changed = w.as_ref() != Some(&refs);
-            *w = Some(refs);
+            let changed = w.as_ref() != Some(&wanted);
+            *w = Some(wanted);
             changed
         });
     }
@@ -97,6 +133,18 @@ pub struct Settings {
     pub node: String,
     /// Pin wanted images (off: unpin what this daemon pinned).
     pub enabled: bool,
+    /// The pin budget, in percent of the image filesystem (above 0, at most 100).
+    pub budget_percent: f64,
+}
+
+/// Where the pinning task's findings go.
+pub struct Sinks {
+    /// Pinned images and bytes, the image filesystem, images left out.
+    pub metrics: Metrics,
+    /// The tags' status messages.
+    pub status: StatusHandle,
+    /// Records a Warning event with this note (once per image left out).
+    pub announce: Box<dyn Fn(String) + Send + Sync>,
 }
 
 /// Keeps the pins in step with the wanted set until `stop` turns true.
@@ -104,7 +152,7 @@ pub async fn run<R: ContainerRuntime>(
     pins: Pins,
     runtime: R,
     settings: Settings,
-    metrics: Metrics,
+    sinks: Sinks,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut wanted = pins.wanted.subscribe();
@@ -114,9 +162,11 @@ pub async fn run<R: ContainerRuntime>(
         _ = stop.changed() => return,
     }
     let mut ignored_logged = false;
+    let mut announced = BTreeSet::new();
     loop {
         let now = wanted.borrow_and_update().clone().unwrap_or_default();
-        match pass(&runtime, &settings, &now, &metrics).await {
+        let capacity = crate::checks::image_fs_capacity(&runtime).await;
+        match pass(&runtime, &settings, &now, capacity, &sinks.metrics).await {
             Ok(report) => {
                 if report.ignored > 0 && !ignored_logged {
                     ignored_logged = true;
@@ -124,6 +174,12 @@ pub async fn run<R: ContainerRuntime>(
                         images = report.ignored,
                         "the runtime does not report pinned images as pinned; kubelet's image GC may still collect them"
                     );
+                }
+                sinks.status.pin_notes(notes(&now, &report.left_out));
+                for (image, why) in newly_left_out(&mut announced, &report.left_out) {
+                    let message = why.message();
+                    tracing::warn!(%image, reason = %message, "image not pinned");
+                    (sinks.announce)(format!("Image {image}: {message}"));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "pinning pass failed; trying again later"),
@@ -137,26 +193,89 @@ pub async fn run<R: ContainerRuntime>(
     }
 }
 
+/// Why a pass changed nothing.
+#[derive(Debug, thiserror::Error)]
+enum PassError {
+    /// containerd did not list this node's pins.
+    #[error("listing this node's pins: {0}")]
+    List(#[from] tonic::Status),
+    /// The runtime did not say whether a wanted image is on the node.
+    #[error("reading the status of {image}: {reason}")]
+    Image {
+        /// The image reference.
+        image: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
 /// What a pass saw.
 #[derive(Debug, Default)]
 struct Report {
     /// Images labelled pinned that the runtime does not report pinned.
     ignored: usize,
+    /// Wanted images on the node that the budget leaves unpinned, and why.
+    left_out: BTreeMap<String, NotPinned>,
 }
 
-/// One pass: list this daemon's pins, pin and unpin, then count.
+/// One pass: list this daemon's pins, decide what to keep within the
+/// budget (`capacity`: the image filesystem's size, if known), pin and
+/// unpin, then count.
 async fn pass<R: ContainerRuntime>(
     runtime: &R,
     settings: &Settings,
-    wanted: &BTreeSet<String>,
+    wanted: &Wanted,
+    capacity: Option<u64>,
     metrics: &Metrics,
-) -> Result<Report, tonic::Status> {
+) -> Result<Report, PassError> {
     let Some(ours) = runtime.pinned_by(&settings.node).await? else {
         return Ok(Report::default());
     };
-    let todo = changes(wanted, &ours, settings.enabled);
-    let pinned = apply(runtime, &settings.node, &todo, ours).await;
-    Ok(count(runtime, &pinned, metrics).await)
+    let decision = if settings.enabled {
+        let candidates = survey(runtime, wanted).await?;
+        let budget = budget::budget_bytes(capacity, settings.budget_percent);
+        budget::decide(&candidates, budget, settings.budget_percent)
+    } else {
+        Decision::default()
+    };
+    let todo = changes(&decision.pin, &ours);
+    let pinned = apply(runtime, &settings.node, &todo, ours, &decision.left_out).await;
+    let mut report = count(runtime, &pinned, capacity, metrics).await;
+    metrics
+        .pins_over_budget
+        .set(i64::try_from(decision.left_out.len()).unwrap_or(i64::MAX));
+    report.left_out = decision.left_out;
+    metrics.pin_passes.inc();
+    Ok(report)
+}
+
+/// The wanted images on the node, with what the budget's rule reads; an
+/// error when the runtime cannot say (nothing is moved on a guess).
+async fn survey<R: ContainerRuntime>(
+    runtime: &R,
+    wanted: &Wanted,
+) -> Result<Vec<Candidate>, PassError> {
+    let mut out = Vec::new();
+    for (reference, want) in wanted {
+        let failed = |reason: String| PassError::Image {
+            image: reference.clone(),
+            reason,
+        };
+        let status = tokio::time::timeout(CALL_TIMEOUT, runtime.image_status(reference))
+            .await
+            .map_err(|_| failed("no answer in time".into()))?
+            .map_err(|e| failed(e.to_string()))?;
+        let Some(image) = status else { continue };
+        out.push(Candidate {
+            reference: reference.clone(),
+            // CRI's size is a plain number: 0 is "not reported".
+            size: Some(image.size).filter(|s| *s > 0),
+            gating: want.gating,
+            cluster_job: want.cluster_job,
+            created_at: want.created_at,
+        });
+    }
+    Ok(out)
 }
 
 /// Pins and unpins as `todo` says; what is pinned for this node after.
@@ -165,12 +284,18 @@ async fn apply<R: ContainerRuntime>(
     node: &str,
     todo: &Changes,
     mut pinned: BTreeSet<String>,
+    left_out: &BTreeMap<String, NotPinned>,
 ) -> BTreeSet<String> {
     for name in &todo.unpin {
         match runtime.set_pin(name, node, false).await {
             Ok(_) => {
                 pinned.remove(name);
-                tracing::info!(image = %name, "unpinned: no tag entry wants it");
+                match left_out.get(name) {
+                    Some(why) => tracing::info!(image = %name, reason = %why.message(), "unpinned"),
+                    None => {
+                        tracing::info!(image = %name, "unpinned: no tag entry wants it, or pinning is off")
+                    }
+                }
             }
             Err(e) => tracing::warn!(image = %name, error = %e, "cannot unpin"),
         }
@@ -192,6 +317,7 @@ async fn apply<R: ContainerRuntime>(
 async fn count<R: ContainerRuntime>(
     runtime: &R,
     pinned: &BTreeSet<String>,
+    capacity: Option<u64>,
     metrics: &Metrics,
 ) -> Report {
     let mut report = Report::default();
@@ -210,7 +336,7 @@ async fn count<R: ContainerRuntime>(
     metrics
         .pinned_bytes
         .set(i64::try_from(bytes).unwrap_or(i64::MAX));
-    if let Some(cap) = crate::checks::image_fs_capacity(runtime).await {
+    if let Some(cap) = capacity {
         metrics
             .image_fs_capacity_bytes
             .set(i64::try_from(cap).unwrap_or(i64::MAX));
@@ -218,231 +344,5 @@ async fn count<R: ContainerRuntime>(
     report
 }
 
-/// The images this node's daemon pinned.
-pub(crate) async fn list_ours(
-    images: &mut ImagesClient<Channel>,
-    node: &str,
-) -> Result<BTreeSet<String>, tonic::Status> {
-    let filter = format!("labels.\"{OWNER_LABEL}\"=={}", quoted(node));
-    let list = images.list(namespaced(ListImagesRequest {
-        filters: vec![filter],
-    }));
-    let list = tokio::time::timeout(CALL_TIMEOUT, list)
-        .await
-        .map_err(|_| tonic::Status::deadline_exceeded("listing pinned images"))??;
-    Ok(list
-        .into_inner()
-        .images
-        .into_iter()
-        .filter(|i| i.labels.get(OWNER_LABEL).map(String::as_str) == Some(node))
-        .map(|i| i.name)
-        .collect())
-}
-
-/// A containerd filter value in double quotes.
-fn quoted(v: &str) -> String {
-    format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
-/// Pins `name` for `node`, or unpins it. Ok(false) when there is nothing to
-/// do: the image is not on the node (yet), or someone else pinned it.
-pub(crate) async fn set_pin(
-    images: &mut ImagesClient<Channel>,
-    name: &str,
-    node: &str,
-    pin: bool,
-) -> Result<bool, tonic::Status> {
-    let got = images.get(namespaced(GetImageRequest {
-        name: name.to_string(),
-    }));
-    let image = match tokio::time::timeout(CALL_TIMEOUT, got).await {
-        Err(_) => return Err(tonic::Status::deadline_exceeded("reading the image record")),
-        Ok(Err(s)) if s.code() == tonic::Code::NotFound => return Ok(false),
-        Ok(Err(s)) => return Err(s),
-        Ok(Ok(r)) => match r.into_inner().image {
-            Some(i) => i,
-            None => return Ok(false),
-        },
-    };
-    let Some(mut image) = relabel(image, node, pin) else {
-        return Ok(false);
-    };
-    image.created_at = None;
-    image.updated_at = None;
-    let update = images.update(namespaced(UpdateImageRequest {
-        image: Some(image),
-        update_mask: Some(prost_types::FieldMask {
-            paths: vec![
-                format!("labels.{PIN_LABEL}"),
-                format!("labels.{OWNER_LABEL}"),
-            ],
-        }),
-        source_date_epoch: None,
-    }));
-    tokio::time::timeout(CALL_TIMEOUT, update)
-        .await
-        .map_err(|_| tonic::Status::deadline_exceeded("updating the image record"))??;
-    Ok(true)
-}
-
-/// The image record with the pin labels as they should be, or None when it
-/// must not be touched: pinning an image someone else pinned (containerd's
-/// sandbox image, an operator, another daemon sharing this containerd), or
-/// unpinning one this node's daemon did not pin.
-fn relabel(mut image: Image, node: &str, pin: bool) -> Option<Image> {
-    let pinned = image.labels.get(PIN_LABEL).map(String::as_str) == Some(PIN_VALUE);
-    let ours = image.labels.get(OWNER_LABEL).map(String::as_str) == Some(node);
-    match pin {
-        true if pinned => None,
-        true => {
-            image.labels.insert(PIN_LABEL.into(), PIN_VALUE.into());
-            image.labels.insert(OWNER_LABEL.into(), node.into());
-            Some(image)
-        }
-        false if !ours => None,
-        false => {
-            image.labels.remove(PIN_LABEL);
-            image.labels.remove(OWNER_LABEL);
-            Some(image)
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn pins_follow_the_wanted_set() {
-        // (wanted, pinned by us, enabled, to pin, to unpin)
-        let table: [(&[&str], &[&str], bool, &[&str], &[&str]); 5] = [
-            (&["a", "b"], &[], true, &["a", "b"], &[]),
-            (&["a"], &["a"], true, &[], &[]),
-            (&["a"], &["a", "old"], true, &[], &["old"]),
-            (&[], &["a", "b"], true, &[], &["a", "b"]),
-            // Turned off: what this daemon pinned goes, nothing new is pinned.
-            (&["a", "b"], &["a"], false, &[], &["a"]),
-        ];
-        for (wanted, ours, enabled, pin, unpin) in table {
-            assert_eq!(
-                changes(&set(wanted), &set(ours), enabled),
-                Changes {
-                    pin: pin.iter().map(|s| s.to_string()).collect(),
-                    unpin: unpin.iter().map(|s| s.to_string()).collect(),
-                },
-                "wanted {wanted:?}, ours {ours:?}, enabled {enabled}"
-            );
-        }
-    }
-
-    fn image(labels: &[(&str, &str)]) -> Image {
-        Image {
-            name: "r/x:v1".into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn only_our_own_pins_are_ever_removed() {
-        let sandbox = image(&[(PIN_LABEL, PIN_VALUE)]);
-        assert!(
-            relabel(sandbox.clone(), "n1", true).is_none(),
-            "not taken over"
-        );
-        assert!(relabel(sandbox, "n1", false).is_none(), "not unpinned");
-        let neighbours = image(&[(PIN_LABEL, PIN_VALUE), (OWNER_LABEL, "n2")]);
-        assert!(
-            relabel(neighbours.clone(), "n1", true).is_none(),
-            "not taken over"
-        );
-        assert!(relabel(neighbours, "n1", false).is_none(), "not unpinned");
-
-        let plain = image(&[("other", "1")]);
-        let pinned = relabel(plain.clone(), "n1", true).expect("pinned");
-        assert_eq!(
-            pinned.labels.get(PIN_LABEL).map(String::as_str),
-            Some(PIN_VALUE)
-        );
-        assert_eq!(
-            pinned.labels.get(OWNER_LABEL).map(String::as_str),
-            Some("n1")
-        );
-        assert_eq!(pinned.labels.get("other").map(String::as_str), Some("1"));
-        assert!(
-            relabel(plain, "n1", false).is_none(),
-            "nothing of ours to unpin"
-        );
-
-        let unpinned = relabel(pinned, "n1", false).expect("unpinned");
-        assert_eq!(unpinned.labels.len(), 1, "{:?}", unpinned.labels);
-    }
-
-    #[test]
-    fn filter_values_are_quoted() {
-        assert_eq!(quoted("node-1.example"), "\"node-1.example\"");
-        assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
-    }
-
-    #[tokio::test]
-    async fn a_pass_moves_only_this_nodes_pins() {
-        use crate::runtime::fake::FakeRuntime;
-        // (name, wanted, enabled, CRI alone, pinned after with owners, counted)
-        let cases: [(&str, &[&str], bool, bool, &[(&str, &str)], i64); 3] = [
-            (
-                "wanted images are pinned, those no longer wanted unpinned",
-                &["a", "b", "sandbox", "missing"],
-                true,
-                false,
-                &[("a", "n1"), ("b", "n1"), ("sandbox", "")],
-                2,
-            ),
-            (
-                "turned off: only this node's pins go",
-                &["a", "b"],
-                false,
-                false,
-                &[("sandbox", "")],
-                0,
-            ),
-            (
-                "on CRI alone nothing is touched",
-                &["a", "b"],
-                true,
-                true,
-                &[("a", "n1"), ("old", "n1"), ("sandbox", "")],
-                0,
-            ),
-        ];
-        for (name, wanted, enabled, cri_only, after, counted) in cases {
-            let rt = FakeRuntime::default();
-            rt.pinned("a", "n1")
-                .pinned("old", "n1")
-                .pinned("sandbox", "")
-                .present("b");
-            if cri_only {
-                rt.cri_only();
-            }
-            let settings = Settings {
-                node: "n1".into(),
-                enabled,
-            };
-            let metrics = Metrics::new();
-            let report = pass(&rt, &settings, &set(wanted), &metrics).await;
-            assert_eq!(report.map(|r| r.ignored).ok(), Some(0), "{name}");
-            let want: std::collections::BTreeMap<String, String> = after
-                .iter()
-                .map(|(i, o)| (i.to_string(), o.to_string()))
-                .collect();
-            assert_eq!(rt.pins(), want, "{name}");
-            assert_eq!(metrics.pinned_images.get(), counted, "{name}");
-        }
-    }
-}
+mod tests;

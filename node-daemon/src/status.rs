@@ -6,15 +6,22 @@ use crate::desired::TagKey;
 use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus};
 use std::collections::BTreeMap;
 
-/// Builds the status to publish.
-pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeImageStatus {
+/// Builds the status to publish; `pin_notes` are the messages of tags whose
+/// images the pin budget leaves unpinned (see [`with_pin_note`]), None
+/// until the pinning task has said (messages then stay as they are).
+pub fn build(
+    ni: &NodeImage,
+    live: &BTreeMap<TagKey, ImageTagStatus>,
+    pin_notes: Option<&BTreeMap<TagKey, String>>,
+) -> NodeImageStatus {
     nodeimage_api::kruise::nodeimage::contract::status_for_spec(ni, |image, t, observed| {
         let version = t.version.unwrap_or(0);
         let key = TagKey {
             image: image.to_string(),
             tag: t.tag.to_string(),
         };
-        live.get(&key)
+        let entry = live
+            .get(&key)
             .filter(|l| l.answers(t))
             .or(observed)
             .cloned()
@@ -23,8 +30,29 @@ pub fn build(ni: &NodeImage, live: &BTreeMap<TagKey, ImageTagStatus>) -> NodeIma
                 phase: ImagePullPhase::Waiting,
                 version: Some(version),
                 ..Default::default()
-            })
+            });
+        match pin_notes {
+            Some(notes) => with_pin_note(entry, notes.get(&key)),
+            None => entry,
+        }
     })
+}
+
+/// A Succeeded tag says why its image is not pinned while the budget leaves
+/// it out, and stops saying so once it is pinned again; the phase stays
+/// (the pull worked) and no other message is replaced.
+fn with_pin_note(mut entry: ImageTagStatus, note: Option<&String>) -> ImageTagStatus {
+    if entry.phase != ImagePullPhase::Succeeded {
+        return entry;
+    }
+    match note {
+        Some(n) if entry.message.is_none() || entry.says_not_pinned() => {
+            entry.message = Some(n.as_str().into());
+        }
+        None if entry.says_not_pinned() => entry.message = None,
+        _ => {}
+    }
+    entry
 }
 
 /// The status write: the NodeImage write contract lives with the API types,
@@ -127,7 +155,7 @@ mod tests {
                 },
             ),
         ]);
-        let s = build(&obj, &live);
+        let s = build(&obj, &live, None);
         assert_eq!(
             phases(&s),
             vec![
@@ -159,9 +187,65 @@ mod tests {
 
     #[test]
     fn empty_spec_gives_zero_counts() {
-        let s = build(&ni(&[], &[]), &BTreeMap::new());
+        let s = build(&ni(&[], &[]), &BTreeMap::new(), None);
         assert_eq!(s.desired, 0);
         assert_eq!(s.succeeded, Some(0));
         assert!(s.image_statuses.is_none());
+    }
+
+    #[test]
+    fn a_succeeded_tag_says_why_its_image_is_not_pinned_until_it_is() {
+        use ImagePullPhase::*;
+        use nodeimage_api::kruise::nodeimage::pins::NotPinned;
+        let note = NotPinned::OverBudget { percent: 1.0 }.message();
+        let key = |i: &str| TagKey {
+            image: i.into(),
+            tag: "1".into(),
+        };
+        let obj = ni(
+            &[("a", "1", 0), ("b", "1", 0), ("c", "1", 0), ("d", "1", 0)],
+            &[
+                ("a", "1", 0, Succeeded),
+                ("b", "1", 0, Pulling),
+                ("d", "1", 0, Succeeded),
+            ],
+        );
+        let notes = BTreeMap::from([
+            (key("a"), note.clone()),
+            (key("b"), note.clone()),
+            (key("c"), note.clone()),
+        ]);
+        let s = build(&obj, &BTreeMap::new(), Some(&notes));
+        let message = |s: &NodeImageStatus, i: &str| {
+            s.image_statuses
+                .as_ref()
+                .and_then(|m| m.get(i))
+                .and_then(|st| st.tags[0].message.as_ref().map(|m| m.to_string()))
+        };
+        assert_eq!(message(&s, "a"), Some(note.clone()), "Succeeded: says so");
+        assert_eq!(message(&s, "b"), None, "still pulling: nothing to pin yet");
+        assert_eq!(message(&s, "c"), None, "Waiting");
+        assert_eq!(s.succeeded, Some(2), "the phase stays Succeeded");
+        // Pinned again: the message goes, from what status said as well.
+        let mut written = obj.clone();
+        written.status = Some(s);
+        // Before the pinning task has said anything (a restart), it stays.
+        let kept = build(&written, &BTreeMap::new(), None);
+        assert_eq!(message(&kept, "a"), Some(note.clone()));
+        let s = build(&written, &BTreeMap::new(), Some(&BTreeMap::new()));
+        assert_eq!(message(&s, "a"), None);
+        // Another message of a Succeeded tag is left alone.
+        let mut other = ImageTagStatus {
+            tag: "1".into(),
+            phase: Succeeded,
+            message: Some("pulled again".into()),
+            ..Default::default()
+        };
+        other = with_pin_note(other, Some(&note));
+        assert_eq!(other.message.as_deref(), Some("pulled again"));
+        assert_eq!(
+            with_pin_note(other, None).message.as_deref(),
+            Some("pulled again")
+        );
     }
 }

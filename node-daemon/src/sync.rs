@@ -154,7 +154,6 @@ impl State {
         let note = note
             .and_then(|a| a.get(nodeimage_api::gate::STARTUP_GATE))
             .cloned();
-        self.notes.send_replace(note);
         self.latest = apply(
             workers,
             decoded,
@@ -162,6 +161,11 @@ impl State {
             &mut self.running,
             &mut self.logged,
         );
+        // Every valid pull the spec lists is wanted on the node: pinned,
+        // within the budget.
+        let wanted = crate::pins::wanted(&self.latest.tasks, note.as_deref());
+        workers.deps.pins.want(wanted);
+        self.notes.send_replace(note);
         self.losses.retain(&self.latest.tasks);
         sweep_once(workers, &self.running, &mut self.swept, self.run_started);
     }
@@ -176,7 +180,7 @@ impl State {
         workers.deps.status.forget();
         self.latest = Latest::default();
         self.losses.retain(&[]);
-        workers.deps.pins.want(BTreeSet::new());
+        workers.deps.pins.want(crate::pins::Wanted::new());
     }
 }
 
@@ -202,15 +206,6 @@ fn apply(
     let mut tasks = desired::tasks(&ni);
     decode::mark_invalid(&mut tasks, &invalid);
     let reported = desired::reported(&ni);
-    // Every valid pull the spec lists is wanted on the node: pinned.
-    workers.deps.pins.want(
-        tasks
-            .iter()
-            .filter_map(|t| t.target.as_ref().ok())
-            .filter(|t| t.upgrade.is_none())
-            .map(|t| t.image.pull_ref())
-            .collect(),
-    );
     if relisted {
         workers.deps.status.observe_relisted(ni);
     } else {

@@ -53,6 +53,8 @@ struct Inner {
     /// got there first and what we observe is as new or newer.
     seen_during_request: Option<Vec<String>>,
     live: BTreeMap<TagKey, ImageTagStatus>,
+    /// Messages of tags whose images the pin budget leaves unpinned.
+    pin_notes: Option<BTreeMap<TagKey, String>>,
     urgent: bool,
     /// A spec change not written since: its tags' first reports follow
     /// within milliseconds.
@@ -205,10 +207,7 @@ impl StatusHandle {
         let changed = g.live.get(key) != Some(&st);
         g.live.insert(key.clone(), st);
         if changed {
-            g.pending = true;
-            g.urgent |= urgent;
-            drop(g);
-            self.notify.notify_one();
+            self.wake(g, urgent);
         }
     }
 
@@ -216,11 +215,26 @@ impl StatusHandle {
     pub fn clear(&self, key: &TagKey) {
         let mut g = self.lock();
         if g.live.remove(key).is_some() {
-            g.pending = true;
-            g.urgent = true;
-            drop(g);
-            self.notify.notify_one();
+            self.wake(g, true);
         }
+    }
+
+    /// The messages of the tags whose images the pin budget leaves
+    /// unpinned (replaces the previous ones; see `status::build`).
+    pub fn pin_notes(&self, notes: BTreeMap<TagKey, String>) {
+        let mut g = self.lock();
+        if g.pin_notes.as_ref() != Some(&notes) {
+            g.pin_notes = Some(notes);
+            self.wake(g, true);
+        }
+    }
+
+    /// Marks a write pending (urgent or not) and wakes the writer.
+    fn wake(&self, mut g: std::sync::MutexGuard<'_, Inner>, urgent: bool) {
+        g.pending = true;
+        g.urgent |= urgent;
+        drop(g);
+        self.notify.notify_one();
     }
 
     /// A tag's live state as last reported, for unit tests of reporters.
@@ -263,7 +277,7 @@ impl StatusHandle {
         g.urgent = false;
         g.spec_pending = false;
         let ni = g.observed.clone()?;
-        let new = status::build(&ni, &g.live);
+        let new = status::build(&ni, &g.live, g.pin_notes.as_ref());
         if ni.status.as_ref() == Some(&new) {
             return None;
         }

@@ -33,9 +33,10 @@
 #   5. checks: the same jobs and NodeImages (UIDs, job specs, entries), every
 #      job finished by nodeimage with its images on the nodes, Pods still
 #      admitted (create, delete, eviction); a later `helm upgrade` of
-#      OpenKruise and the guide's B.3 after it; then way A (A.2, A.3);
+#      OpenKruise and the guide's B.3 after it; then way A (A.1's check,
+#      refusing with a CloneSet present and passing without; A.3, A.4);
 #   6. last, the earlier guide's uninstall (keep annotation, then
-#      `helm uninstall` without A.2) must delete the CRDs.
+#      `helm uninstall` without A.3) must delete the CRDs.
 #
 # Prints "RESULT: PASS|FAIL <check>" lines and "N passed, M failed" last;
 # exits non-zero when a check failed. Everything it started is stopped at the
@@ -582,7 +583,7 @@ fi
 
 say "docs/migration.md step 2"
 guide "## 2. Make the CRDs nodeimage's"
-guide "annotate them as in A.1 now"
+guide "annotate them as in A.2 now"
 guide_run "kubectl annotate crd imagepulljobs.apps.kruise.io imagelistpulljobs.apps.kruise.io nodeimages.apps.kruise.io helm.sh/resource-policy=keep"
 CRD_STEP="helm show crds charts/nodeimage | kubectl apply --server-side --force-conflicts -f -"
 guide_run "$CRD_STEP"
@@ -631,20 +632,17 @@ all_finished() {
 if (wait_until 420 "nodeimage to bring every job to an end" controller all_finished); then :; else
   fail "nodeimage did not bring every job OpenKruise had started to an end within 420 s"
 fi
-# The guide's caveat: a job OpenKruise was running with pullSecrets fails
-# after the takeover (nodeimage's daemon pulls the entry before its
-# controller has added its own copy of the secret, and does not use
-# OpenKruise's copy). Checked as the guide says it; should nodeimage fix it,
-# this says the caveat can go.
-guide "A job OpenKruise was still running **with \`pullSecrets\`** fails on
-    every node it had reached (401 from the registry)"
+# A job OpenKruise was running with pullSecrets: a node may try before the
+# controller has added its own copy of the secret (nodeimage's daemon does
+# not use OpenKruise's copy), and the new version the controller then gives
+# the job's tags makes the nodes pull again with it: the job succeeds, as
+# the guide says.
+guide "the nodes pull
+    again with its copy: the job succeeds on every node"
 if job_done with-secret; then
-  pass "the pull-secret job OpenKruise had started succeeded under nodeimage: the guide's caveat about it no longer holds and can go"
-elif [[ $(kubectl get imagepulljob -n "$NS" with-secret -o json | jq '.status.failed') == "${#NODES[@]}" ]] &&
-  kubectl get nodeimages -o json | jq -r --arg i "${IMG_AUTH%:*}" '.items[].status.imageStatuses[$i].tags[]?.message' | grep -q '401'; then
-  pass "the pull-secret job OpenKruise had started failed on every node with 401, as the guide's caveat says (nodeimage issue: $(kubectl get nodeimage "${NODES[0]}" -o json | jq -c --arg i "${IMG_AUTH%:*}" '.spec.images[$i].pullSecrets'))"
+  pass "the pull-secret job OpenKruise had started succeeded on every node under nodeimage, as the guide says"
 else
-  fail "the pull-secret job OpenKruise had started neither succeeded nor failed as the guide says: $(kubectl get imagepulljob -n "$NS" with-secret -o json | jq -c .status)"
+  fail "the pull-secret job OpenKruise had started did not succeed: $(kubectl get imagepulljob -n "$NS" with-secret -o json | jq -c .status)"
 fi
 for n in all-nodes never-node-2; do
   if job_done "$n"; then
@@ -801,8 +799,43 @@ fi
 # ---------------------------------------------------------------------------
 say "docs/migration.md way A (OpenKruise goes after all)"
 guide "A. OpenKruise is there only for pre-pulling: uninstall it."
-note "A.1's annotation is on the CRDs since step 2: $(kubectl get crd nodeimages.apps.kruise.io -o jsonpath='{.metadata.annotations.helm\.sh/resource-policy}')"
+note "A.2's annotation is on the CRDs since step 2: $(kubectl get crd nodeimages.apps.kruise.io -o jsonpath='{.metadata.annotations.helm\.sh/resource-policy}')"
 guide "That annotation alone does not save them from \`helm uninstall\`"
+# A.1: the check comes first. With a CloneSet in the cluster it must refuse
+# (naming it, sending the reader to way B); without one it must pass.
+A1="kubectl nodeimage openkruise-check"
+guide "$A1"
+PLUGIN=${NODEIMAGE_BIN:-$REPO_ROOT/target/debug}/kubectl-nodeimage
+kubectl create -f - >/dev/null <<EOF
+apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {name: keep-me, namespace: $PODS_NS}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: keep-me}}
+  template:
+    metadata: {labels: {app: keep-me}}
+    spec: {containers: [{name: c, image: registry.example.com/app:v1}]}
+EOF
+printf '$ %s   (a CloneSet %s/keep-me exists)\n' "$A1" "$PODS_NS"
+rc=0
+"$PLUGIN" openkruise-check >"$KDIR/check-with-cloneset.txt" 2>&1 || rc=$?
+cat "$KDIR/check-with-cloneset.txt"
+if [[ $rc == 4 ]] && grep -qF "CloneSet.apps.kruise.io: 1 ($PODS_NS/keep-me)" "$KDIR/check-with-cloneset.txt" &&
+  grep -q "way B" "$KDIR/check-with-cloneset.txt"; then
+  pass "A.1: the check refuses while a CloneSet exists, names it and sends the reader to way B"
+else
+  fail "A.1: the check with a CloneSet present: exit $rc, $(oneline "$(cat "$KDIR/check-with-cloneset.txt")")"
+fi
+kubectl delete cloneset -n "$PODS_NS" keep-me --wait=true >/dev/null
+rc=0
+"$PLUGIN" openkruise-check >"$KDIR/check-without.txt" 2>&1 || rc=$?
+cat "$KDIR/check-without.txt"
+if [[ $rc == 0 ]]; then
+  pass "A.1: with no other OpenKruise object the check passes"
+else
+  fail "A.1: the check without a CloneSet: exit $rc, $(oneline "$(cat "$KDIR/check-without.txt")")"
+fi
 snapshot "$KDIR/before-uninstall.json"
 A2="helm upgrade kruise openkruise/kruise --reuse-values --set crds.managed=false"
 guide "$A2"
@@ -812,9 +845,9 @@ follow_deployment
 crds_left=$(kubectl get crd -o name | grep -c 'kruise\.io' || true)
 if kubectl get crd imagepulljobs.apps.kruise.io imagelistpulljobs.apps.kruise.io nodeimages.apps.kruise.io >/dev/null &&
   [[ $crds_left == 3 ]]; then
-  pass "A.2: helm kept the three annotated CRDs and deleted OpenKruise's other CRDs"
+  pass "A.3: helm kept the three annotated CRDs and deleted OpenKruise's other CRDs"
 else
-  fail "A.2: kruise.io CRDs left: $(kubectl get crd -o name | grep 'kruise\.io' | tr '\n' ' ')"
+  fail "A.3: kruise.io CRDs left: $(kubectl get crd -o name | grep 'kruise\.io' | tr '\n' ' ')"
 fi
 A3="helm uninstall kruise"
 guide "Uninstall it: \`$A3\`"
@@ -823,19 +856,19 @@ helm uninstall kruise --no-hooks >"$KDIR/helm-uninstall.txt"
 follow_deployment
 if kubectl get mutatingwebhookconfiguration kruise-mutating-webhook-configuration >/dev/null 2>&1 ||
   kubectl get validatingwebhookconfiguration kruise-validating-webhook-configuration >/dev/null 2>&1; then
-  fail "A.3: a webhook configuration of OpenKruise is left after helm uninstall"
+  fail "A.4: a webhook configuration of OpenKruise is left after helm uninstall"
 else
-  pass "A.3: helm uninstall removed both webhook configurations with the Deployment"
+  pass "A.4: helm uninstall removed both webhook configurations with the Deployment"
 fi
 snapshot "$KDIR/after-uninstall.json"
 gone=$(jq -n --slurpfile a "$KDIR/before-uninstall.json" --slurpfile b "$KDIR/after-uninstall.json" \
   '[$a[0].jobs[] as $j | select([$b[0].jobs[] | select(.uid == $j.uid)] | length == 0) | $j.name] + [$a[0].nodeimages[] as $n | select([$b[0].nodeimages[] | select(.uid == $n.uid)] | length == 0) | $n.name]')
 if [[ $gone == "[]" ]]; then
-  pass "A.3: every job and NodeImage survived OpenKruise's uninstall"
+  pass "A.4: every job and NodeImage survived OpenKruise's uninstall"
 else
-  fail "A.3: gone with OpenKruise: $gone"
+  fail "A.4: gone with OpenKruise: $gone"
 fi
-if pods_admitted; then pass "A.3: Pods are admitted once OpenKruise is gone"; else fail "A.3: Pods are admitted once OpenKruise is gone"; fi
+if pods_admitted; then pass "A.4: Pods are admitted once OpenKruise is gone"; else fail "A.4: Pods are admitted once OpenKruise is gone"; fi
 kubectl apply -f - >/dev/null <<EOF
 apiVersion: apps.kruise.io/v1alpha1
 kind: ImagePullJob
@@ -846,9 +879,9 @@ spec:
   completionPolicy: {type: Always}
 EOF
 if (wait_until 180 "a new ImagePullJob to complete" controller job_done after-uninstall); then
-  pass "A.3: nodeimage goes on: a new ImagePullJob completes on every node"
+  pass "A.4: nodeimage goes on: a new ImagePullJob completes on every node"
 else
-  fail "A.3: a new ImagePullJob did not complete within 180 s"
+  fail "A.4: a new ImagePullJob did not complete within 180 s"
 fi
 
 # ---------------------------------------------------------------------------
@@ -862,7 +895,7 @@ note "OpenKruise installed again: helm adopts the kept CRDs (they still carry it
 helm install kruise "$KRUISE_CHART" -f "$KDIR/kruise-values.yaml" >"$KDIR/helm-install-2.txt"
 follow_deployment
 note "keep annotation on the CRD: $(kubectl get crd imagepulljobs.apps.kruise.io -o jsonpath='{.metadata.annotations.helm\.sh/resource-policy}'), ImagePullJobs: $(kubectl get imagepulljobs -n "$NS" -o name | wc -l)"
-printf '$ helm uninstall kruise --no-hooks   (without A.2)\n'
+printf '$ helm uninstall kruise --no-hooks   (without A.3)\n'
 helm uninstall kruise --no-hooks >"$KDIR/helm-uninstall-2.txt"
 follow_deployment
 crd_going() {
@@ -871,7 +904,7 @@ crd_going() {
 }
 sleep 3
 if crd_going; then
-  pass "without A.2, helm uninstall deletes the CRDs despite their keep annotation (and every job with them), as the guide now warns: $(grep -i -A4 'uninstalled\|kept' "$KDIR/helm-uninstall-2.txt" | tr '\n' ' ' | cut -c1-160)"
+  pass "without A.3, helm uninstall deletes the CRDs despite their keep annotation (and every job with them), as the guide now warns: $(grep -i -A4 'uninstalled\|kept' "$KDIR/helm-uninstall-2.txt" | tr '\n' ' ' | cut -c1-160)"
 else
-  fail "without A.2, helm uninstall kept the CRDs: A.2 would not be needed"
+  fail "without A.3, helm uninstall kept the CRDs: A.2 would not be needed"
 fi

@@ -14,7 +14,8 @@
 //! shared controller),
 //! [`prepull`] (KubeEdge ImagePrePullJob tests: jobs, test Nodes, image
 //! copies, an ordered watch of NodeImages), [`helm`] (the chart tests),
-//! [`install`] (the install test: its environment, steps and diagnostics).
+//! [`install`] (the install test: its environment, steps and diagnostics),
+//! [`tenant`] (a user with rights in one namespace only, through its token).
 
 pub mod cri;
 pub mod grpc_tap;
@@ -27,6 +28,7 @@ pub mod prepull;
 pub mod process;
 pub mod proxy;
 pub mod registry;
+pub mod tenant;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -168,6 +168,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
         ("--health-addr=0.0.0.0:10226", "daemon health address"),
         ("path: /readyz", "daemon readiness probe"),
         ("runAsUser: 0", "daemon runs as root (socket)"),
+        ("--pin-budget-percent=40", "the default pin budget"),
     ] {
         expect_in(&ds, needle, what);
     }
@@ -307,14 +308,66 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "- \"platform-agents\"",
         "the class that is set",
     );
+    // The controller's class while the start-up gate is on is in the quota
+    // too: it must schedule when every other node is gated (issue 39).
+    expect_in(
+        &other_class,
+        "- \"system-cluster-critical\"",
+        "the controller's class",
+    );
+    let controller_only = rendered(
+        &c,
+        &[
+            "--show-only",
+            "templates/daemon-priority-quota.yaml",
+            "--set",
+            "daemon.priorityClassName=",
+        ],
+    );
+    expect_in(
+        &controller_only,
+        "- \"system-cluster-critical\"",
+        "the controller's class alone",
+    );
+    expect_not_in(
+        &controller_only,
+        "- \"system-node-critical\"",
+        "no daemon class",
+    );
     for off in [
-        "daemon.priorityClassName=",
-        "daemon.priorityQuota.enabled=false",
+        vec!["daemon.priorityClassName=", "startupGate.enabled=false"],
+        vec!["daemon.priorityQuota.enabled=false"],
     ] {
-        let r = render(&c, RELEASE, NS, &["--set", off]);
-        assert!(r.success, "helm template --set {off}: {}", r.text());
-        expect_not_in(&r.stdout, "kind: ResourceQuota", off);
+        let args: Vec<&str> = off.iter().flat_map(|v| ["--set", *v]).collect();
+        let r = render(&c, RELEASE, NS, &args);
+        let what = off.join(" ");
+        assert!(r.success, "helm template --set {what}: {}", r.text());
+        expect_not_in(&r.stdout, "kind: ResourceQuota", &what);
     }
+    // The controller tolerates the gate's taint and gets the critical class
+    // while the gate is on, and neither without it.
+    let controller = rendered(&c, &["--show-only", "templates/controller-deployment.yaml"]);
+    expect_in(
+        &controller,
+        "key: \"nodeimage.dev/images-pending\"",
+        "the controller tolerates the start-up taint",
+    );
+    expect_in(
+        &controller,
+        "priorityClassName: system-cluster-critical",
+        "the controller's class while gated",
+    );
+    let ungated = rendered(
+        &c,
+        &[
+            "--show-only",
+            "templates/controller-deployment.yaml",
+            "--set",
+            "startupGate.enabled=false",
+        ],
+    );
+    expect_not_in(&ungated, "images-pending", "no gate, no toleration");
+    expect_not_in(&ungated, "priorityClassName", "no gate, no class");
     let k3s = rendered(
         &c,
         &[
@@ -450,7 +503,7 @@ fn chart_lints_renders_and_refuses_bad_values() {
     );
 
     // Values the chart refuses, each with a message that names the problem.
-    let refused: [(&str, &str, &[&str]); 16] = [
+    let refused: [(&str, &str, &[&str]); 19] = [
         (
             "ServiceMonitor and PodMonitor together",
             "not both",
@@ -535,6 +588,21 @@ fn chart_lints_renders_and_refuses_bad_values() {
             "a negative registry limit",
             "/controller/registryPacing/default",
             &["--set", "controller.registryPacing.default=-1"],
+        ),
+        (
+            "a pin budget of 0",
+            "/daemon/pinning/budgetPercent",
+            &["--set", "daemon.pinning.budgetPercent=0"],
+        ),
+        (
+            "a pin budget above 100 percent",
+            "/daemon/pinning/budgetPercent",
+            &["--set", "daemon.pinning.budgetPercent=150"],
+        ),
+        (
+            "a pin budget as a string",
+            "/daemon/pinning/budgetPercent",
+            &["--set-string", "daemon.pinning.budgetPercent=lots"],
         ),
         (
             "a skipped node label without a value",

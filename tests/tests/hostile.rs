@@ -6,9 +6,9 @@
 
 use nodeimage_tests::kruise::{self, SharedController, TestNs};
 use nodeimage_tests::nodeimage::{self as ni, Tag};
+use nodeimage_tests::tenant::Tenant;
 use nodeimage_tests::{Cluster, http, unique};
 use serde_json::{Value, json};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -20,89 +20,6 @@ static EXCLUSIVE: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
     EXCLUSIVE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A kubectl bound to a ServiceAccount token of a tenant namespace, with
-/// no other credentials.
-struct Tenant {
-    kubectl: String,
-    kubeconfig: std::path::PathBuf,
-    ns: String,
-}
-
-impl Tenant {
-    /// A ServiceAccount allowed to manage the OpenKruise job kinds in `ns` only.
-    fn new(c: &Cluster, ns: &str) -> Tenant {
-        c.kubectl_ok(&["create", "serviceaccount", "tenant", "-n", ns], None);
-        c.kubectl_ok(
-            &[
-                "create",
-                "role",
-                "tenant-jobs",
-                "-n",
-                ns,
-                "--verb=create,get,list,watch,delete,patch,update",
-                "--resource=imagepulljobs.apps.kruise.io,imagelistpulljobs.apps.kruise.io",
-            ],
-            None,
-        );
-        c.kubectl_ok(
-            &[
-                "create",
-                "rolebinding",
-                "tenant-jobs",
-                "-n",
-                ns,
-                "--role=tenant-jobs",
-                &format!("--serviceaccount={ns}:tenant"),
-            ],
-            None,
-        );
-        let token = c.kubectl_ok(&["create", "token", "tenant", "-n", ns], None);
-        let state = std::path::PathBuf::from(c.var("NODEIMAGE_STATE"));
-        let kubeconfig = state.join(format!("tmp/tenant-{ns}.kubeconfig"));
-        let _ = std::fs::create_dir_all(state.join("tmp"));
-        let config = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {
-                "server": c.var("NODEIMAGE_API_SERVER"),
-                "certificate-authority": state.join("kube/pki/ca.crt"),
-            }}],
-            "users": [{"name": "tenant", "user": {"token": token.trim()}}],
-            "contexts": [{"name": "tenant", "context": {"cluster": "local", "user": "tenant", "namespace": ns}}],
-            "current-context": "tenant",
-        });
-        std::fs::write(&kubeconfig, config.to_string()).expect("write tenant kubeconfig");
-        Tenant {
-            kubectl: c.var("KUBECTL"),
-            kubeconfig,
-            ns: ns.to_string(),
-        }
-    }
-
-    /// `kubectl create -f -` as the tenant: (success, stderr).
-    fn apply(&self, doc: &Value) -> (bool, String) {
-        let mut child = Command::new(&self.kubectl)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(["create", "-n", &self.ns, "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl starts");
-        if let Some(mut stdin) = child.stdin.take() {
-            use std::io::Write;
-            stdin
-                .write_all(doc.to_string().as_bytes())
-                .expect("write stdin");
-        }
-        let out = child.wait_with_output().expect("kubectl runs");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
 }
 
 fn ipj(name: &str, spec: Value) -> Value {

@@ -88,6 +88,10 @@ fn install_with_helm_on_the_real_node() {
         |t| upgrade_during_a_pull(t, installed),
     );
     t.step(
+        "every node gated and the controller's pods gone: the controller comes back on the gated node and opens it",
+        every_node_gated,
+    );
+    t.step(
         "uninstall in the documented order: jobs, then helm uninstall",
         uninstall,
     );
@@ -849,6 +853,114 @@ spec:
         },
     );
     t.pass("the hand-made quota gone, a new system-node-critical daemon pod runs under the chart's quota");
+}
+
+/// kubelet's setting that makes the real node register with the start-up taint.
+const REGISTER_GATED: &str =
+    "registerWithTaints: [{key: \"nodeimage.dev/images-pending\", effect: NoSchedule}]\n";
+
+/// Issue 39: the real node, the only one that runs Pods, registers again
+/// with the start-up taint, and the controller's pods are deleted: every
+/// schedulable node is gated. The chart's controller tolerates the taint,
+/// so it comes back on that node and opens the gate (no job gates it) long
+/// before the bound (10 minutes: the daemon's own act comes a minute
+/// later). Without the toleration it stays Pending and the node closed.
+fn every_node_gated(t: &mut Install) {
+    let node = t.node.clone();
+    let opened = |t: &Install| {
+        let events = t.kc_out(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &format!("involvedObject.name={node},reason=StartupGateOpened"),
+            "-o",
+            "name",
+        ]);
+        events.lines().count()
+    };
+    let before = opened(t);
+    let selector = "app.kubernetes.io/component=controller";
+    t.kc_ok(
+        &["delete", "pod", "-n", NS, "-l", selector, "--wait=false"],
+        None,
+    );
+    t.kc_ok(
+        &["delete", "node", &node, "--wait=true", "--timeout=60s"],
+        None,
+    );
+    let extra = t.work_path("kubelet-register-gated.yaml");
+    std::fs::write(&extra, REGISTER_GATED).expect("write the kubelet settings");
+    let real_node = |extra: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(t.repo_path("tests/cluster/real-node.sh"));
+        cmd.env("NODEIMAGE_STATE", &t.state);
+        if let Some(e) = extra {
+            cmd.env("NODEIMAGE_KUBELET_EXTRA_CONFIG", e);
+        }
+        let out = cmd.output().expect("run tests/cluster/real-node.sh");
+        assert!(
+            out.status.success(),
+            "real-node.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    real_node(Some(&extra));
+    t.pass(&format!("{node} registered again with the start-up taint"));
+    let t0 = Instant::now();
+    t.wait_for("the controller to open the gated node", 240, || {
+        let taints = t.kc_out(&["get", "node", &node, "-o", "jsonpath={.spec.taints}"]);
+        let running = t.kc_out(&[
+            "get",
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            selector,
+            "--field-selector",
+            &format!("spec.nodeName={node},status.phase=Running"),
+            "-o",
+            "name",
+        ]);
+        match (
+            taints.contains("images-pending"),
+            running.is_empty(),
+            opened(t) > before,
+        ) {
+            (false, false, true) => Ok(()),
+            state => Err(format!(
+                "tainted, no controller Running, not opened yet: {state:?}"
+            )),
+        }
+    });
+    t.pass(&format!(
+        "a controller pod runs on the gated node and opened it (StartupGateOpened) {}s after it registered",
+        t0.elapsed().as_secs()
+    ));
+    // kubelet's defaults back (the Node keeps no taint).
+    real_node(None);
+    for what in ["deploy", "daemonset"] {
+        let name = format!(
+            "{what}/{RELEASE}-{}",
+            if what == "deploy" {
+                "controller"
+            } else {
+                "daemon"
+            }
+        );
+        let fallback = format!(
+            "{what}/{RELEASE}-nodeimage-{}",
+            if what == "deploy" {
+                "controller"
+            } else {
+                "daemon"
+            }
+        );
+        assert!(
+            t.rollout_status(NS, &name, "180s") || t.rollout_status(NS, &fallback, "180s"),
+            "{what} did not become available again"
+        );
+    }
 }
 
 fn uninstall(t: &mut Install) {

@@ -675,3 +675,65 @@ fn the_plugin_honours_https_proxy_and_no_proxy() {
     );
     assert_eq!(proxy.seen().len(), before, "NO_PROXY kept it off the proxy");
 }
+
+/// Issue 39: `openkruise-check` (docs/migration.md, way A's first step)
+/// refuses while an OpenKruise kind other than the image kinds has
+/// objects, naming them, and passes when none has.
+#[test]
+#[ignore = "needs the local cluster and nodeimage (make test)"]
+fn openkruise_check_refuses_while_other_openkruise_kinds_have_objects() {
+    let c = Cluster::load();
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clonesets.apps.kruise.io"},
+        "spec": {"group": "apps.kruise.io", "scope": "Namespaced",
+                 "names": {"plural": "clonesets", "singular": "cloneset", "kind": "CloneSet", "listKind": "CloneSetList"},
+                 "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    c.kubectl_ok(&["apply", "-f", "-"], Some(&crd.to_string()));
+    let mut cleanup = Cleanup::default();
+    let c2 = c.clone();
+    cleanup.defer("delete the CloneSet CRD", move || {
+        let _ = c2.kubectl(
+            &["delete", "crd", "clonesets.apps.kruise.io", "--wait=false"],
+            None,
+        );
+    });
+    c.kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/clonesets.apps.kruise.io",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    let ns = TestNs::create(&c, "e2e-kruise-check");
+    // The image kinds alone (the suite's jobs and NodeImages) do not count.
+    kruise::eventually("the check passes with no CloneSet", LONG, || {
+        let out = run(&c, &["openkruise-check"]);
+        (out.status.code() == Some(0) && text(&out.stdout).contains("way A (uninstall it) is safe"))
+            .then_some(())
+            .ok_or_else(|| {
+                format!(
+                    "{:?} {}{}",
+                    out.status,
+                    text(&out.stdout),
+                    text(&out.stderr)
+                )
+            })
+    });
+    let web = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                     "metadata": {"name": "web", "namespace": ns.name}, "spec": {"replicas": 0}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&web.to_string()));
+    let out = run(&c, &["openkruise-check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{said}{}", text(&out.stderr));
+    assert!(
+        said.contains(&format!("CloneSet.apps.kruise.io: 1 ({}/web)", ns.name)),
+        "{said}"
+    );
+    assert!(said.contains("way B"), "{said}");
+    drop(cleanup);
+}

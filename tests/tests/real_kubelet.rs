@@ -22,6 +22,7 @@
 use nodeimage_tests::nodeimage::{self as ni, Tag};
 use nodeimage_tests::process::{Daemon, TestRegistry};
 use nodeimage_tests::registry::{PushedImage, Registry};
+use nodeimage_tests::tenant::Tenant;
 use nodeimage_tests::{Cleanup, Cluster, cri, http, kruise, parse_env_file, unique, wait_for};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -638,6 +639,11 @@ const REGISTER_GATED: &str =
 /// The e2e controller's --startup-gate-timeout (tests/nodeimage.sh).
 const GATE_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The one namespace whose jobs the test stack's controller lets gate new
+/// nodes (tests/nodeimage.sh, --startup-gate-namespaces); the jobs of every
+/// other namespace gate nothing, as with the chart's default.
+const GATE_NS: &str = "nodeimage-gate-e2e";
+
 impl RealNode {
     /// Deletes the Node and restarts kubelet so that it registers the Node
     /// again, with the start-up taint; the guard restores the settings and
@@ -702,18 +708,28 @@ impl RealNode {
     }
 
     /// A gating ImagePullJob of `image` for this node that never completes
-    /// (so it keeps selecting the node when it registers again).
-    fn gating_job(&self, ns: &str, name: &str, image: &str) {
-        kruise::create(
-            &self.c,
-            &json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
-                "metadata": {"name": name, "namespace": ns,
-                             "annotations": {"nodeimage.dev/gate-new-nodes": "true"}},
-                "spec": {"image": image, "selector": {"names": [self.name]},
-                         "pullPolicy": {"backoffLimit": 1, "timeoutSeconds": 30},
-                         "completionPolicy": {"type": "Never"}}}),
-        );
+    /// (so it keeps selecting the node when it registers again), in the
+    /// namespace allowed to gate ([`GATE_NS`]); deleted by `cleanup`.
+    fn gating_job(&self, cleanup: &mut Cleanup, image: &str) {
+        let _ = self.c.kubectl(&["create", "namespace", GATE_NS], None);
+        let name = unique("gating");
+        kruise::create(&self.c, &gating_job(GATE_NS, &name, &self.name, image));
+        let c = self.c.clone();
+        cleanup.defer(format!("delete imagepulljob {GATE_NS}/{name}"), move || {
+            kruise::delete(&c, "imagepulljob", GATE_NS, &name);
+        });
     }
+}
+
+/// An ImagePullJob of `image` on `node` marked to gate new nodes, that
+/// never completes.
+fn gating_job(ns: &str, name: &str, node: &str, image: &str) -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": ns,
+                     "annotations": {"nodeimage.dev/gate-new-nodes": "true"}},
+        "spec": {"image": image, "selector": {"names": [node]},
+                 "pullPolicy": {"backoffLimit": 1, "timeoutSeconds": 30},
+                 "completionPolicy": {"type": "Never"}}})
 }
 
 /// Restores kubelet's default settings and leaves the Node untainted when dropped.
@@ -762,7 +778,20 @@ fn real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there() {
     let mut cleanup = Cleanup::default();
     forget(&mut cleanup, &rn, &[&image]);
     let ns = rn.namespace(&mut cleanup, "gate");
-    rn.gating_job(&ns, "gating", &reference);
+    rn.gating_job(&mut cleanup, &reference);
+    // Issue 39: a tenant (rights in its own namespace only) marks a job of
+    // an image that never comes to gate new nodes: it gates nothing, and
+    // the job says so.
+    let tenant = Tenant::new(&rn.c, &ns);
+    let never = format!("{}/never-there:v1", reg.host());
+    let (ok, stderr) = tenant.apply(&gating_job(&ns, "tenant-gating", &rn.name, &never));
+    assert!(ok, "the tenant may create its job: {stderr}");
+    wait_for("the tenant's job to say it gates nothing", TIMEOUT, || {
+        kruise::events_of(&rn.c, &ns, "tenant-gating")
+            .iter()
+            .any(|e| e["reason"] == "StartupGateRefused")
+            .then_some(())
+    });
     // Events of earlier runs on this node stay for an hour: count from here.
     let (opened_before, timed_out_before) = (
         rn.node_events("StartupGateOpened").len(),
@@ -776,6 +805,10 @@ fn real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there() {
     );
     let note = rn.wait_note(&reference);
     assert_eq!(note["taint"], GATE_TAINT, "{note}");
+    assert!(
+        !note.to_string().contains("never-there"),
+        "the tenant's image does not gate the node: {note}"
+    );
     rn.create_pod(&ns, "early", &reference, None);
     kruise::consistently(
         "the Pod stays unscheduled while the node is gated",
@@ -822,7 +855,6 @@ fn real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there() {
     for pod in ["early", "late"] {
         rn.delete_pod(&ns, pod);
     }
-    kruise::delete(&rn.c, "imagepulljob", &ns, "gating");
     drop(gated);
     drop(cleanup);
 }
@@ -843,8 +875,7 @@ fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() 
     reg.stop();
     let mut cleanup = Cleanup::default();
     forget(&mut cleanup, &rn, &[&image]);
-    let ns = rn.namespace(&mut cleanup, "gate-bound");
-    rn.gating_job(&ns, "gating", &reference);
+    rn.gating_job(&mut cleanup, &reference);
     let _daemon = rn.daemon(dir.path(), &[]);
 
     let gated = rn.register_gated();
@@ -872,7 +903,81 @@ fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() 
         "a StartupGateTimedOut event names the missing image: {events:?}"
     );
     assert!(rn.image(&reference).is_none(), "the image never came");
-    kruise::delete(&rn.c, "imagepulljob", &ns, "gating");
     drop(gated);
     drop(cleanup);
+}
+
+/// Issue 39: the gate's bound holds with no controller at all. The real
+/// node registers with the start-up taint while no controller runs (it is
+/// killed: a cluster whose every node is gated cannot schedule one); the
+/// node's own daemon removes the taint a minute after its bound (30 s
+/// here), with a Warning event saying no controller opened it, and says how
+/// long it was overdue meanwhile.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_startup_gate_opens_without_a_controller_after_the_bound() {
+    let rn = RealNode::load();
+    let dir = temp_dir(&rn);
+    let controller = kruise::SharedController::attach(&rn.c);
+    controller.kill();
+    struct Restart(kruise::SharedController);
+    impl Drop for Restart {
+        fn drop(&mut self) {
+            self.0.ensure_running();
+        }
+    }
+    let _restart = Restart(controller);
+    let timed_out_before = rn.node_events("StartupGateTimedOut").len();
+    let gated = rn.register_gated();
+    // kubelet's restart may register the Node once more: go on once the
+    // same tainted Node is seen 5 s apart.
+    let created_at = || {
+        rn.node()["metadata"]["creationTimestamp"]
+            .as_str()
+            .map(String::from)
+    };
+    wait_for("the gated Node to settle", TIMEOUT, || {
+        let first = created_at()?;
+        std::thread::sleep(Duration::from_secs(5));
+        (created_at()? == first && rn.gated()).then_some(())
+    });
+    // As the DaemonSet's pod would, the daemon starts on the new node.
+    let daemon = rn.daemon(dir.path(), &["--startup-gate-timeout", "30s"]);
+    let created: k8s_openapi::jiff::Timestamp = created_at()
+        .and_then(|t| t.parse().ok())
+        .expect("the Node's creationTimestamp");
+    let metrics = format!("http://127.0.0.1:{}/metrics", daemon.health_port);
+    wait_for("the daemon to report its node overdue", TIMEOUT, || {
+        let text = http::scrape(&metrics);
+        let overdue = http::metric_value(&text, "nodeimage_daemon_startup_gate_overdue_seconds");
+        (overdue.unwrap_or(0.0) > 0.0 || !rn.gated()).then_some(())
+    });
+    wait_for(
+        "the node's daemon to remove the start-up taint",
+        TIMEOUT * 2,
+        || (!rn.gated()).then_some(()),
+    );
+    let open_after = k8s_openapi::jiff::Timestamp::now().as_second() - created.as_second();
+    assert!(
+        open_after >= 30 + 60 - 1,
+        "opened {open_after}s after the Node's creation, before the bound of 30 s and its minute of grace"
+    );
+    let events = rn.node_events("StartupGateTimedOut");
+    assert!(
+        events.len() > timed_out_before
+            && events.iter().any(|e| e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no controller opened it"))),
+        "a StartupGateTimedOut event from the daemon: {events:?}"
+    );
+    let text = http::scrape(&metrics);
+    assert_eq!(
+        http::metric_value(&text, "nodeimage_daemon_startup_gate_timed_out_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        http::metric_value(&text, "nodeimage_daemon_startup_gate_overdue_seconds"),
+        Some(0.0)
+    );
+    drop(gated);
 }

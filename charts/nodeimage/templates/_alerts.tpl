@@ -103,4 +103,17 @@ NodeImageImagesLost:
   runbook: nodeimageimageslost
   summary: Pre-pulled images keep leaving a node
   description: {{`'Pre-pulled images left node {{ $labels.node }} at least 3 times in the last hour while tag entries still wanted them.'`}}
+NodeImageStartupGateOverdue:
+  # A node still carries the start-up taint 5 minutes past the gate's bound:
+  # neither the controller nor the node's own daemon could remove it (a
+  # policy or RBAC that refuses the write, a daemon that cannot reach the API
+  # server). The node takes no Pods. Read from the node's own daemon, so it
+  # fires with no controller running.
+  enabled: true
+  expr: 'max by (node) (nodeimage_daemon_startup_gate_overdue_seconds) > 0'
+  for: 5m
+  severity: critical
+  runbook: nodeimagestartupgateoverdue
+  summary: A node stays behind nodeimage's start-up taint past its bound
+  description: {{`'Node {{ $labels.node }} has carried the start-up taint for {{ $value }}s past the gate''s bound: it takes no Pods. Remove the taint by hand and see the node''s daemon log.'`}}
 {{- end }}

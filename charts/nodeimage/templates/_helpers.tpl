@@ -126,3 +126,16 @@ run on every render.
 {{- fail "controller.replicas > 1 needs controller.leaderElection.enabled=true (otherwise every replica reconciles)" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The controller's priority class: the one set, or system-cluster-critical
+while the start-up gate is on (it must schedule when every other node is
+gated), or none.
+*/}}
+{{- define "nodeimage.controller.priorityClassName" -}}
+{{- if .Values.controller.priorityClassName -}}
+{{- .Values.controller.priorityClassName -}}
+{{- else if .Values.startupGate.enabled -}}
+system-cluster-critical
+{{- end -}}
+{{- end }}

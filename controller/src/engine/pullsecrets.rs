@@ -1,7 +1,10 @@
 //! Pull secrets made available to the node daemons: a job's secrets (in the
 //! job's namespace) are copied into one namespace the daemons may read, one
 //! shared copy per source secret, kept in sync with the source, and deleted
-//! when no job refers to it any more.
+//! when no job refers to it any more. Only registry credentials are ever
+//! copied ([`is_registry_credential`]): any other Secret a job names is
+//! refused, so a job cannot make the controller hand a tenant's Opaque or
+//! TLS Secret to every node daemon.
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
@@ -50,6 +53,49 @@ pub enum SecretsError {
         /// Writes tried.
         attempts: usize,
     },
+}
+
+/// The Secret types that hold registry credentials, as kubelet reads them.
+pub const REGISTRY_CREDENTIAL_TYPES: [&str; 2] =
+    ["kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg"];
+
+/// Whether a Secret of `type_` may be copied for the daemons (a Secret
+/// without a type is Opaque).
+pub fn is_registry_credential(type_: Option<&str>) -> bool {
+    type_.is_some_and(|t| REGISTRY_CREDENTIAL_TYPES.contains(&t))
+}
+
+/// A Secret a job named that is not a registry credential: never copied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// `namespace/name` of the source.
+    pub secret: String,
+    /// Its type as read (`Opaque` when unset).
+    pub type_: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pull secret {} has type {}, not a registry credential ({}); it is not used",
+            self.secret,
+            self.type_,
+            REGISTRY_CREDENTIAL_TYPES.join(" or ")
+        )
+    }
+}
+
+/// What one sync found: the copies to reference, the secrets that do not
+/// exist, and the ones refused by type.
+#[derive(Debug, Default)]
+pub struct Synced {
+    /// Copies the daemons may read.
+    pub refs: Vec<ReferenceObject>,
+    /// `namespace/name` of each named secret that does not exist.
+    pub missing: Vec<String>,
+    /// Named secrets that are not registry credentials.
+    pub refused: Vec<Refused>,
 }
 
 /// Name of the copy of `namespace/name`: readable, unique, within 253 chars.
@@ -108,19 +154,19 @@ pub async fn ensure_namespace(client: &kube::Client, ns: &str) -> Result<(), kub
     }
 }
 
-/// Copies each of `names` (in `namespace`) into `target_ns` for `job`.
-/// Returns the copies to reference, and the names that do not exist.
+/// Copies each of `names` (in `namespace`) into `target_ns` for `job`;
+/// a named secret that is not a registry credential is refused (and the
+/// job's reference to an earlier copy of it dropped).
 pub async fn sync(
     client: &kube::Client,
     target_ns: &str,
     namespace: &str,
     names: &[String],
     job: &str,
-) -> Result<(Vec<ReferenceObject>, Vec<String>), SecretsError> {
+) -> Result<Synced, SecretsError> {
     let src_api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let dst_api: Api<Secret> = Api::namespaced(client.clone(), target_ns);
-    let mut refs = Vec::new();
-    let mut missing = Vec::new();
+    let mut out = Synced::default();
     for name in names {
         let key = format!("{namespace}/{name}");
         let Some(src) = src_api
@@ -132,18 +178,43 @@ pub async fn sync(
                 source,
             })?
         else {
-            missing.push(key);
+            out.missing.push(key);
             continue;
         };
         let copy = copy_name(namespace, name);
+        if !is_registry_credential(src.type_.as_deref()) {
+            let type_ = src.type_.clone().unwrap_or_else(|| "Opaque".into());
+            tracing::warn!(secret = %key, %type_, job, "pull secret refused: not a registry credential");
+            drop_reference(&dst_api, &copy, job).await?;
+            out.refused.push(Refused { secret: key, type_ });
+            continue;
+        }
         write_copy(&dst_api, &src, &key, &copy, job).await?;
-        refs.push(ReferenceObject {
+        out.refs.push(ReferenceObject {
             namespace: Some(target_ns.to_string()),
             name: Some(copy),
             mode: None,
         });
     }
-    Ok((refs, missing))
+    Ok(out)
+}
+
+/// Takes `job` out of the references of `copy`, if it exists (a source
+/// that changed type since it was copied); deletes the copy if unused.
+async fn drop_reference(api: &Api<Secret>, copy: &str, job: &str) -> Result<(), SecretsError> {
+    let target_ns = api.namespace().unwrap_or_default().to_string();
+    let found = api
+        .get_metadata_opt(copy)
+        .await
+        .map_err(|source| SecretsError::Api {
+            action: "reading",
+            secret: format!("{target_ns}/{copy}"),
+            source,
+        })?;
+    match found {
+        Some(c) => release_one(api, &target_ns, &c.metadata, job).await,
+        None => Ok(()),
+    }
 }
 
 /// Most conditional writes of one copy before giving up to the error policy.
@@ -247,50 +318,65 @@ pub async fn release(
             source,
         })?;
     for c in copies {
-        let refs = c.annotations().get(REFERENCES_ANNOTATION).cloned();
-        if !refs
-            .as_deref()
-            .unwrap_or_default()
-            .split(',')
-            .any(|r| r == job)
-        {
-            continue;
-        }
-        let left = with_reference(refs.as_deref(), job, false);
-        let name = c.name_any();
-        let result = if left.is_empty() {
-            // Only the version read: a job that added itself meanwhile keeps it.
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: c.resource_version(),
-                    uid: None,
-                }),
-                ..DeleteParams::default()
-            };
-            api.delete(&name, &params)
-                .await
-                .map(|_| ())
-                .or_else(not_found_ok)
-        } else {
-            let patch = serde_json::json!({
-                "metadata": {
-                    "resourceVersion": c.resource_version(),
-                    "annotations": {REFERENCES_ANNOTATION: left},
-                }
-            });
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .or_else(not_found_ok)
+        release_one(&api, target_ns, &c.metadata, job).await?;
+    }
+    Ok(())
+}
+
+/// Removes `job` from the references of the copy `c`; deletes the copy
+/// when nobody uses it any more.
+async fn release_one(
+    api: &Api<Secret>,
+    target_ns: &str,
+    c: &ObjectMeta,
+    job: &str,
+) -> Result<(), SecretsError> {
+    let annotations = c.annotations.as_ref();
+    let refs = annotations
+        .and_then(|a| a.get(REFERENCES_ANNOTATION))
+        .cloned();
+    if !refs
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .any(|r| r == job)
+    {
+        return Ok(());
+    }
+    let left = with_reference(refs.as_deref(), job, false);
+    let name = c.name.clone().unwrap_or_default();
+    let result = if left.is_empty() {
+        // Only the version read: a job that added itself meanwhile keeps it.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: c.resource_version.clone(),
+                uid: None,
+            }),
+            ..DeleteParams::default()
         };
-        result.map_err(|source| SecretsError::Api {
-            action: "releasing",
-            secret: format!("{target_ns}/{name}"),
-            source,
-        })?;
-        if left.is_empty() {
-            tracing::info!(copy = %name, job, "pull secret copy deleted: no job uses it");
-        }
+        api.delete(&name, &params)
+            .await
+            .map(|_| ())
+            .or_else(not_found_ok)
+    } else {
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": c.resource_version,
+                "annotations": {REFERENCES_ANNOTATION: left},
+            }
+        });
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .or_else(not_found_ok)
+    };
+    result.map_err(|source| SecretsError::Api {
+        action: "releasing",
+        secret: format!("{target_ns}/{name}"),
+        source,
+    })?;
+    if left.is_empty() {
+        tracing::info!(copy = %name, job, "pull secret copy deleted: no job uses it");
     }
     Ok(())
 }
@@ -312,6 +398,32 @@ mod tests {
         assert_ne!(copy_name("ns", "a.b"), copy_name("ns.a", "b"));
         assert!(copy_name(&"n".repeat(63), &"s".repeat(253)).len() <= 253);
         assert!(copy_name("ns", "s").starts_with("ns.s-"));
+    }
+
+    #[test]
+    fn only_registry_credentials_are_copied() {
+        for (type_, ok) in [
+            (Some("kubernetes.io/dockerconfigjson"), true),
+            (Some("kubernetes.io/dockercfg"), true),
+            (Some("Opaque"), false),
+            (Some("kubernetes.io/tls"), false),
+            (Some("kubernetes.io/service-account-token"), false),
+            (Some("kubernetes.io/basic-auth"), false),
+            (Some("Kubernetes.io/DockerConfigJson"), false),
+            (Some(""), false),
+            (None, false),
+        ] {
+            assert_eq!(is_registry_credential(type_), ok, "{type_:?}");
+        }
+        let r = Refused {
+            secret: "ns/tls".into(),
+            type_: "kubernetes.io/tls".into(),
+        };
+        assert_eq!(
+            r.to_string(),
+            "pull secret ns/tls has type kubernetes.io/tls, not a registry credential \
+             (kubernetes.io/dockerconfigjson or kubernetes.io/dockercfg); it is not used"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! recorder and the settings from the command line.
 
 use crate::flags::Flags;
+use crate::runtime::policy::Namespaces;
 use chrono::TimeDelta;
 use kube::runtime::events::{Recorder, Reporter};
 
@@ -29,6 +30,8 @@ pub struct Context {
     pub secrets_namespace: String,
     /// KubeEdge kinds run only on edge nodes.
     pub kubeedge_edge_only: bool,
+    /// What the platform team allows tenants' jobs.
+    pub policy: crate::runtime::policy::Policy,
     /// Reconcile metrics and the caches read at scrape time.
     pub metrics: crate::runtime::metrics::Metrics,
 }
@@ -48,6 +51,10 @@ impl Context {
             response_timeout,
             secrets_namespace: flags.secrets_namespace.clone(),
             kubeedge_edge_only: !flags.kubeedge_all_nodes,
+            policy: crate::runtime::policy::Policy {
+                gate_namespaces: Namespaces::from_list(&flags.startup_gate_namespaces),
+                image_secret_namespaces: Namespaces::from_list(&flags.image_secret_namespaces),
+            },
             metrics: crate::runtime::metrics::Metrics::default(),
         })
     }

@@ -101,6 +101,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Start-up gates the controller opened, by reason.
     startup_gates_opened: Family<GateLabels, Counter>,
+    /// Jobs whose mark to gate new nodes was ignored (namespace not allowed).
+    startup_gates_refused: Family<KindLabels, Counter>,
     /// Caches read at scrape time.
     pub caches: Arc<Caches>,
 }
@@ -122,6 +124,7 @@ impl Default for Metrics {
             invalid: Family::default(),
             leader: Gauge::default(),
             startup_gates_opened: Family::default(),
+            startup_gates_refused: Family::default(),
             caches: Arc::new(Caches::default()),
         }
     }
@@ -203,6 +206,11 @@ impl Metrics {
             "Start-up taints the controller removed, by reason (no_gating_images, timeout); the daemons count those they remove once the images are there",
             self.startup_gates_opened.clone(),
         );
+        c.register(
+            "startup_gate_refused",
+            "Jobs annotated nodeimage.dev/gate-new-nodes whose namespace may not gate new nodes (they gate nothing), by kind",
+            self.startup_gates_refused.clone(),
+        );
         r.register_collector(Box::new(CacheCollector(self.caches.clone())));
     }
 
@@ -231,6 +239,13 @@ impl Metrics {
             .get_or_create(&GateLabels {
                 reason: reason.into(),
             })
+            .inc();
+    }
+
+    /// Counts a job of `kind` whose mark to gate new nodes was ignored.
+    pub fn startup_gate_refused(&self, kind: &str) {
+        self.startup_gates_refused
+            .get_or_create(&KindLabels { kind: kind.into() })
             .inc();
     }
 

@@ -1,9 +1,11 @@
 //! The process: what every controller shares (`context`), start and stop
 //! (`lifecycle`), leader election (`leader`), the clock the plans read
-//! (`clock`) and the metrics (`metrics`).
+//! (`clock`), the metrics (`metrics`) and what the platform team allows
+//! tenants' jobs (`policy`).
 
 pub mod clock;
 pub mod context;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod policy;

@@ -39,6 +39,10 @@ pub const DEFAULT_UPGRADE_IMAGE: &str = "kubeedge/installation-package";
     {
         "rule": "self == oldSelf",
         "message": "spec is immutable: a NodeUpgradeJob cannot change after creation (as in KubeEdge); create a new job"
+    },
+    {
+        "rule": "has(self.version)",
+        "message": "spec.version is required: the version to upgrade to, of the form vX.Y.Z, such as v1.16.0"
     }
 ]))]
 pub struct NodeUpgradeJobSpec {
@@ -54,7 +58,7 @@ pub struct NodeUpgradeJobSpec {
     pub task: NodeTaskSpec<UpgradeFields>,
     /// Image that ships the upgrade tool (keadm); any tag or digest is replaced by version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "kubeedge/installation-package"))]
+    #[schemars(schema_with = "crate::validation::upgrade_image")]
     pub image: Option<String>,
     /// Each node waits, after its checks and pull, for confirmation before it
     /// backs up and upgrades: annotate the job `nodeimage.dev/confirm-upgrade`

@@ -92,21 +92,31 @@ pub async fn look<R: ContainerRuntime, N: NodeApi>(
     if !missing.is_empty() {
         return Ok(Outcome::Waiting(missing));
     }
+    Ok(match remove_taint(node, &note.taint).await? {
+        true => Outcome::Opened,
+        false => Outcome::AlreadyOpen,
+    })
+}
+
+/// Removes every taint with key `taint` from the Node; false when it had
+/// none (or is gone). A write refused because the taints moved on is read
+/// again and redone.
+pub async fn remove_taint<N: NodeApi>(node: &N, taint: &str) -> Result<bool, LookError> {
     let err = |source| LookError::Node {
-        taint: note.taint.clone(),
+        taint: taint.to_string(),
         source,
     };
     for _ in 0..WRITE_ATTEMPTS {
         let Some(taints) = node.taints().await.map_err(err)? else {
-            return Ok(Outcome::AlreadyOpen);
+            return Ok(false);
         };
-        let Some(body) = untaint_patch(&taints, &note.taint) else {
-            return Ok(Outcome::AlreadyOpen);
+        let Some(body) = untaint_patch(&taints, taint) else {
+            return Ok(false);
         };
         match node.patch(body).await {
-            Ok(()) => return Ok(Outcome::Opened),
+            Ok(()) => return Ok(true),
             Err(NodeError::Stale) => {
-                tracing::debug!(taint = %note.taint, "start-up gate: the Node's taints moved on; reading them again");
+                tracing::debug!(%taint, "start-up gate: the Node's taints moved on; reading them again");
             }
             Err(e) => return Err(err(e)),
         }

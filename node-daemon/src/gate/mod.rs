@@ -3,8 +3,10 @@
 //! the images it waits for), look whether every image is on the node and,
 //! once they all are, remove exactly that taint from this node's Node
 //! (`look`). It looks again whenever the NodeImage changes (a pull
-//! finished) and on a short timer while gated.
+//! finished) and on a short timer while gated. Without a controller the
+//! bound still holds: `bound` opens the node after it.
 
+pub mod bound;
 pub mod look;
 mod node;
 
@@ -29,8 +31,20 @@ const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// the gate looks again when a pull finishes.
 pub type Notes = watch::Sender<Option<String>>;
 
-/// Runs the node's side of the gate until `stop` turns true.
+/// Runs the node's side of the gate (the notes, and the bound) until
+/// `stop` turns true.
 pub async fn run(
+    deps: Arc<Deps>,
+    notes: watch::Receiver<Option<String>>,
+    bound: bound::Settings,
+    stop: watch::Receiver<bool>,
+) {
+    let own_bound = bound::run(deps.clone(), bound, stop.clone());
+    tokio::join!(follow_notes(deps, notes, stop), own_bound);
+}
+
+/// Looks at the gate whenever the controller's note (or the NodeImage) changes.
+async fn follow_notes(
     deps: Arc<Deps>,
     mut notes: watch::Receiver<Option<String>>,
     mut stop: watch::Receiver<bool>,

@@ -23,6 +23,30 @@ fn node_error(e: kube::Error) -> NodeError {
     }
 }
 
+/// What the gate's bound reads of this node's Node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// creationTimestamp, seconds since the epoch.
+    pub created: Option<i64>,
+    /// The Node carries the start-up taint.
+    pub tainted: bool,
+}
+
+impl KubeNode {
+    /// The Node's creation time and whether it carries `taint`; None when
+    /// the Node does not exist.
+    pub async fn gate_state(&self, taint: &str) -> Result<Option<Seen>, NodeError> {
+        let node = self.api.get_opt(&self.name).await.map_err(node_error)?;
+        Ok(node.map(|n| Seen {
+            created: n.metadata.creation_timestamp.map(|t| t.0.as_second()),
+            tainted: nodeimage_api::gate::has_taint(
+                n.spec.as_ref().and_then(|s| s.taints.as_deref()),
+                taint,
+            ),
+        }))
+    }
+}
+
 impl NodeApi for KubeNode {
     async fn taints(&self) -> Result<Option<Vec<Taint>>, NodeError> {
         let node = self.api.get_opt(&self.name).await.map_err(node_error)?;

@@ -65,6 +65,14 @@ impl FakeRuntime {
         self
     }
 
+    /// Puts `reference` on the node with `size` bytes (0: not reported).
+    pub fn sized(&self, reference: &str, size: u64) -> &Self {
+        let mut image = image_of(reference);
+        image.size = size;
+        self.state().present.insert(reference.to_string(), image);
+        self
+    }
+
     /// The next pulls answer these, in order (after them, pulls succeed at once).
     pub fn pulls(&self, answers: impl IntoIterator<Item = Answer>) -> &Self {
         self.state().pulls.extend(answers);
@@ -88,8 +96,10 @@ impl FakeRuntime {
 
     /// `reference` is on the node, pinned by `owner` ("" for someone else).
     pub fn pinned(&self, reference: &str, owner: &str) -> &Self {
-        self.present(reference);
         let mut s = self.state();
+        if !s.present.contains_key(reference) {
+            s.present.insert(reference.to_string(), image_of(reference));
+        }
         s.pins.insert(reference.to_string(), owner.to_string());
         drop(s);
         self

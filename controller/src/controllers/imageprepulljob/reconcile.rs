@@ -114,7 +114,10 @@ async fn secrets(
             "imageSecrets {spec:?} is not of the form namespace/name"
         )));
     };
-    let (refs, missing) = pullsecrets::sync(
+    if let Some(why) = ctx.policy.image_secret_refusal(ns, name) {
+        return Ok(Secrets::Missing(why));
+    }
+    let synced = pullsecrets::sync(
         &ctx.client,
         &ctx.secrets_namespace,
         ns,
@@ -122,8 +125,10 @@ async fn secrets(
         &job_key(job),
     )
     .await?;
-    Ok(if missing.is_empty() {
-        Secrets::Copied(refs)
+    Ok(if let Some(refused) = synced.refused.first() {
+        Secrets::Missing(refused.to_string())
+    } else if synced.missing.is_empty() {
+        Secrets::Copied(synced.refs)
     } else {
         Secrets::Missing(format!("image secret {spec} not found"))
     })

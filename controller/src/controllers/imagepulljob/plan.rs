@@ -35,6 +35,9 @@ pub const RUNNING_RESYNC: std::time::Duration = std::time::Duration::from_secs(6
 
 pub use select::{PodInfo, select_nodes, selects};
 
+/// Event reason when a job's mark to gate new nodes is ignored.
+pub const GATE_REFUSED: &str = "StartupGateRefused";
+
 /// Everything the plan reads.
 pub struct Inputs<'a> {
     /// The job.
@@ -47,6 +50,12 @@ pub struct Inputs<'a> {
     pub secrets: Vec<ReferenceObject>,
     /// Pull secrets named by the job that do not exist.
     pub missing_secrets: Vec<String>,
+    /// Why pull secrets named by the job were refused (not registry
+    /// credentials): the job's unfinished nodes fail with these reasons.
+    pub refused_secrets: Vec<String>,
+    /// Why the job's mark `nodeimage.dev/gate-new-nodes` is ignored (its
+    /// namespace may not gate new nodes), said once when the job starts.
+    pub gate_refusal: Option<String>,
     /// Most nodes that may start now by the registry's free slots
     /// (`None`: the image's registry has no limit).
     pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
@@ -95,6 +104,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         &api_time(inp.now),
     );
     let mut events = missing_secret_events(&inp.missing_secrets, &old);
+    events.extend(refused_secret_events(&inp.refused_secrets, &old));
     events.append(&mut p.events);
     p.events = events;
     p.write_status = p.status != old;
@@ -115,6 +125,16 @@ fn missing_secret_events(missing: &[String], old: &ImagePullJobStatus) -> Vec<Jo
                 format!("Pull secret {m} not found; pulling without it"),
             )
         })
+        .collect()
+}
+
+/// A warning for each refused pull secret the status did not name yet.
+fn refused_secret_events(refused: &[String], old: &ImagePullJobStatus) -> Vec<JobEvent> {
+    let named = old.message.as_deref().unwrap_or_default();
+    refused
+        .iter()
+        .filter(|m| !named.contains(m.as_str()))
+        .map(|m| JobEvent::warning("PullSecretRefused", m.clone()))
         .collect()
 }
 
@@ -197,6 +217,9 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
             "Started",
             format!("Started pulling {}", job.spec.image),
         ));
+        if let Some(why) = &inp.gate_refusal {
+            events.push(JobEvent::warning(GATE_REFUSED, why.clone()));
+        }
     }
     let (entry, nodes) = match nodes_of(inp) {
         Ok(found) => found,
@@ -213,7 +236,15 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
         .active_deadline_seconds
         .filter(|_| always)
         .map(|s| crate::runtime::clock::after(start_time, crate::runtime::clock::seconds(s)));
-    let r = roll_out(job, nodes, deadline, inp.registry_cap, now);
+    let refused = (!inp.refused_secrets.is_empty()).then(|| inp.refused_secrets.join("; "));
+    let r = roll_out(
+        job,
+        nodes,
+        deadline,
+        refused.as_deref(),
+        inp.registry_cap,
+        now,
+    );
     let complete = always && r.tally.finished();
     events.extend(node_events(job, &old, &r.tally, complete));
     let requeue_after = if complete {
@@ -224,7 +255,7 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
     } else {
         deadline.and_then(|d| (d - now).to_std().ok())
     };
-    let status = status_of(&r, &old, start_time, complete, &inp.missing_secrets, now);
+    let status = status_of(&r, &old, start_time, complete, inp, now);
     Plan {
         status,
         request: (!r.write_to.is_empty()).then(|| entry::request(job, &entry, &inp.secrets)),
@@ -281,11 +312,13 @@ fn parallelism(p: Option<&IntOrString>) -> usize {
 }
 
 /// Starts nodes within `parallelism` and the registry's `cap`, none past
-/// the job's `deadline` (which fails the working ones).
+/// the job's `deadline` (which fails the working ones) or while a named
+/// pull secret is `refused` (which fails every unfinished node with why).
 fn roll_out(
     job: &ImagePullJob,
     nodes: Vec<(String, NodeState)>,
     deadline: Option<DateTime<Utc>>,
+    refused: Option<&str>,
     cap: Option<&rollout::Cap>,
     now: DateTime<Utc>,
 ) -> Rollout {
@@ -300,6 +333,8 @@ fn roll_out(
     let (nodes, start) = if past_deadline {
         let failed = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
         (failed, Starts::default())
+    } else if let Some(why) = refused {
+        (rollout::apply_deadline(nodes, why), Starts::default())
     } else {
         let limit = parallelism(job.spec.template.parallelism.as_ref());
         let start = rollout::to_start_capped(&nodes, limit, cap);
@@ -356,17 +391,20 @@ fn status_of(
     old: &ImagePullJobStatus,
     start_time: DateTime<Utc>,
     complete: bool,
-    missing_secrets: &[String],
+    inp: &Inputs<'_>,
     now: DateTime<Utc>,
 ) -> ImagePullJobStatus {
     let tally = &r.tally;
     let failed_nodes: Vec<String> = tally.failed.iter().map(|(n, _)| n.clone()).collect();
     let mut message = status_message(tally, complete, r.past_deadline);
-    if !missing_secrets.is_empty() {
+    if !inp.missing_secrets.is_empty() {
         message.push_str(&format!(
             "; pull secret(s) not found, pulling without them: {}",
-            missing_secrets.join(", ")
+            inp.missing_secrets.join(", ")
         ));
+    }
+    for why in &inp.refused_secrets {
+        message.push_str(&format!("; {why}"));
     }
     ImagePullJobStatus {
         start_time: Some(api_time(start_time)),

@@ -122,13 +122,18 @@ impl JobReconciler for State {
         let api = ImagePullJob::api(ctx.client.clone(), &job);
         let key = job_key(&job);
         let names = plan::secrets_to_copy(&job);
-        let (secrets, missing) = if names.is_empty() {
-            (vec![], vec![])
+        let synced = if names.is_empty() {
+            pullsecrets::Synced::default()
         } else {
             let ns = job.namespace().unwrap_or_default();
             let client = &ctx.client;
             pullsecrets::sync(client, &ctx.secrets_namespace, &ns, names, &key).await?
         };
+        let refused = synced.refused.iter().map(ToString::to_string).collect();
+        let gating = nodeimage_api::gate::is_gating(job.annotations());
+        let gate_refusal = gating
+            .then(|| ctx.policy.gate_refusal(job.namespace().as_deref()))
+            .flatten();
         let pods = self.pods_of(&job);
         let now = Utc::now();
         // The snapshot goes before any write is awaited: held, it would keep
@@ -144,8 +149,10 @@ impl JobReconciler for State {
                     job: &job,
                     nodeimages: &self.shared.nodeimages.state(),
                     pods: &pods,
-                    secrets,
-                    missing_secrets: missing,
+                    secrets: synced.refs,
+                    missing_secrets: synced.missing,
+                    refused_secrets: refused,
+                    gate_refusal: gate_refusal.clone(),
                     registry_cap,
                     now,
                 })
@@ -164,6 +171,10 @@ impl JobReconciler for State {
             None
         };
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
+        if p.events.iter().any(|e| e.reason == plan::GATE_REFUSED) {
+            tracing::warn!(job = %key, reason = gate_refusal.as_deref().unwrap_or_default(), "start-up gate mark ignored");
+            ctx.metrics.startup_gate_refused("ImagePullJob");
+        }
         if p.completed_now {
             let status = &p.status;
             tracing::info!(job = %key, succeeded = status.succeeded, failed = status.failed, "job completed");

@@ -2,10 +2,12 @@
 //! `nodeimage.dev/gate-new-nodes` that selects the node, each kind by its
 //! own rule (ImagePullJob: `imagepulljob::plan::selects`; ImagePrePullJob:
 //! `imageprepulljob::plan::works_on`). ImageListPullJobs gate through their
-//! children, which carry the mark on. Pure.
+//! children, which carry the mark on. A namespaced job gates only when the
+//! platform team's policy lets its namespace (`runtime::policy`). Pure.
 
 use crate::controllers::{imageprepulljob, imagepulljob};
 use crate::nodeimage::nodes::NodeInfo;
+use crate::runtime::policy::Policy;
 use kube::ResourceExt;
 use nodeimage_api::gate::is_gating;
 use nodeimage_api::kruise::{ImagePullJob, NodeImage};
@@ -22,6 +24,8 @@ pub struct Jobs<'a> {
     pub prepull: &'a [Arc<ImagePrePullJob>],
     /// KubeEdge kinds run only on edge nodes.
     pub edge_only: bool,
+    /// Which namespaces' jobs may gate.
+    pub policy: &'a Policy,
 }
 
 /// The full references (`ImageRef::pull_ref`) of the images that gate the
@@ -33,6 +37,7 @@ pub fn gating_images(ni: &Arc<NodeImage>, info: &NodeInfo, jobs: &Jobs<'_>) -> B
         .pull
         .iter()
         .filter(|j| is_gating(j.annotations()) && imagepulljob::plan::selects(j, ni))
+        .filter(|j| jobs.policy.gate_refusal(j.namespace().as_deref()).is_none())
         .map(|j| j.spec.image.as_str());
     let prepull = jobs
         .prepull
@@ -164,10 +169,15 @@ mod tests {
                 serde_json::json!({"state": "Successful"}),
             ),
         ];
+        let policy = Policy {
+            gate_namespaces: crate::runtime::policy::Namespaces::Any,
+            ..Policy::default()
+        };
         let jobs = Jobs {
             pull: &pull,
             prepull: &prepull,
             edge_only: true,
+            policy: &policy,
         };
         let got = gating_images(&ni, &edge(), &jobs);
         let want: BTreeSet<String> = ["all:1", "gpu:1", "named:1", "edge:1"]
@@ -186,5 +196,12 @@ mod tests {
             ..jobs
         };
         assert!(gating_images(&ni, &cloud, &all).contains("docker.io/library/edge:1"));
+        // The default policy: no namespace's job gates; cluster-scoped ones do.
+        let closed = Jobs {
+            policy: &Policy::default(),
+            ..all
+        };
+        let want: BTreeSet<String> = ["docker.io/library/edge:1".to_string()].into();
+        assert_eq!(gating_images(&ni, &cloud, &closed), want);
     }
 }

@@ -161,6 +161,7 @@ fn gating_images(state: &State, node: &Node, ni: Option<&Arc<NodeImage>>) -> Kno
         pull: &pull,
         prepull: &prepull,
         edge_only: state.ctx.kubeedge_edge_only,
+        policy: &state.ctx.policy,
     };
     Known::Images(Some(images::gating_images(ni, &info, &jobs)))
 }

@@ -10,6 +10,7 @@
 
 pub mod contract;
 pub mod patch;
+pub mod pins;
 mod spec;
 mod status;
 

@@ -79,6 +79,8 @@ fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
         pods: &[],
         secrets: vec![],
         missing_secrets: vec![],
+        refused_secrets: vec![],
+        gate_refusal: None,
         registry_cap: None,
         now: now(at),
     })
@@ -143,6 +145,8 @@ fn registry_cap_cuts_the_starts() {
             pods: &[],
             secrets: vec![],
             missing_secrets: vec![],
+            refused_secrets: vec![],
+            gate_refusal: None,
             registry_cap: cap.map(crate::engine::rollout::Cap::new).as_ref(),
             now: now(200),
         })
@@ -328,6 +332,8 @@ fn missing_secrets_are_named() {
         pods: &[],
         secrets: vec![],
         missing_secrets: vec!["ns/absent".into()],
+        refused_secrets: vec![],
+        gate_refusal: None,
         registry_cap: None,
         now: now(1),
     });
@@ -337,6 +343,42 @@ fn missing_secrets_are_named() {
             .as_deref()
             .is_some_and(|m| m.contains("ns/absent"))
     );
+}
+
+#[test]
+fn refused_secrets_fail_the_unfinished_nodes_and_start_none() {
+    let why = "pull secret ns/tls has type kubernetes.io/tls, not a registry credential";
+    let j = job(3, CompletionPolicy::default());
+    let nodes = [
+        node("n1", &[], Some(ImagePullPhase::Succeeded)),
+        node("n2", &[], None),
+        node("n3", &[], None),
+    ];
+    let p = plan(Inputs {
+        job: &j,
+        nodeimages: &nodes,
+        pods: &[],
+        secrets: vec![],
+        missing_secrets: vec![],
+        refused_secrets: vec![why.into()],
+        gate_refusal: None,
+        registry_cap: None,
+        now: now(1),
+    });
+    assert!(p.starts.nodes.is_empty(), "{:?}", p.starts);
+    assert_eq!(p.status.succeeded, 1);
+    assert_eq!(p.status.failed, 2);
+    assert!(p.status.completion_time.is_some());
+    assert!(p.status.message.as_deref().is_some_and(|m| m.contains(why)));
+    let refused: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "PullSecretRefused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", p.events);
+    assert!(refused[0].warning && refused[0].note.contains(why));
+    let failed = p.events.iter().filter(|e| e.reason == "NodeFailed");
+    assert!(failed.clone().count() == 2 && failed.into_iter().all(|e| e.note.contains(why)));
 }
 
 #[test]
@@ -420,6 +462,8 @@ fn a_missing_secret_is_announced_once() {
             pods: &[],
             secrets: vec![],
             missing_secrets: vec!["ns/absent".into()],
+            refused_secrets: vec![],
+            gate_refusal: None,
             registry_cap: None,
             now: now(1),
         })
@@ -448,4 +492,30 @@ fn the_status_carries_conditions_at_the_plan_time() {
     let p = run(&done, &[node("n1", &[], Some(Succeeded))], 230);
     assert!(!p.write_status && !p.completed_now && p.completed);
     assert!(p.events.is_empty());
+}
+
+#[test]
+fn a_refused_gate_mark_is_said_once_when_the_job_starts() {
+    let j = job(1, CompletionPolicy::default());
+    let nodes = [node("n1", &[], None)];
+    let at = |j: &ImagePullJob, why: Option<&str>| {
+        plan(Inputs {
+            job: j,
+            nodeimages: &nodes,
+            pods: &[],
+            secrets: vec![],
+            missing_secrets: vec![],
+            refused_secrets: vec![],
+            gate_refusal: why.map(String::from),
+            registry_cap: None,
+            now: now(1),
+        })
+    };
+    let refused = |p: &Plan| p.events.iter().filter(|e| e.reason == GATE_REFUSED).count();
+    let first = at(&j, Some("namespace ns may not gate new nodes"));
+    assert_eq!(refused(&first), 1, "{:?}", first.events);
+    assert_eq!(refused(&at(&j, None)), 0);
+    let mut started = j.clone();
+    started.status = Some(first.status.clone());
+    assert_eq!(refused(&at(&started, Some("again"))), 0, "said once");
 }
