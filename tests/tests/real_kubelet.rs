@@ -981,3 +981,102 @@ fn real_kubelet_startup_gate_opens_without_a_controller_after_the_bound() {
     );
     drop(gated);
 }
+
+/// Issue 39: pins stay within the budget on a real kubelet. Of three wanted
+/// images whose node budget holds two, the newest entry's is left out (its
+/// tag says so): kubelet's image GC collects it, and never the two pinned.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_collects_the_image_left_out_of_the_pin_budget() {
+    use nodeimage_api::kruise::nodeimage::pins::NOT_PINNED_PREFIX;
+    let rn = RealNode::load();
+    let dir = temp_dir(&rn);
+    let reg = TestRegistry::start(dir.path());
+    let registry = Registry::new(&reg.host());
+    let images: Vec<PushedImage> = ["old", "mid", "new"]
+        .iter()
+        .map(|age| {
+            registry
+                .push_image(&unique(&format!("budget-{age}")), Some("v1"), 256 << 10)
+                .expect("push the test image")
+        })
+        .collect();
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &rn, &images.iter().collect::<Vec<_>>());
+    let sizes: Vec<u64> = images
+        .iter()
+        .map(|img| {
+            cri::pull(&rn.socket, &img.reference(), None).expect("pull the test image");
+            rn.image(&img.reference())
+                .map(|i| i.size)
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(sizes.iter().all(|s| *s > 0), "CRI reports sizes: {sizes:?}");
+    let probe = rn.daemon(dir.path(), &[]);
+    let metrics = format!("http://127.0.0.1:{}/metrics", probe.health_port);
+    let capacity = wait_for("the image filesystem's size", TIMEOUT, || {
+        http::metric_value(
+            &http::scrape(&metrics),
+            "nodeimage_daemon_image_fs_capacity_bytes",
+        )
+        .filter(|v| *v > 0.0)
+    });
+    drop(probe);
+    // The two oldest fit, the newest does not (by half its size).
+    let budget = sizes[0] + sizes[1] + sizes[2] / 2;
+    let percent = (budget as f64 * 100.0 / capacity).to_string();
+    let _daemon = rn.daemon(dir.path(), &["--pin-budget-percent", &percent]);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    for (age, img) in images.iter().enumerate() {
+        let created = k8s_openapi::jiff::Timestamp::from_second(now - 30 + 10 * age as i64)
+            .expect("a time")
+            .to_string();
+        ni::set_image(
+            &rn.c,
+            &rn.name,
+            &img.name,
+            json!({"tags": [{"tag": "v1", "createdAt": created}]}),
+        );
+    }
+    for img in &images {
+        ni::wait_phase(&rn.c, rn.tag(img), 0, "Succeeded", TIMEOUT);
+    }
+    let (old, mid, new) = (&images[0], &images[1], &images[2]);
+    wait_for("the newest tag says it is not pinned", TIMEOUT, || {
+        ni::get(&rn.c, &rn.name)
+            .and_then(|o| ni::tag_status(&o, &new.name, "v1").cloned())
+            .and_then(|t| t["message"].as_str().map(str::to_string))
+            .filter(|m| m.starts_with(NOT_PINNED_PREFIX))
+    });
+    wait_for("the two oldest pinned", TIMEOUT, || {
+        [old, mid]
+            .iter()
+            .all(|i| rn.image(&i.reference()).is_some_and(|i| i.pinned))
+            .then_some(())
+    });
+    let id = |img: &PushedImage| rn.image(&img.reference()).expect("on the node").id;
+    let (old_id, mid_id, new_id) = (id(old), id(mid), id(new));
+    {
+        let _gc = rn.collecting();
+        wait_for(
+            "kubelet's GC to collect the image left out",
+            TIMEOUT,
+            || (rn.gc_removals(&new_id) >= 1).then_some(()),
+        );
+        rn.wait_two_gc_passes();
+        for (img, img_id) in [(old, &old_id), (mid, &mid_id)] {
+            let still = rn
+                .image(&img.reference())
+                .expect("a pinned image survives kubelet's GC");
+            assert!(still.pinned, "{still:?}");
+            assert_eq!(rn.gc_removals(img_id), 0, "kubelet never removed {img_id}");
+        }
+    }
+    ni::remove_images(
+        &rn.c,
+        &rn.name,
+        &images.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
+    );
+    drop(cleanup);
+}
