@@ -108,7 +108,7 @@ side_env() {
 }
 # Nothing simulated left (the nodes, their NodeImages, jobs): scale.sh reset.
 reset_cluster() {
-  "$BENCH_DIR/scale.sh" reset
+  "$BENCH_DIR/scale.sh" reset >&2
   wait_until 600 "simulated Nodes and NodeImages gone" - bash -c \
     "[[ -z \$($KUBECTL get nodes,nodeimages -l nodeimage.dev/sim=true -o name) ]]"
 }
