@@ -36,10 +36,12 @@
 #                       CPU and RSS are read from /proc either way)
 #   CONTROLLER_READY    a command that succeeds once it is ready (default:
 #                       curl its /readyz)
+#   CONTROLLER_READY_TIMEOUT  seconds to wait for it (default 300)
 #   CONTROLLER_RECONCILES_METRIC  its reconcile counter (default
 #                       nodeimage_controller_reconciles_total; for
 #                       controller-runtime: controller_runtime_reconcile_total)
-# See docs/benchmarks.md for kruise-manager's settings.
+# tests/bench/side-by-side.sh sets these for kruise-manager and alternates
+# it with nodeimage's controller (docs/benchmarks.md).
 #
 # Settings: NODES (1000), JOBS (100), PARALLELISM (100), PREPULL_CONCURRENCY
 # (100), SIM_CONCURRENCY (64 nodes written at once), PULL_MS (0: simulated
@@ -94,6 +96,7 @@ CONTROLLER_ARGS=${CONTROLLER_ARGS:-"--kubeconfig {kubeconfig} --health-addr {hea
 CONTROLLER_CRDS=${CONTROLLER_CRDS:-$SRC/crds/yaml}
 CONTROLLER_METRICS=${CONTROLLER_METRICS:-"http://{health}/metrics"}
 CONTROLLER_READY=${CONTROLLER_READY:-"curl -fsS http://{health}/readyz"}
+CONTROLLER_READY_TIMEOUT=${CONTROLLER_READY_TIMEOUT:-300}
 CONTROLLER_RECONCILES_METRIC=${CONTROLLER_RECONCILES_METRIC:-nodeimage_controller_reconciles_total}
 [[ -x $CONTROLLER_BIN ]] || die "$CONTROLLER_BIN missing: cargo build --release -p nodeimage-controller"
 [[ -x $BIN/ni-sim ]] || die "$BIN/ni-sim missing: cargo build --release -p nodeimage-tests"
@@ -133,7 +136,7 @@ start_controller() {
   fi
   read -r -a args <<<"$(fill "$CONTROLLER_ARGS")"
   bench_start scale-controller "$CONTROLLER_BIN" "${args[@]}"
-  wait_until 300 "controller ready" scale-controller bash -c "$(fill "$CONTROLLER_READY")"
+  wait_until "$CONTROLLER_READY_TIMEOUT" "controller ready" scale-controller bash -c "$(fill "$CONTROLLER_READY")"
 }
 ctrl_metric() {
   case $1 in
@@ -187,6 +190,16 @@ nodeimage_patches() {
   done
 }
 
+# Writes of NodeImages by all clients, whatever the verb (PATCH, PUT or
+# server-side apply; all subresources and codes): one controller patches,
+# another updates.
+nodeimage_writes() {
+  local v
+  v=$(kc get --raw /metrics | grep '^apiserver_request_total{.*resource="nodeimages".*verb="\(PATCH\|PUT\|APPLY\)"' |
+    awk '{ s += $NF } END { printf "%d", s }')
+  echo "${v:-0}"
+}
+
 # Status PATCHes of a job resource (all codes), as the API server counts them.
 status_patches() {
   local v
@@ -207,6 +220,7 @@ measure_begin() {
   M_ALL0=$(apiserver_metric apiserver_request_total)
   M_REC0=$(ctrl_metric nodeimage_controller_reconciles_total)
   M_PATCH0=$(nodeimage_patches)
+  M_WRITES0=$(nodeimage_writes)
   M_APICPU0=$(proc_cpu "$(recorded_pid apiserver)")
   M_SIMCPU0=$(proc_cpu "$(bench_pid ni-sim)")
   M_MACHINE0=$(machine_cpu)
@@ -235,6 +249,7 @@ measure_end() {
   record "$s.controller.reconciles" "$(awk -v a="$M_REC0" -v b="$rec" 'BEGIN { printf "%d", b - a }')"
   record "$s.simulator.requests" "$sim (its own count: $simown)"
   record "$s.apiserver.nodeimage_patches" "$(awk -v a="$M_PATCH0" -v b="$(nodeimage_patches)" 'BEGIN { split(a, x); split(b, y); printf "%d, of which %d refused with 409 (resourceVersion moved) and %d with 422 (a failed test: a status write guard, the spec test of an entry write, or invalid)", y[1] - x[1], y[2] - x[2], y[3] - x[3] }')"
+  record "$s.apiserver.nodeimage_writes" "$(($(nodeimage_writes) - M_WRITES0)) (PATCH, PUT and apply of NodeImages, all clients, all codes)"
   record "$s.apiserver.requests_all_clients" "$(awk -v a="$M_ALL0" -v b="$all" 'BEGIN { printf "%d", b - a }')"
   record "$s.registry.peak_pulling_nodes" "$(sim_stat peakPullingNodes | jq -c . 2>/dev/null) (most simulated nodes Pulling from each registry at once since the simulator started; REGISTRY_LIMIT=$REGISTRY_LIMIT)"
 }
