@@ -11,8 +11,7 @@ use super::look::remove_taint;
 use super::node::KubeNode;
 pub use super::node::Seen;
 use crate::deps::Deps;
-use crate::report;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::EventType;
 use nodeimage_api::gate;
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,31 +139,13 @@ async fn open(deps: &Arc<Deps>, node: &KubeNode, settings: &Settings, overdue: u
     deps.metrics.startup_gate_timed_out.inc();
     deps.metrics.startup_gate_overdue_seconds.set(0);
     tracing::warn!(node = %deps.node, taint = %settings.taint, overdue_s = overdue, "start-up gate opened by the node's daemon: the bound passed and no controller opened it");
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: gate::REASON_TIMEOUT.into(),
-        note: Some(report::truncate(
-            &format!(
-                "Removed taint {} {}s after the start-up gate's bound of {}s: no controller opened it (is nodeimage's controller running?)",
-                settings.taint,
-                overdue,
-                settings.timeout.as_secs()
-            ),
-            1000,
-        )),
-        action: "StartupGate".into(),
-        secondary: None,
-    };
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(deps.node.clone()),
-        ..Default::default()
-    };
-    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
-    if let Err(e) = recorder.publish(&ev, &reference).await {
-        tracing::warn!(error = %e, "could not record the start-up gate event");
-    }
+    let text = format!(
+        "Removed taint {} {}s after the start-up gate's bound of {}s: no controller opened it (is nodeimage's controller running?)",
+        settings.taint,
+        overdue,
+        settings.timeout.as_secs()
+    );
+    super::node::publish_event(deps, EventType::Warning, gate::REASON_TIMEOUT, &text).await;
 }
 
 #[cfg(test)]

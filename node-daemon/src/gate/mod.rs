@@ -11,8 +11,7 @@ pub mod look;
 mod node;
 
 use crate::deps::Deps;
-use crate::report;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::EventType;
 use look::Outcome;
 use nodeimage_api::gate::{self, GateNote};
 use std::sync::Arc;
@@ -123,31 +122,13 @@ async fn one_look(deps: &Arc<Deps>, node: &node::KubeNode, note: &GateNote) -> b
 async fn opened(deps: &Arc<Deps>, note: &GateNote) {
     tracing::info!(node = %deps.node, taint = %note.taint, images = note.images.len(), "start-up gate opened: every gating image is on the node");
     deps.metrics.startup_gate_opened.inc();
-    let ev = Event {
-        type_: EventType::Normal,
-        reason: gate::REASON_READY.into(),
-        note: Some(report::truncate(
-            &format!(
-                "All {} gating image(s) present; removed taint {}: {}",
-                note.images.len(),
-                note.taint,
-                note.images.join(", ")
-            ),
-            1000,
-        )),
-        action: "StartupGate".into(),
-        secondary: None,
-    };
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(deps.node.clone()),
-        ..Default::default()
-    };
-    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
-    if let Err(e) = recorder.publish(&ev, &reference).await {
-        tracing::warn!(error = %e, "could not record the start-up gate event");
-    }
+    let text = format!(
+        "All {} gating image(s) present; removed taint {}: {}",
+        note.images.len(),
+        note.taint,
+        note.images.join(", ")
+    );
+    node::publish_event(deps, EventType::Normal, gate::REASON_READY, &text).await;
 }
 
 #[cfg(test)]

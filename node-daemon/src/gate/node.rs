@@ -67,3 +67,31 @@ impl NodeApi for KubeNode {
             .map_err(node_error)
     }
 }
+
+/// Records an Event of the start-up gate on this node's Node (a failure to
+/// record is logged: the gate's work is done either way).
+pub async fn publish_event(
+    deps: &crate::deps::Deps,
+    type_: kube::runtime::events::EventType,
+    reason: &str,
+    note: &str,
+) {
+    use kube::runtime::events::{Event, Recorder};
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(crate::report::truncate(note, 1000)),
+        action: "StartupGate".into(),
+        secondary: None,
+    };
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(deps.node.clone()),
+        ..Default::default()
+    };
+    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &reference).await {
+        tracing::warn!(error = %e, "could not record the start-up gate event");
+    }
+}
