@@ -50,7 +50,7 @@ check_state_path
 # ---------------------------------------------------------------------------
 # Settings
 # ---------------------------------------------------------------------------
-K8S_VERSION=v1.33.13
+K8S_VERSION=v1.37.2
 API_PORT=${NODEIMAGE_API_PORT:-16443}
 ETCD_PORT=${NODEIMAGE_ETCD_PORT:-12379}
 REG_PORT=${NODEIMAGE_REGISTRY_PORT:-5000}
@@ -72,8 +72,10 @@ TMP_DIR=$STATE/tmp
 NI_CRI=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ni-cri
 
 # Version stamping for binaries built from k8s.io/kubernetes (the same values
-# `make` would inject), so both kubelocal and kubectl report v1.33.13.
-GO_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=33 -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+# `make` would inject), so both kubelocal and kubectl report $K8S_VERSION.
+K8S_MINOR=${K8S_VERSION#v1.}
+K8S_MINOR=${K8S_MINOR%%.*}
+GO_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$K8S_MINOR -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
 
 # Node count: an integer, or a list of names node-1..node-N.
 NODE_SPEC=${NODEIMAGE_NODES:-${NODEIMAGE_NODE_COUNT:-3}}

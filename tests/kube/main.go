@@ -20,6 +20,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -60,7 +61,7 @@ func main() {
 		clientCert(dir, os.Args[3], os.Args[4], os.Args[5])
 	case "kubelet":
 		// The flags come from tests/cluster/up.sh, which owns the node's layout.
-		cmd := kubelet.NewKubeletCommand()
+		cmd := kubelet.NewKubeletCommand(context.Background())
 		cmd.SetArgs(os.Args[2:])
 		os.Exit(cli.Run(cmd))
 	case "apiserver":
