@@ -148,20 +148,22 @@ go_build_stamped "$BIN/kubelocal" "$TESTS_DIR/kube" "$TESTS_DIR"/kube/*.go "$TES
   -ldflags "$GO_LDFLAGS" .
 KUBELOCAL_REBUILT=$REBUILT
 
-# kubectl: the machine's if its client minor version is >= 32, else built
-# from k8s.io/kubernetes (kept in go.mod by tests/kube/tools.go).
+# kubectl: the machine's if its client is at most one minor version older
+# than the API server (kubectl's version skew policy), else built from
+# k8s.io/kubernetes (kept in go.mod by tests/kube/tools.go).
+KUBECTL_MIN_MINOR=$((K8S_MINOR - 1))
 choose_kubectl() {
   local sys minor
   sys=$(command -v kubectl 2>/dev/null || true)
   if [[ ${NODEIMAGE_BUILD_KUBECTL:-0} != 1 && -n $sys ]]; then
     minor=$("$sys" version --client -o json 2>/dev/null |
       sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -n 1 || true)
-    if [[ -n $minor ]] && ((minor >= 32)); then
+    if [[ -n $minor ]] && ((minor >= KUBECTL_MIN_MINOR)); then
       KUBECTL=$sys
       log "using $KUBECTL (client minor $minor)"
       return 0
     fi
-    log "machine kubectl $sys has client minor '${minor:-?}' (< 32); building one"
+    log "machine kubectl $sys has client minor '${minor:-?}' (< $KUBECTL_MIN_MINOR); building one"
   fi
   go_build_stamped "$BIN/kubectl" "$TESTS_DIR/kube" "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- \
     -ldflags "$GO_LDFLAGS" k8s.io/kubernetes/cmd/kubectl

@@ -6,7 +6,8 @@
 //
 //	go build -o $STATE/bin/kubectl k8s.io/kubernetes/cmd/kubectl
 //
-// which runs when the machine has no kubectl with client minor version >= 32.
+// which runs when the machine's kubectl (if any) is more than one minor
+// version older than the API server.
 package main
 
 import (
