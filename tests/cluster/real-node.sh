@@ -226,6 +226,9 @@ authentication:
   x509: {clientCAFile: $KUBE_DIR/pki/ca.crt}
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
+# This machine may run cgroup v1, which kubelet refuses by default from 1.35
+# on (failCgroupV1 defaults to true there; false before).
+failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://$SOCK
 imageServiceEndpoint: unix://$SOCK
