@@ -176,7 +176,7 @@ fn sim_node(name: &str) -> Result<Node, serde_json::Error> {
             }],
             "addresses": [{"type": "Hostname", "address": name}],
             "nodeInfo": {
-                "kubeletVersion": "v1.33.13", "kubeProxyVersion": "",
+                "kubeletVersion": "v1.37.2", "kubeProxyVersion": "",
                 "containerRuntimeVersion": "containerd://1.6.20",
                 "architecture": "amd64", "operatingSystem": "linux",
                 "osImage": "ni-sim", "kernelVersion": "", "machineID": "",
