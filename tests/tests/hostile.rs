@@ -301,18 +301,22 @@ fn the_largest_accepted_values_run() {
     everything_up(&c);
 }
 
-/// Removes `maximum` from an integer field of a CRD (every served version),
-/// so an object stored now no longer fits the Rust type: what a cluster holds
-/// when objects were written before a bound existed.
+/// Removes `maximum` and `format` from an integer field of a CRD (every
+/// served version), so an object stored now no longer fits the Rust type:
+/// what a cluster holds when objects were written before a bound existed.
+/// Both go: from Kubernetes 1.36 the API server also enforces an integer's
+/// `format: int32` (before, it dropped the format).
 fn loosen(c: &Cluster, crd: &str, pointer: &str) {
     let versions = c.kubectl_ok(
         &["get", "crd", crd, "-o", "jsonpath={.spec.versions[*].name}"],
         None,
     );
     let ops: Vec<Value> = (0..versions.split_whitespace().count())
-        .map(|i| {
-            json!({"op": "remove",
-                   "path": format!("/spec/versions/{i}/schema/openAPIV3Schema{pointer}/maximum")})
+        .flat_map(|i| {
+            ["maximum", "format"].map(|key| {
+                json!({"op": "remove",
+                       "path": format!("/spec/versions/{i}/schema/openAPIV3Schema{pointer}/{key}")})
+            })
         })
         .collect();
     c.kubectl_ok(
