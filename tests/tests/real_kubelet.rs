@@ -1,6 +1,6 @@
 //! What a real kubelet does with the images nodeimage pre-pulled: its image
 //! garbage collector, and its credential verification (KEP-2535). They run
-//! on the stack's real node (tests/cluster/real-node.sh: kubelet 1.33 over
+//! on the stack's real node (tests/cluster/real-node.sh: kubelet 1.37 over
 //! containerd 2.2, which honours pins), served by a nodeimage daemon of the
 //! test's own.
 //!
@@ -39,7 +39,8 @@ const GC_NOW: &str = "evictionHard: {memory.available: \"1Mi\", nodefs.available
                       evictionPressureTransitionPeriod: 1s\n";
 
 /// KEP-2535's safe setting: kubelet checks a Pod's own credentials against
-/// the registry before it uses an image pulled outside kubelet.
+/// the registry before it uses an image pulled outside kubelet. The feature
+/// gate is on by default from 1.35 (beta); it is set for older kubelets.
 const ALWAYS_VERIFY: &str = "featureGates: {KubeletEnsureSecretPulledImages: true}\n\
                              imagePullCredentialsVerificationPolicy: AlwaysVerify\n";
 
@@ -520,7 +521,8 @@ fn real_kubelet_gc_without_pins_the_tag_is_pulled_again_then_fails() {
 /// succeeds from the node's copy (docs/api.md "Credentials", as OpenKruise;
 /// the registry refusing a tenant without a secret is credentials.rs's
 /// test). At kubelet, with its
-/// default settings (the feature gate off in 1.33) tenant B's Pod without
+/// default settings (from 1.35 the feature gate is on with the policy
+/// `NeverVerifyPreloadedImages`; before, off) tenant B's Pod without
 /// credentials starts from the copy; with `AlwaysVerify` it is refused,
 /// and tenant A's Pod with its secret still starts.
 #[test]
@@ -609,7 +611,8 @@ fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenant
         kruise::describe(&done)
     );
 
-    // Default settings (1.33: the feature gate is off): never checked.
+    // Default settings (1.37: the gate on, `NeverVerifyPreloadedImages`):
+    // an image pulled outside kubelet is never checked.
     rn.create_pod(&b, "default", &private.reference(), None);
     rn.wait_pod_running(&b, "default");
     rn.delete_pod(&b, "default");
