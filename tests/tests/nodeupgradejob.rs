@@ -727,7 +727,10 @@ fn a_failed_upgrade_is_rolled_back_and_the_tolerance_decides() {
         assert_eq!(bad.version(), OLD, "the backup was restored");
         assert_eq!(good.version(), NEW);
         assert_in_order(bad.name(), &seen[bad.name()], &["Failed"]);
-        if bad_discards {
+        // The first job pulls the package and may take the tool out before
+        // containerd's garbage collector has discarded the layer blobs (the
+        // pull's lease held them); the second starts with them gone.
+        if bad_discards && tolerate == "0.5" {
             assert_read_from_snapshot(&bad);
         }
         if tolerate == "0.5" {
