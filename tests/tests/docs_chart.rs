@@ -13,8 +13,9 @@
 //!   kube-state-metrics series (`kube_…`).
 //! - Metrics: every `nodeimage_…` metric the docs, values.yaml or the chart
 //!   README name, and every one the chart's alerts and dashboard query, is
-//!   in docs/metrics.md's tables (the binaries' unit tests check that the
-//!   chart queries only names they export).
+//!   in docs/metrics.md's tables; the binaries' unit tests hold those tables
+//!   to the metrics each binary declares (`metrics_md_lists_what_the_…_declares`)
+//!   and the chart's queries to what they export.
 //! - Values: every value path the docs name in code (`daemon.port`,
 //!   `--set controller.image.digest=…`) and every one values.yaml's
 //!   comments name is a key of values.schema.json (which refuses unknown
