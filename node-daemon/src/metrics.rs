@@ -383,6 +383,42 @@ mod tests {
         }
     }
 
+    /// docs/metrics.md's "Node daemon" table lists exactly the daemon's own
+    /// metrics (`nodeimage_daemon_*`; the shared ones are under "Both").
+    /// A labelled family is encoded only once it has a series: the ones not
+    /// pre-filled at 0 get one here.
+    #[test]
+    fn metrics_md_lists_what_the_daemon_declares() {
+        let m = Metrics::new();
+        let mut r = nodeimage_ops::metrics::registry("daemon");
+        m.register(&mut r);
+        m.runtime_info
+            .get_or_create(&RuntimeLabels {
+                runtime: "containerd".into(),
+                version: "2.0.0".into(),
+                capabilities: "-".into(),
+            })
+            .set(1);
+        let docker = RegistryLabels {
+            registry: "docker.io".into(),
+        };
+        m.registry_rate_limited.get_or_create(&docker).inc();
+        m.registry_waiting.get_or_create(&docker).set(1);
+        let declared: std::collections::BTreeSet<String> =
+            nodeimage_ops::metrics::declared_names(&nodeimage_ops::metrics::render(&r))
+                .into_iter()
+                .filter(|n| n.starts_with("nodeimage_daemon_"))
+                .collect();
+        let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let doc = std::fs::read_to_string(doc).expect("read docs/metrics.md");
+        let documented = nodeimage_ops::metrics::documented_names(&doc, "Node daemon");
+        assert!(declared.len() >= 10, "declared: {declared:?}");
+        assert_eq!(
+            documented, declared,
+            "docs/metrics.md's Node daemon table (left) vs the daemon's metrics (right)"
+        );
+    }
+
     /// Every file of the Helm chart that may hold PromQL (dashboard, alerts).
     pub(crate) fn chart_queries() -> std::collections::BTreeSet<String> {
         let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodeimage");

@@ -113,6 +113,39 @@ pub fn to_text_004(openmetrics: &str) -> String {
     out
 }
 
+/// The metrics an exposition declares (its `# TYPE` lines), named as they
+/// are queried: a counter with `_total`, an info metric with `_info`.
+/// Unlike [`exported_names`], a labelled family with no series yet counts.
+pub fn declared_names(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| match kind.trim() {
+            "counter" if !name.ends_with("_total") => format!("{name}_total"),
+            "info" => format!("{name}_info"),
+            _ => name.to_string(),
+        })
+        .collect()
+}
+
+/// The metric names a Markdown document lists under the heading
+/// `## {section}`: the code spans of its tables' first column, so tests can
+/// hold docs/metrics.md to what a binary declares.
+pub fn documented_names(markdown: &str, section: &str) -> BTreeSet<String> {
+    let heading = format!("## {section}");
+    markdown
+        .lines()
+        .skip_while(|l| l.trim() != heading)
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| l.strip_prefix('|')?.split('|').next())
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Metric names (`nodeimage_*`, `process_*`) that a dashboard or alert
 /// file queries, so tests can check the binaries export them.
 pub fn queried_names(text: &str) -> BTreeSet<String> {
@@ -319,6 +352,23 @@ mod tests {
         );
         let e = exported_names("# HELP a b\na_total{x=\"1\"} 2\nb 3\n");
         assert_eq!(e.into_iter().collect::<Vec<_>>(), vec!["a_total", "b"]);
+    }
+
+    #[test]
+    fn declared_and_documented_names() {
+        let d = declared_names(
+            "# HELP a_x A.\n# TYPE a_x counter\n# TYPE a_y gauge\n# TYPE a_b info\na_b_info{v=\"1\"} 1\n# TYPE a_h histogram\n",
+        );
+        assert_eq!(
+            d.into_iter().collect::<Vec<_>>(),
+            vec!["a_b_info", "a_h", "a_x_total", "a_y"]
+        );
+        let md = "## One\n\n| metric | type |\n|---|---|\n| `a_x_total` | counter |\n| `a_y`, `a_z` | gauge `x` |\n\n## Two\n\n| `b` | x |\n";
+        assert_eq!(
+            documented_names(md, "One").into_iter().collect::<Vec<_>>(),
+            vec!["a_x_total", "a_y", "a_z"]
+        );
+        assert!(documented_names(md, "Three").is_empty());
     }
 
     #[test]

@@ -361,6 +361,22 @@ impl Install {
         exec(cmd, None)
     }
 
+    /// A shell block of the docs (crate::docs), run with `bash -euo
+    /// pipefail` against the cluster: `kubectl` and `helm` are this test's
+    /// binaries (shell functions, so the block's own words are kept), and
+    /// helm gets `--plain-http` for the loopback registry.
+    pub fn doc_script(&self, script: &str) -> Run {
+        let prelude = "kubectl() { \"$NI_KUBECTL\" --request-timeout=30s \"$@\"; }\n\
+                       helm() { \"$NI_HELM\" \"$@\" --plain-http; }\n";
+        let mut cmd = Command::new("bash");
+        cmd.args(["-euo", "pipefail", "-c"])
+            .arg(format!("{prelude}{script}"))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("NI_KUBECTL", &self.kubectl)
+            .env("NI_HELM", &self.helm);
+        exec(cmd, None)
+    }
+
     /// `PROGRAM ARGS`, both streams captured.
     pub fn tool(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Run {
         let mut cmd = Command::new(program);

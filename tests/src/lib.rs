@@ -18,6 +18,7 @@
 //! [`tenant`] (a user with rights in one namespace only, through its token).
 
 pub mod cri;
+pub mod docs;
 pub mod grpc_tap;
 pub mod helm;
 pub mod http;

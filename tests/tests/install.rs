@@ -22,8 +22,10 @@
 //!   5. the README's CRD upgrade command works on CRDs that Helm installed;
 //!   6. the release (release/release.sh, `make release`, run before this):
 //!      the daemon image's signature is verified as docs/install.md says,
-//!      then the documented `helm upgrade --reset-then-reuse-values` to the
-//!      released chart, from its OCI reference, with both images by digest,
+//!      then docs/release.md's marked install block, run as written with
+//!      the release's registry, version and digests (its CRDs, then `helm
+//!      upgrade --install --reset-then-reuse-values` to the released chart
+//!      from its OCI reference with both images by digest),
 //!      rolls the daemon while a slow pull is in flight, and the job still
 //!      completes; the hand-made quota then goes and a new daemon pod is
 //!      admitted under the chart's own (daemon.priorityQuota);
@@ -40,6 +42,7 @@
 //! tests/src/install.rs. `KEEP_INSTALL_TEST=1` leaves the release and the
 //! namespaces in place at the end.
 
+use nodeimage_tests::docs;
 use nodeimage_tests::install::{Install, NS, RELEASE, SECRETS_NS, TENANT, text};
 use std::time::Instant;
 
@@ -84,7 +87,7 @@ fn install_with_helm_on_the_real_node() {
         daemon_signature,
     );
     t.step(
-        "helm upgrade --reset-then-reuse-values to the released chart (OCI) with the images by digest while a pull is in flight",
+        "docs/release.md's install block: the released chart (OCI) with the images by digest while a pull is in flight",
         |t| upgrade_during_a_pull(t, installed),
     );
     t.step(
@@ -650,6 +653,35 @@ fn daemon_signature(t: &mut Install) {
     t.pass(&format!("{}; not for another digest", text(&verified)));
 }
 
+/// docs/release.md's marked install block with this release's values: its
+/// registry (the directory of the released images, under which release.sh
+/// pushed the chart), version and image digests.
+fn release_install_script(t: &Install, chart: &str, version: &str) -> String {
+    let md = std::fs::read_to_string(t.repo_path("docs/release.md")).expect("read docs/release.md");
+    let block = docs::marked_block(&md, "release-install")
+        .unwrap_or_else(|e| panic!("docs/release.md: {e}"));
+    let controller_image = t.var("NODEIMAGE_CONTROLLER_IMAGE");
+    let daemon_image = t.var("NODEIMAGE_DAEMON_IMAGE");
+    let registry = repository(&controller_image)
+        .strip_suffix("/controller")
+        .unwrap_or_else(|| panic!("{controller_image} is not <registry>/controller@<digest>"))
+        .to_string();
+    assert!(
+        repository(&daemon_image) == format!("{registry}/daemon")
+            && chart == format!("oci://{registry}/charts/nodeimage"),
+        "the release is not laid out as docs/release.md says (<registry>/controller, \
+         <registry>/daemon, oci://<registry>/charts/nodeimage): {controller_image}, {daemon_image}, {chart}"
+    );
+    block
+        .with_values(&[
+            ("REGISTRY", registry),
+            ("VERSION", version.to_string()),
+            ("CONTROLLER_DIGEST", digest(&controller_image).to_string()),
+            ("DAEMON_DIGEST", digest(&daemon_image).to_string()),
+        ])
+        .unwrap_or_else(|e| panic!("docs/release.md: {e}"))
+}
+
 fn upgrade_during_a_pull(t: &mut Install, installed: Installed) {
     let node = t.node.clone();
     let Installed {
@@ -710,31 +742,18 @@ spec:
         if pulling >= 1 { Ok(()) } else { Err(r.text()) }
     });
     let old_pod = dpod;
-    // As README.md and docs/install.md say: the values given at install are
-    // kept, the new chart's defaults (new values included) apply to the rest.
+    // docs/release.md's "Installing a release", as written: the CRDs of the
+    // released chart, then `helm upgrade --install --reset-then-reuse-values`
+    // with both images by digest (the values given at install are kept, the
+    // new chart's defaults apply to the rest).
     let controller_image = t.var("NODEIMAGE_CONTROLLER_IMAGE");
     let daemon_image = t.var("NODEIMAGE_DAEMON_IMAGE");
-    let controller_digest = format!("controller.image.digest={}", digest(&controller_image));
-    let daemon_digest = format!("daemon.image.digest={}", digest(&daemon_image));
-    let upgrade = t.helm(&[
-        "upgrade",
-        RELEASE,
-        &chart,
-        "--version",
-        &version,
-        "--plain-http",
-        "-n",
-        NS,
-        "--reset-then-reuse-values",
-        "--set",
-        &controller_digest,
-        "--set",
-        &daemon_digest,
-        "--wait",
-        "--timeout",
-        "5m",
-    ]);
-    assert!(upgrade.success, "helm upgrade failed: {}", text(&upgrade));
+    let upgrade = t.doc_script(&release_install_script(t, &chart, &version));
+    assert!(
+        upgrade.success,
+        "docs/release.md's install block failed: {}",
+        text(&upgrade)
+    );
     assert!(
         t.rollout_status(NS, &format!("ds/{daemon}"), "180s"),
         "the daemon did not roll"

@@ -198,6 +198,15 @@ pub struct NodeWriter {
 /// wait for a slot are batched into fewer writes.
 const WRITES_IN_FLIGHT: usize = 16;
 
+/// How long a node's first edit waits for others before its write goes out.
+/// Jobs that share nodes plan on the same NodeImage event up to a few
+/// hundred milliseconds apart on a busy controller; written one by one,
+/// their entries reach the node in separate writes, the node reports each
+/// separately, and the jobs drift apart for the rest of the rollout. Waiting
+/// keeps them in step: a third of the writes at 10 jobs × 1,000 nodes
+/// (docs/benchmarks.md, "Side by side"), for a delay small beside any pull.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// One node's queue.
 #[derive(Default)]
 struct Slot {
@@ -249,6 +258,7 @@ impl NodeWriter {
     /// Writes the node's pending edits, a batch at a time, until none are
     /// left.
     async fn drain(self, node: String, mut seen: Arc<NodeImage>) {
+        tokio::time::sleep(GATHER).await;
         loop {
             // Wait for a slot before taking the batch, so edits queue up meanwhile.
             let _permit = self.in_flight.clone().acquire_owned().await;

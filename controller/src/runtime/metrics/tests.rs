@@ -83,8 +83,9 @@ fn renders_without_caches_and_counts_reconciles() {
     }
 }
 
-#[test]
-fn dashboard_queries_exported_metrics() {
+/// The controller's metrics rendered with a series in every family the
+/// caches feed (a labelled family is encoded only once it has one).
+fn populated_render() -> String {
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
     let m = Metrics::default();
@@ -95,6 +96,11 @@ fn dashboard_queries_exported_metrics() {
         m.error(kind);
     }
     m.response_timeouts.inc();
+    m.invalid_objects("ImagePullJob", 1);
+    m.startup_gate_opened("timeout");
+    m.startup_gate_refused("ImagePullJob");
+    let (node_store, _node_writer) = reflector::store::<Node>();
+    let _ = m.caches.nodes.set(node_store);
     let (ni_store, mut ni_writer) = reflector::store::<NodeImage>();
     ni_writer.apply_watcher_event(&Event::Apply(NodeImage::new("n", Default::default())));
     let _ = m.caches.nodeimages.set(ni_store);
@@ -119,7 +125,44 @@ fn dashboard_queries_exported_metrics() {
         }]
     }));
 
-    let exported = nodeimage_ops::metrics::exported_names(&nodeimage_ops::metrics::render(&r));
+    nodeimage_ops::metrics::render(&r)
+}
+
+/// The controller's own metrics, as docs/metrics.md and the chart name them.
+fn ours(q: &str) -> bool {
+    q.starts_with("nodeimage_controller_")
+        || q.starts_with("nodeimage_job")
+        || q.starts_with("nodeimage_nodeimages")
+        || q.starts_with("nodeimage_registry_")
+        || q.starts_with("nodeimage_startup_")
+}
+
+/// docs/metrics.md's "Controller" table lists exactly the controller's own
+/// metrics; the API client's (`nodeimage_api_*`) are nodeimage-ops'.
+#[test]
+fn metrics_md_lists_what_the_controller_declares() {
+    let declared: std::collections::BTreeSet<String> =
+        nodeimage_ops::metrics::declared_names(&populated_render())
+            .into_iter()
+            .filter(|n| ours(n))
+            .collect();
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+    let doc = std::fs::read_to_string(doc).expect("read docs/metrics.md");
+    let documented: std::collections::BTreeSet<String> =
+        nodeimage_ops::metrics::documented_names(&doc, "Controller")
+            .into_iter()
+            .filter(|n| !n.starts_with("nodeimage_api_"))
+            .collect();
+    assert!(declared.len() >= 10, "declared: {declared:?}");
+    assert_eq!(
+        documented, declared,
+        "docs/metrics.md's Controller table (left) vs the controller's metrics (right)"
+    );
+}
+
+#[test]
+fn dashboard_queries_exported_metrics() {
+    let exported = nodeimage_ops::metrics::exported_names(&populated_render());
     let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nodeimage");
     let mut text = String::new();
     for dir in ["dashboards", "templates"] {
@@ -132,14 +175,8 @@ fn dashboard_queries_exported_metrics() {
         }
     }
     let queried = nodeimage_ops::metrics::queried_names(&text);
-    let ours = |q: &String| {
-        q.starts_with("nodeimage_controller_")
-            || q.starts_with("nodeimage_job")
-            || q.starts_with("nodeimage_nodeimages")
-            || q.starts_with("nodeimage_registry_")
-    };
     assert!(
-        queried.iter().any(ours),
+        queried.iter().any(|q| ours(q)),
         "the dashboard queries no controller metric: {queried:?}"
     );
     let missing: Vec<&String> = queried
