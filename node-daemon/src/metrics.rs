@@ -326,8 +326,9 @@ impl Drop for GaugeGuard {
 mod tests {
     use super::*;
 
-    #[test]
-    fn names_follow_prometheus_conventions() {
+    /// A registered daemon's metrics with one series in every labelled
+    /// family (a family is encoded only once it has one).
+    fn filled() -> (Metrics, prometheus_client::registry::Registry) {
         let m = Metrics::new();
         let mut r = nodeimage_ops::metrics::registry("daemon");
         m.register(&mut r);
@@ -348,11 +349,24 @@ mod tests {
                 item: "disk".into(),
             })
             .inc();
+        m.runtime_info
+            .get_or_create(&RuntimeLabels {
+                runtime: "containerd".into(),
+                version: "2.0.0".into(),
+                capabilities: "-".into(),
+            })
+            .set(1);
         let docker = RegistryLabels {
             registry: "docker.io".into(),
         };
         m.registry_rate_limited.get_or_create(&docker).inc();
         m.registry_waiting.get_or_create(&docker).set(2);
+        (m, r)
+    }
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let (m, r) = filled();
         {
             let _g = GaugeGuard::new(&m.in_flight);
             assert_eq!(m.in_flight.get(), 1);
@@ -385,25 +399,9 @@ mod tests {
 
     /// docs/metrics.md's "Node daemon" table lists exactly the daemon's own
     /// metrics (`nodeimage_daemon_*`; the shared ones are under "Both").
-    /// A labelled family is encoded only once it has a series: the ones not
-    /// pre-filled at 0 get one here.
     #[test]
     fn metrics_md_lists_what_the_daemon_declares() {
-        let m = Metrics::new();
-        let mut r = nodeimage_ops::metrics::registry("daemon");
-        m.register(&mut r);
-        m.runtime_info
-            .get_or_create(&RuntimeLabels {
-                runtime: "containerd".into(),
-                version: "2.0.0".into(),
-                capabilities: "-".into(),
-            })
-            .set(1);
-        let docker = RegistryLabels {
-            registry: "docker.io".into(),
-        };
-        m.registry_rate_limited.get_or_create(&docker).inc();
-        m.registry_waiting.get_or_create(&docker).set(1);
+        let (_m, r) = filled();
         let declared: std::collections::BTreeSet<String> =
             nodeimage_ops::metrics::declared_names(&nodeimage_ops::metrics::render(&r))
                 .into_iter()
@@ -437,28 +435,18 @@ mod tests {
 
     #[test]
     fn dashboard_queries_exported_metrics() {
-        let m = Metrics::new();
-        let mut r = nodeimage_ops::metrics::registry("daemon");
-        m.register(&mut r);
-        for (result, reason) in [("succeeded", "pulled"), ("failed", "not_found")] {
-            m.pulls
-                .get_or_create(&PullLabels {
-                    result: result.into(),
-                    reason: reason.into(),
-                })
-                .inc();
-            m.pull_duration
-                .get_or_create(&ResultLabels {
-                    result: result.into(),
-                })
-                .observe(1.0);
-        }
-        m.check_failures
-            .get_or_create(&ItemLabels {
-                item: "disk".into(),
+        let (m, r) = filled();
+        m.pulls
+            .get_or_create(&PullLabels {
+                result: "failed".into(),
+                reason: "not_found".into(),
             })
             .inc();
-        m.cri_error("PullImage");
+        m.pull_duration
+            .get_or_create(&ResultLabels {
+                result: "failed".into(),
+            })
+            .observe(1.0);
         let exported = nodeimage_ops::metrics::exported_names(&nodeimage_ops::metrics::render(&r));
         let queried = chart_queries();
         assert!(

@@ -502,6 +502,17 @@ fn node_status<'a>(status: &'a Value, node: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{node} not in job status: {status}"))
 }
 
+/// A node's state, or None while the job's status does not list it yet (the
+/// controller writes the first status moments after the job is created).
+fn state_of(status: &Value, node: &str) -> Option<String> {
+    status["nodeStatus"]
+        .as_array()?
+        .iter()
+        .find(|n| n["nodeName"] == node)
+        .and_then(|n| n["state"].as_str())
+        .map(str::to_string)
+}
+
 /// (state, event, action) of a node.
 fn sea(status: &Value, node: &str) -> (String, String, String) {
     let n = node_status(status, node);
@@ -898,7 +909,7 @@ fn a_restarted_daemon_does_not_run_an_upgrade_again() {
     std::fs::write(node.path("upgrade-seconds"), "8").expect("delay");
     let job = Job::apply(&c, &image, &[&node], "  timeoutSeconds: 120\n");
     wait_for("the node to be Upgrading", WAIT, || {
-        (sea(&job.get()["status"], node.name()).0 == "Upgrading").then_some(())
+        (state_of(&job.get()["status"], node.name())? == "Upgrading").then_some(())
     });
     let daemon = node.node.daemon.as_mut().expect("a daemon");
     daemon.restart();
@@ -963,7 +974,7 @@ fn require_confirmation_waits_for_the_annotation() {
     );
     let waiting = |n: &UpgradeNode| {
         let status = job.get()["status"].clone();
-        (sea(&status, n.name()).0 == "WaitingConfirmation").then_some(status)
+        (state_of(&status, n.name())? == "WaitingConfirmation").then_some(status)
     };
     let status = wait_for("both nodes to wait for confirmation", WAIT, || {
         waiting(&a)?;
@@ -991,7 +1002,7 @@ fn require_confirmation_waits_for_the_annotation() {
     );
     wait_for("a to upgrade", WAIT, || {
         let status = job.get()["status"].clone();
-        (sea(&status, a.name()).0 == "Successful").then_some(())
+        (state_of(&status, a.name())? == "Successful").then_some(())
     });
     assert_eq!(a.version(), NEW);
     assert!(waiting(&b).is_some(), "b still waits");
