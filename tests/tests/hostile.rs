@@ -6,6 +6,7 @@
 
 use nodeimage_tests::kruise::{self, SharedController, TestNs};
 use nodeimage_tests::nodeimage::{self as ni, Tag};
+use nodeimage_tests::registry::Registry;
 use nodeimage_tests::tenant::Tenant;
 use nodeimage_tests::{Cluster, http, unique};
 use serde_json::{Value, json};
@@ -370,6 +371,18 @@ fn objects_that_do_not_decode_fail_alone_also_after_a_restart() {
     let ns = TestNs::create(&c, "e2e-hostile-decode");
     let nodes = c.nodes();
     let registry = c.var("NODEIMAGE_REGISTRY");
+    // An image of this test alone: a tag another test pulled onto the node
+    // keeps its Succeeded status, and the bad entry's failure would not show.
+    let pushed = Registry::new(&registry)
+        .push_image(&format!("e2e/decode-{}", unique("img")), Some("v1"), 4096)
+        .expect("push the test's image");
+    Registry::new(&registry)
+        .tag_again(&pushed, "v2")
+        .expect("tag the test's image v2");
+    let key = pushed.name.clone();
+    // The bad entry would stop every later write to this NodeImage; it goes
+    // when the test ends, also when it fails.
+    let _entry = RemoveImage(c.clone(), nodes[0].clone(), key.clone());
 
     // Objects stored while a bound did not exist yet; the bounds come back
     // when `restore` drops, whatever happens.
@@ -393,14 +406,13 @@ fn objects_that_do_not_decode_fail_alone_also_after_a_restart() {
     ni::set_image(
         &c,
         &nodes[0],
-        &format!("{registry}/test"),
+        &key,
         json!({"tags": [
             {"tag": "v1", "pullPolicy": {"timeoutSeconds": 4294967296u64}},
             {"tag": "v2"},
         ]}),
     );
     drop(restore);
-    let key = format!("{registry}/test");
 
     // The daemon fails the bad entry alone, with the decoder's reason, and
     // pulls its neighbour.
@@ -518,6 +530,14 @@ fn objects_that_do_not_decode_fail_alone_also_after_a_restart() {
             .then_some(())
             .ok_or_else(|| format!("{v:?}"))
     });
-    ni::remove_images(&c, &nodes[0], &[key]);
     everything_up(&c);
+}
+
+/// Takes an image key out of a NodeImage's spec when dropped.
+struct RemoveImage(Cluster, String, String);
+
+impl Drop for RemoveImage {
+    fn drop(&mut self) {
+        ni::remove_images(&self.0, &self.1, std::slice::from_ref(&self.2));
+    }
 }
