@@ -1,16 +1,14 @@
 //! Reads this node's NodeImage even when parts of it do not decode (a value
 //! stored before a schema bound existed, a hand-edited field of the wrong
 //! type): every entry that decodes is served, and each one that does not
-//! becomes a task that fails with the decoder's reason. Pure: no I/O here.
+//! becomes a task that fails with the decoder's reason (the salvage rule is
+//! the API crate's `kruise::nodeimage::salvage`, which the controller's
+//! cache follows too). Pure: no I/O here.
 
 use crate::desired::{PullTask, TagKey};
-use nodeimage_api::interned::SharedStr;
-use nodeimage_api::kruise::{
-    ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
-};
+use nodeimage_api::kruise::NodeImage;
+use nodeimage_api::kruise::nodeimage::salvage;
 use nodeimage_api::lenient::Lenient;
-use serde::Deserialize;
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// A NodeImage as far as it decodes, and why each other entry does not.
@@ -24,12 +22,14 @@ pub struct Decoded {
 
 /// Decodes what the watch delivered, salvaging entry by entry if needed.
 pub fn nodeimage(l: Lenient<NodeImage>) -> Decoded {
-    match l.object {
-        Ok(nodeimage) => Decoded {
-            nodeimage,
-            invalid: BTreeMap::new(),
-        },
-        Err(bad) => salvage(l.metadata, &bad.raw),
+    let salvaged = salvage::lenient(l);
+    Decoded {
+        nodeimage: salvaged.nodeimage,
+        invalid: salvaged
+            .invalid
+            .into_iter()
+            .map(|((image, tag), reason)| (TagKey { image, tag }, reason))
+            .collect(),
     }
 }
 
@@ -42,109 +42,11 @@ pub fn mark_invalid(tasks: &mut [PullTask], invalid: &BTreeMap<TagKey, String>) 
     }
 }
 
-fn salvage(metadata: kube::api::ObjectMeta, raw: &Value) -> Decoded {
-    let mut invalid = BTreeMap::new();
-    let mut images = BTreeMap::new();
-    for (name, image) in raw
-        .pointer("/spec/images")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-    {
-        if let Ok(spec) = ImageSpec::deserialize(image) {
-            images.insert(SharedStr::new(name), spec);
-            continue;
-        }
-        // Image-level fields (secrets, sandbox) decoded apart from the tags.
-        let mut shell = image.clone();
-        if let Some(obj) = shell.as_object_mut() {
-            obj.insert("tags".into(), Value::Array(Vec::new()));
-        }
-        let image_level = ImageSpec::deserialize(&shell);
-        let mut tags = Vec::new();
-        for (i, t) in image
-            .get("tags")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let tag = t
-                .get("tag")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("<entry {i}>"));
-            let decoded = match &image_level {
-                Ok(_) => ImageTagSpec::deserialize(t).map_err(|e| e.to_string()),
-                Err(e) => Err(format!("image fields: {e}")),
-            };
-            match decoded {
-                Ok(spec) => tags.push(spec),
-                Err(reason) => {
-                    invalid.insert(
-                        TagKey {
-                            image: name.clone(),
-                            tag: tag.clone(),
-                        },
-                        format!("invalid entry spec.images[{name:?}].tags[{i}]: {reason}"),
-                    );
-                    tags.push(ImageTagSpec {
-                        tag: tag.into(),
-                        version: t.get("version").and_then(Value::as_i64),
-                        ..Default::default()
-                    });
-                }
-            }
-        }
-        let mut spec = image_level.unwrap_or_default();
-        spec.tags = tags;
-        images.insert(SharedStr::new(name), spec);
-    }
-    let status = raw.get("status").map(salvage_status);
-    Decoded {
-        nodeimage: NodeImage {
-            metadata,
-            spec: NodeImageSpec {
-                images: Some(images),
-            },
-            status,
-        },
-        invalid,
-    }
-}
-
-/// The status entries that decode; the daemon rewrites the rest.
-fn salvage_status(raw: &Value) -> NodeImageStatus {
-    if let Ok(s) = NodeImageStatus::deserialize(raw) {
-        return s;
-    }
-    let mut statuses = BTreeMap::new();
-    for (name, image) in raw
-        .get("imageStatuses")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-    {
-        let tags: Vec<ImageTagStatus> = image
-            .get("tags")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|t| ImageTagStatus::deserialize(t).ok())
-            .collect();
-        statuses.insert(SharedStr::new(name), ImageStatus { tags });
-    }
-    NodeImageStatus {
-        image_statuses: Some(statuses),
-        ..Default::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::desired;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn decode(v: Value) -> Decoded {
         nodeimage(Lenient::from_value(v))

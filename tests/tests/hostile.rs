@@ -265,6 +265,14 @@ fn the_largest_accepted_values_run() {
         "{}",
         kruise::describe(&done)
     );
+    let stored = ni::get(&c, &nodes[0]).expect("the NodeImage");
+    assert_eq!(
+        stored["spec"]["images"][&key]["tags"][0]["pullPolicy"]["timeoutSeconds"], 4294967296u64,
+        "the bad entry is left as stored: {}",
+        stored["spec"]["images"][&key]
+    );
+    let bad_now = &stored["status"]["imageStatuses"][&key]["tags"][0];
+    assert_eq!(bad_now["phase"], "Failed", "{bad_now}");
     ni::wait_phase(
         &c,
         Tag {
@@ -446,7 +454,10 @@ fn objects_that_do_not_decode_fail_alone_also_after_a_restart() {
     );
 
     // After a restart the controller lists every ImagePullJob again: the
-    // bad one is skipped and reported, the others are reconciled.
+    // bad one is skipped and reported, the others are reconciled. The good
+    // job goes to the node whose NodeImage holds the bad entry: the
+    // controller reads and writes the rest of that NodeImage, and leaves
+    // the bad entry's image as stored.
     controller.kill();
     controller.ensure_running();
     let good = "after-restart";
@@ -454,7 +465,7 @@ fn objects_that_do_not_decode_fail_alone_also_after_a_restart() {
         &c,
         &json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
             "metadata": {"name": good, "namespace": ns.name},
-            "spec": {"image": format!("{registry}/test:v3"), "selector": {"names": [nodes[1]]},
+            "spec": {"image": format!("{registry}/test:v3"), "selector": {"names": [nodes[0]]},
                      "completionPolicy": {"type": "Always"}}}),
     );
     let done = kruise::wait_job(

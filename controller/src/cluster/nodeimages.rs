@@ -12,6 +12,7 @@ use futures::stream::BoxStream;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::ImageStatus;
+use nodeimage_api::kruise::nodeimage::salvage;
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
@@ -75,10 +76,11 @@ impl NodeImages {
             check: readiness.check("nodeimages-synced").await,
             relisted: None,
         };
-        watch::reflect_shared(
+        watch::reflect_salvaged(
             "nodeimages",
             ctx.client.clone(),
             crate::cluster::skipped::Skipped::new(&ctx, "NodeImage", None),
+            salvage::marked,
             self.writer,
             compact,
             signals,
@@ -95,8 +97,10 @@ impl NodeImages {
 /// the small metadata fields kept as decoded), the whole spec (an entry
 /// write `test`s each image it changes as read) and the whole status but
 /// `firstSyncStatus` (housekeeping's status writes are built from it; every
-/// tag status field feeds a job's status or a wakeup), and the start-up
-/// gate's note (`nodeimage_api::gate::STARTUP_GATE`, on gated nodes only).
+/// tag status field feeds a job's status or a wakeup), the start-up
+/// gate's note (`nodeimage_api::gate::STARTUP_GATE`, on gated nodes only)
+/// and the images no write may touch (`salvage::UNREADABLE_IMAGES`, set in
+/// memory only, on NodeImages with entries that do not decode).
 /// Dropped: managed fields (decoded, larger than the spec), the other
 /// annotations (the node mirror's record of its labels), creation time, owner references, finalizers, and
 /// lists' spare capacity: decoding grows each list to at least four items,
@@ -105,11 +109,16 @@ impl NodeImages {
 pub fn compact(ni: &mut NodeImage) {
     let meta = &mut ni.metadata;
     meta.managed_fields = None;
-    meta.annotations = meta
-        .annotations
-        .take()
-        .and_then(|mut a| a.remove_entry(nodeimage_api::gate::STARTUP_GATE))
-        .map(|kv| std::collections::BTreeMap::from([kv]));
+    meta.annotations = meta.annotations.take().and_then(|mut a| {
+        let kept: std::collections::BTreeMap<_, _> = [
+            nodeimage_api::gate::STARTUP_GATE,
+            salvage::UNREADABLE_IMAGES,
+        ]
+        .into_iter()
+        .filter_map(|k| a.remove_entry(k))
+        .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
     meta.creation_timestamp = None;
     meta.owner_references = None;
     meta.finalizers = None;

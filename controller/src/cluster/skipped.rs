@@ -82,6 +82,67 @@ impl Skipped {
         }
     }
 
+    /// [`Skipped::filter`] for a kind whose undecodable objects are still
+    /// read in part: such an object is passed on as `salvage` rebuilds it
+    /// from what decodes, and reported once per generation as a skipped one
+    /// is (the gauge counts it while it stays so).
+    pub fn salvage<K>(
+        &self,
+        event: watcher::Event<Lenient<K>>,
+        salvage: fn(Lenient<K>) -> K,
+    ) -> watcher::Event<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let one = |l: Lenient<K>| {
+            match &l.object {
+                Ok(_) => self.forget(&l),
+                Err(invalid) => self.report_part::<K>(&l.metadata, &Self::id(&l), &invalid.reason),
+            }
+            salvage(l)
+        };
+        match event {
+            watcher::Event::Apply(l) => watcher::Event::Apply(one(l)),
+            watcher::Event::InitApply(l) => watcher::Event::InitApply(one(l)),
+            watcher::Event::Delete(l) => {
+                self.forget(&l);
+                watcher::Event::Delete(salvage(l))
+            }
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        }
+    }
+
+    /// Counts an object read only in part and, once per generation, says so.
+    fn report_part<K>(&self, meta: &kube::api::ObjectMeta, id: &str, reason: &str)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let generation = meta.generation.unwrap_or(0);
+        let (v, count) = {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            let v = verdict(&mut seen, id, generation, false);
+            (v, seen.len())
+        };
+        self.ctx.metrics.invalid_objects(self.kind, count);
+        if v != Verdict::Report {
+            return;
+        }
+        tracing::warn!(
+            kind = self.kind,
+            object = %l_key(meta),
+            generation,
+            %reason,
+            "an object decodes only in part; nodeimage leaves the rest of it as stored"
+        );
+        let note = format!(
+            "nodeimage cannot read part of this object and leaves that part as it is: {reason}"
+        );
+        let this = self.clone();
+        let meta = meta.clone();
+        tokio::spawn(async move { this.publish_note::<K>(meta, note).await });
+    }
+
     fn id<K>(l: &Lenient<K>) -> String {
         l.metadata.uid.clone().unwrap_or_else(|| l.key())
     }
@@ -129,6 +190,14 @@ impl Skipped {
         K: Resource<DynamicType = ()>,
     {
         let note = format!("nodeimage cannot read this object and skips it: {reason}");
+        self.publish_note::<K>(meta, note).await;
+    }
+
+    /// Warning event `note` and status message on an object of kind `K`.
+    async fn publish_note<K>(&self, meta: kube::api::ObjectMeta, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
         let reference = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(K::api_version(&()).into_owned()),
             kind: Some(K::kind(&()).into_owned()),

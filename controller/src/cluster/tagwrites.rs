@@ -11,7 +11,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
+use nodeimage_api::kruise::nodeimage::salvage;
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
+use nodeimage_api::lenient::Lenient;
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -60,7 +62,9 @@ async fn edit_images(
     edit: impl Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool,
 ) -> Result<Option<NodeImage>, WriteError> {
     let node = ni.name_any();
-    let api: Api<NodeImage> = Api::all(client.clone());
+    // Read back leniently: an entry that does not decode must not fail the
+    // writes of every other image on the node (`salvage`).
+    let api: Api<Lenient<NodeImage>> = Api::all(client.clone());
     let api_err = |source| WriteError::Api {
         action: format!("{what} in NodeImage {node}"),
         source,
@@ -70,7 +74,14 @@ async fn edit_images(
         let current = fresh.as_ref().unwrap_or(ni);
         let old = current.spec.images.clone().unwrap_or_default();
         let mut new = old.clone();
-        if !edit(current, &mut new) || old == new {
+        if !edit(current, &mut new) {
+            return Ok(None);
+        }
+        let undone = salvage::keep_unreadable(current, &old, &mut new);
+        if !undone.is_empty() {
+            tracing::warn!(nodeimage = %node, images = ?undone, "not written: these images hold an entry nodeimage cannot read, and are left as stored until it is fixed");
+        }
+        if old == new {
             return Ok(None);
         }
         let result = if attempt < ATTEMPTS {
@@ -94,7 +105,7 @@ async fn edit_images(
                 .await
         };
         match result {
-            Ok(written) => return Ok(Some(written)),
+            Ok(written) => return Ok(Some(salvage::marked(written))),
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
             Err(kube::Error::Api(e)) if is_stale_write(&e) => {
                 tracing::debug!(nodeimage = %node, attempt, "spec moved under an entry write; reading it again");
@@ -102,7 +113,7 @@ async fn edit_images(
             Err(source) => return Err(api_err(source)),
         }
         match api.get_opt(&node).await {
-            Ok(Some(n)) => fresh = Some(n),
+            Ok(Some(n)) => fresh = Some(salvage::marked(n)),
             Ok(None) => return Ok(None),
             Err(source) => return Err(api_err(source)),
         }

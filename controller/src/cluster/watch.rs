@@ -146,12 +146,15 @@ where
     controller_trigger(client, writer, skipped).predicate_filter(what, Default::default())
 }
 
-/// [`reflect`] into a shared store, whose subscribers are woken by every
-/// applied object (and by every object after each (re)list).
-pub fn reflect_shared<K, F>(
+/// [`reflect`] into a shared store (whose subscribers are woken by every
+/// applied object, and by every object after each (re)list), for a kind
+/// whose undecodable objects are kept as `salvage` rebuilds them (see
+/// [`Skipped::salvage`]): one bad entry must not hide its whole object.
+pub fn reflect_salvaged<K, F>(
     what: &'static str,
     client: kube::Client,
     skipped: Skipped,
+    salvage: fn(Lenient<K>) -> K,
     writer: Writer<K>,
     trim: F,
     signals: SyncSignals,
@@ -160,7 +163,9 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     F: FnMut(&mut K) + Send + 'static,
 {
-    decoded(client, skipped)
+    let config = watcher::Config::default().page_size(LIST_PAGE);
+    watcher(Api::<Lenient<K>>::all(client), config)
+        .map(move |event| event.map(|e| skipped.salvage(e, salvage)))
         .default_backoff()
         .modify(trim)
         .reflect_shared(writer)

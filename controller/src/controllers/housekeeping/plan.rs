@@ -27,6 +27,7 @@ use crate::runtime::clock::{after, api_time};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::interned::SharedStr;
+use nodeimage_api::kruise::nodeimage::salvage;
 use nodeimage_api::kruise::{
     ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec,
     NodeImageStatus,
@@ -185,7 +186,17 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
         .is_some_and(|since| after(since, inputs.response_timeout) <= inputs.now);
 
     let mut out = Planned::default();
+    // Images holding an entry that does not decode are left as stored,
+    // spec and status (`salvage::keep_unreadable` guards the write too).
+    let unreadable = salvage::unreadable_images(ni);
     for (name, image) in old_images {
+        if unreadable.contains(name.as_str()) {
+            out.images.insert(name.clone(), image.clone());
+            if let Some(status) = old_statuses.get(name) {
+                out.statuses.insert(name.clone(), status.clone());
+            }
+            continue;
+        }
         let reported = old_statuses
             .get(name)
             .map(|s| s.tags.as_slice())

@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::NodeImage;
+use nodeimage_api::lenient::Lenient;
 use std::sync::Arc;
 
 /// Housekeeping's kind name in metrics and logs.
@@ -90,7 +91,7 @@ pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let name = ni.name_any();
-    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
+    let api: Api<Lenient<NodeImage>> = Api::all(state.ctx.client.clone());
 
     let node = state.nodes.get(&ObjectRef::new(&name));
     if let Some(why) = nodes::orphaned(
@@ -124,7 +125,7 @@ pub async fn reconcile(ni: Arc<NodeImage>, state: Arc<State>) -> Result<Action, 
 
 /// Deletes a NodeImage whose Node is gone, only if it is still the one read.
 async fn delete(
-    api: &Api<NodeImage>,
+    api: &Api<Lenient<NodeImage>>,
     ni: &NodeImage,
     why: nodes::Orphaned,
 ) -> Result<Action, Error> {
@@ -150,7 +151,7 @@ async fn delete(
 /// guarded by the images it changes as they were planned from (the node's
 /// status writes do not void it); when status changes too, both writes are guarded by the
 /// resourceVersion, since the status was planned from that same read.
-async fn write(api: &Api<NodeImage>, ni: &NodeImage, plan: &Plan) -> Result<(), Error> {
+async fn write(api: &Api<Lenient<NodeImage>>, ni: &NodeImage, plan: &Plan) -> Result<(), Error> {
     let name = ni.name_any();
     let mut resource_version = ni.resource_version();
     if let Some(images) = &plan.images {

@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::NodeImage;
 use nodeimage_api::gate::{self, GateNote, STARTUP_GATE};
+use nodeimage_api::lenient::Lenient;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -178,7 +179,7 @@ where
 
 /// Sets (or, with None, removes) the note on NodeImage `name`.
 async fn write_note(state: &State, name: &str, note: Option<&GateNote>) -> Result<(), Error> {
-    let api: Api<NodeImage> = Api::all(state.ctx.client.clone());
+    let api: Api<Lenient<NodeImage>> = Api::all(state.ctx.client.clone());
     let value = note.map(GateNote::to_annotation);
     let body = serde_json::json!({"metadata": {"annotations": {STARTUP_GATE: value}}});
     match api

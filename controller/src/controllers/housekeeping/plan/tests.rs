@@ -742,3 +742,31 @@ fn orphaned_entries_are_dropped_only_after_the_response_timeout() {
     let clean = nodeimage(&[tag("nginx:1.25")], Some(&[report("nginx:1.25", Pulling)]));
     assert!(!run_since(&clean, 100, Some(0)).orphaned);
 }
+
+/// An image the cache marks unreadable (an entry of it does not decode) is
+/// left as stored, spec and status, even where the plan would change it;
+/// its neighbours are housekept as ever.
+#[test]
+fn unreadable_images_are_left_as_stored() {
+    let mut ni = nodeimage(
+        &[
+            tag("bad:v1").created(None).owners(&["gone-job"]),
+            tag("nginx:1.25").created(None),
+        ],
+        Some(&[report("bad:v1", ImagePullPhase::Failed)]),
+    );
+    ni.metadata.annotations = Some(BTreeMap::from([(
+        salvage::UNREADABLE_IMAGES.to_string(),
+        "[\"bad\"]".to_string(),
+    )]));
+    let p = run(&ni, 700);
+    let images = p.images.as_ref().expect("nginx gets its createdAt");
+    assert_eq!(
+        images.get("bad"),
+        ni.spec.images.as_ref().and_then(|i| i.get("bad")),
+        "no createdAt, no owner dropped"
+    );
+    assert!(images["nginx"].tags[0].created_at.is_some());
+    assert!(p.failures.is_empty(), "{:?}", p.failures);
+    assert_eq!(status_tags(&ni, &p), ["bad:v1=Failed"]);
+}
