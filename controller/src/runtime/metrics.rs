@@ -198,7 +198,7 @@ impl Metrics {
         );
         c.register(
             "invalid_objects",
-            "Objects skipped because they cannot be decoded, by kind",
+            "Objects that cannot be decoded (skipped; NodeImages read entry by entry), by kind",
             self.invalid.clone(),
         );
         c.register(
