@@ -5,6 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodeimage_api::conditions::{COMPLETE, FAILED, PROGRESSING};
+use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
 use nodeimage_api::kruise::{ImageListPullJobStatus, ImagePullJobStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobStatus, NodeUpgradeJobStatus};
 
@@ -121,10 +122,10 @@ impl Judged for ImageListPullJobStatus {
 /// The verdict of a KubeEdge job state (`Successful`, `Failed`, other).
 fn kubeedge_verdict(state: Option<&str>, reason: Option<&str>) -> Verdict {
     let message = reason.unwrap_or_default().to_string();
-    match state.map(str::to_ascii_lowercase).as_deref() {
-        Some("successful") => Verdict::Complete("Successful", message),
-        Some("failed") => Verdict::Failed("Failed", message),
-        _ => Verdict::Running("InProgress", message),
+    match task_end(state) {
+        Some(TaskEnd::Successful) => Verdict::Complete("Successful", message),
+        Some(TaskEnd::Failed) => Verdict::Failed("Failed", message),
+        None => Verdict::Running("InProgress", message),
     }
 }
 

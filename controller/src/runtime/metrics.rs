@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::ImagePullJob;
+use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
 use nodeimage_api::kubeedge::{ImagePrePullJob, NodeUpgradeJob};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -309,10 +310,10 @@ pub fn image_pull_job_counts(j: &ImagePullJob) -> JobCounts {
 
 /// Phase of a KubeEdge job from its `state`.
 fn kubeedge_phase(state: Option<&str>) -> &'static str {
-    match state.map(str::to_ascii_lowercase).as_deref() {
-        Some("successful") => "Succeeded",
-        Some("failed") => "Failed",
-        _ => "Running",
+    match task_end(state) {
+        Some(TaskEnd::Successful) => "Succeeded",
+        Some(TaskEnd::Failed) => "Failed",
+        None => "Running",
     }
 }
 
@@ -321,10 +322,10 @@ fn kubeedge_counts<'a>(states: impl Iterator<Item = Option<&'a str>>) -> (i64, i
     let (mut desired, mut active, mut succeeded, mut failed) = (0, 0, 0, 0);
     for s in states {
         desired += 1;
-        match s.map(str::to_ascii_lowercase).as_deref() {
-            Some("successful") => succeeded += 1,
-            Some("failed") => failed += 1,
-            _ => active += 1,
+        match task_end(s) {
+            Some(TaskEnd::Successful) => succeeded += 1,
+            Some(TaskEnd::Failed) => failed += 1,
+            None => active += 1,
         }
     }
     (desired, active, succeeded, failed)

@@ -40,13 +40,20 @@ fn job_counts_and_phases() {
             state: Some("Failed".into()),
             ..Default::default()
         },
-        status: Some(vec![node("Successful"), node("failed"), node("pulling")]),
+        // States as the contract spells them (`task_end`); anything else,
+        // "failed" in lower case too, is a task still running.
+        status: Some(vec![
+            node("Successful"),
+            node("Failed"),
+            node("pulling"),
+            node("failed"),
+        ]),
         ..Default::default()
     });
     let c = image_pre_pull_job_counts(&p);
     assert_eq!(
         (c.desired, c.active, c.succeeded, c.failed, c.phase),
-        (3, 1, 1, 1, "Failed")
+        (4, 2, 1, 1, "Failed")
     );
 }
 
