@@ -16,7 +16,9 @@ pub struct Thresholds {
     pub mem: f64,
 }
 
-/// A failed check: which, and why (e.g. `check disk failed: 91% used > 80%`).
+/// A failed check: which, and why (e.g. `check disk failed: 91% used > 80%`;
+/// every reason starts with the contract's `CHECK_FAILED`, which is how the
+/// job controllers tell a refused check from a failed pull).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckFailure {
     /// The check item.
@@ -166,6 +168,27 @@ mod tests {
             verdict("disk", 91.2, 80.0),
             Err("check disk failed: 91% used > 80%".to_string())
         );
+    }
+
+    #[tokio::test]
+    async fn failures_read_as_checks() {
+        use nodeimage_api::kruise::nodeimage::contract::{FailureCause, failure_cause};
+        let runtime = crate::runtime::fake::FakeRuntime::default();
+        let unsupported = run(
+            &["gpu".to_string()],
+            &runtime,
+            &Thresholds {
+                disk: 80.0,
+                cpu: 80.0,
+                mem: 80.0,
+            },
+        )
+        .await
+        .expect_err("gpu is no check");
+        let over = verdict("mem", 99.0, 80.0).expect_err("over");
+        for reason in [unsupported.reason, over] {
+            assert_eq!(failure_cause(&reason), FailureCause::Check, "{reason}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::report::{Outcome, Reporter};
 use crate::runtime::ContainerRuntime;
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::ImagePullPhase;
+use nodeimage_api::kruise::nodeimage::contract::DEADLINE_EXCEEDED;
 use slot::{SlotHold, no_slot_outcome};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +54,7 @@ pub(crate) async fn sleep_until(deadline: Option<Instant>) {
 /// Why a tag failed on its deadline, and what it was doing then.
 pub(crate) fn deadline_message(t: &Target, during: &str) -> String {
     format!(
-        "exceeded activeDeadlineSeconds ({}s) while {during}",
+        "{DEADLINE_EXCEEDED} ({}s) while {during}",
         t.active_deadline.map(|d| d.as_secs()).unwrap_or(0)
     )
 }

@@ -23,6 +23,7 @@ pub use crate::nodeimage::nodes::NodeInfo;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
+use nodeimage_api::kruise::nodeimage::contract::{FailureCause, failure_cause};
 use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, ReferenceObject};
 use nodeimage_api::kubeedge::{ImagePrePullJob, ImagePrePullJobStatus};
 pub use rows::summarise;
@@ -191,16 +192,13 @@ fn select_nodes(
     )
 }
 
-/// The step a node's failure message belongs to: the daemon's checks say
-/// `check …`, deadlines (the node timeout as the daemon or housekeeping
-/// applies it) name activeDeadlineSeconds or a node that did not respond.
+/// The step a node's failure message belongs to (the contract's
+/// `failure_cause`).
 pub fn failure_event(message: &str) -> &'static str {
-    if message.starts_with("check ") {
-        event::CHECK
-    } else if message.contains("activeDeadlineSeconds") || message.contains("did not respond") {
-        event::TIMEOUT
-    } else {
-        event::PULL
+    match failure_cause(message) {
+        FailureCause::Check => event::CHECK,
+        FailureCause::Timeout => event::TIMEOUT,
+        FailureCause::Pull => event::PULL,
     }
 }
 

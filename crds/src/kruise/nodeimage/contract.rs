@@ -94,6 +94,44 @@ pub fn task_is_final(state: Option<&str>) -> bool {
     task_end(state).is_some()
 }
 
+/// What ended a failed entry, as its message says: the status has no field
+/// for it (OpenKruise's shape), so the words below are the contract between
+/// the writers of those messages (the daemon, housekeeping) and the KubeEdge
+/// job controllers that turn them into a node's event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureCause {
+    /// A node check (`checkItems`) refused the node.
+    Check,
+    /// The node ran out of time: the entry's deadline, or no answer.
+    Timeout,
+    /// Anything else: the pull (or the upgrade tool) failed.
+    Pull,
+}
+
+/// First word of the daemon's message for a failed node check
+/// (`check disk failed: 91% used > 80%`).
+pub const CHECK_FAILED: &str = "check ";
+/// Start of the daemon's message for an entry past its activeDeadlineSeconds.
+pub const DEADLINE_EXCEEDED: &str = "exceeded activeDeadlineSeconds";
+/// Start of housekeeping's message for a node that wrote no status in time.
+pub const NO_RESPONSE: &str = "node did not respond within";
+/// Start of housekeeping's message for a pull not finished by its deadline.
+pub const NOT_FINISHED: &str = "pull did not finish within activeDeadlineSeconds";
+
+/// The cause of a failed entry from its message (see [`FailureCause`]).
+pub fn failure_cause(message: &str) -> FailureCause {
+    if message.starts_with(CHECK_FAILED) {
+        FailureCause::Check
+    } else if [DEADLINE_EXCEEDED, NO_RESPONSE, NOT_FINISHED]
+        .iter()
+        .any(|start| message.starts_with(start))
+    {
+        FailureCause::Timeout
+    } else {
+        FailureCause::Pull
+    }
+}
+
 impl NodeImageStatus {
     /// The entry of `image` that answers `spec`, if the node wrote one.
     pub fn entry_for(&self, image: &str, spec: &ImageTagSpec) -> Option<&ImageTagStatus> {

@@ -5,6 +5,7 @@ use super::{Change, DEADLINE_GRACE, Failure, Inputs, OwnerLookup, OwnerState, Re
 use crate::runtime::clock::{after, api_time, go_duration, instant, seconds};
 use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
+use nodeimage_api::kruise::nodeimage::contract::{NO_RESPONSE, NOT_FINISHED};
 use nodeimage_api::kruise::{ImageTagPullPolicy, ImageTagSpec, ImageTagStatus};
 
 /// What the plan decides for one tag.
@@ -177,7 +178,7 @@ pub fn deadlines(
         deadlines.push(Deadline {
             at: after(created, response_timeout),
             message: format!(
-                "node did not respond within {} (no status for version {version})",
+                "{NO_RESPONSE} {} (no status for version {version})",
                 go_duration(response_timeout)
             ),
             no_response: true,
@@ -186,9 +187,7 @@ pub fn deadlines(
     if let Some(ads) = policy.active_deadline_seconds {
         deadlines.push(Deadline {
             at: after(after(created, seconds(ads.max(0))), DEADLINE_GRACE),
-            message: format!(
-                "pull did not finish within activeDeadlineSeconds ({ads}s) of createdAt"
-            ),
+            message: format!("{NOT_FINISHED} ({ads}s) of createdAt"),
             no_response: false,
         });
     }

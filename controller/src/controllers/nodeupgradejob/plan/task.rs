@@ -11,6 +11,7 @@ use crate::engine::rollout::{self, Entry, EntryState, NodeState};
 use crate::nodeimage::entries::EntryRequest;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
+use nodeimage_api::kruise::nodeimage::contract::{FailureCause, failure_cause};
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage, TagUpgrade, UpgradeState};
 use nodeimage_api::kubeedge::{
     CONFIRM_ANNOTATION, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
@@ -367,12 +368,10 @@ fn failed_step(upgrade: Option<UpgradeState>, reason: &str) -> (&'static str, &'
             UpgradeState::Checking | UpgradeState::Pulling | UpgradeState::WaitingConfirmation,
         ) => (event::CHECK, action::FAILURE),
         None => {
-            let ev =
-                if reason.contains("did not respond") || reason.contains("activeDeadlineSeconds") {
-                    event::TIMEOUT
-                } else {
-                    event::CHECK
-                };
+            let ev = match failure_cause(reason) {
+                FailureCause::Timeout => event::TIMEOUT,
+                FailureCause::Check | FailureCause::Pull => event::CHECK,
+            };
             (ev, action::FAILURE)
         }
     }

@@ -310,3 +310,35 @@ fn a_status_for_the_spec_keeps_only_answering_entries() {
         (2, Some(1), Some(1))
     );
 }
+
+#[test]
+fn failure_cause_reads_the_words_its_writers_use() {
+    use FailureCause::*;
+    // (message as written, cause)
+    let cases = [
+        ("check disk failed: 91% used > 80%", Check),
+        ("check gpu is not supported (use disk, cpu or mem)", Check),
+        (
+            "exceeded activeDeadlineSeconds (30s) while waiting for a pull slot",
+            Timeout,
+        ),
+        (
+            "node did not respond within 10m0s (no status for version 0)",
+            Timeout,
+        ),
+        (
+            "pull did not finish within activeDeadlineSeconds (60s) of createdAt",
+            Timeout,
+        ),
+        // Naming the field is not running out of time.
+        (
+            "invalid entry: pullPolicy.activeDeadlineSeconds 0 must be positive",
+            Pull,
+        ),
+        ("not found: manifest unknown", Pull),
+        ("the upgrade tool did not respond", Pull),
+    ];
+    for (message, want) in cases {
+        assert_eq!(failure_cause(message), want, "{message}");
+    }
+}
