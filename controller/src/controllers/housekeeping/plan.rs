@@ -361,7 +361,7 @@ fn failed_entry(
     let version = tag.version.unwrap_or(0);
     let base = reported
         .iter()
-        .find(|s| s.tag == tag.tag && s.version.unwrap_or(0) == version)
+        .find(|s| s.answers(tag))
         .cloned()
         .unwrap_or_default();
     ImageTagStatus {

@@ -24,7 +24,7 @@ impl JobKind for ImagePrePullJob {
 
 /// `ImagePrePullJob//name`: the job in the secret copies' references.
 fn job_key(job: &ImagePrePullJob) -> String {
-    format!("{}//{}", plan::KIND, job.name_any())
+    nodeimage_api::kruise::nodeimage::requester_key(plan::KIND, "", &job.name_any())
 }
 
 impl JobReconciler for NodeJobs<ImagePrePullJob> {

@@ -70,11 +70,10 @@ fn pod_info(p: &Pod) -> PodInfo {
 }
 
 fn job_key(job: &ImagePullJob) -> String {
-    format!(
-        "{}/{}/{}",
+    nodeimage_api::kruise::nodeimage::requester_key(
         super::KIND,
-        job.namespace().unwrap_or_default(),
-        job.name_any()
+        &job.namespace().unwrap_or_default(),
+        &job.name_any(),
     )
 }
 

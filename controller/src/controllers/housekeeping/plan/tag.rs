@@ -82,9 +82,7 @@ pub fn plan_tag<O: OwnerLookup>(
 
     let version = tag.version.unwrap_or(0);
     let policy = tag.pull_policy.clone().unwrap_or_default();
-    let report = reported
-        .iter()
-        .find(|s| s.tag == tag.tag && s.version.unwrap_or(0) == version);
+    let report = reported.iter().find(|s| s.answers(tag));
     let ttl = policy
         .ttl_seconds_after_finished
         .map(|s| seconds(i64::from(s.max(0))));
