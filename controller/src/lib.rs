@@ -126,7 +126,7 @@ fn serve_health(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let mut registry = nodeimage_ops::metrics::registry("controller");
-    ctx.metrics.register(&mut registry);
+    ctx.metrics.register(&mut registry, ctx.stores.clone());
     let registry = std::sync::Arc::new(registry);
     let render: health::MetricsFn =
         std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
@@ -180,7 +180,7 @@ async fn controllers(
     let nodeimages = nodeimages::NodeImages::new();
     let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
     let pacing = registry_pacing(&ctx, limits, &nodeimages, stop.clone());
-    let _ = ctx.metrics.caches.nodeimages.set(nodeimages.store.clone());
+    let _ = ctx.stores.nodeimages.set(nodeimages.store.clone());
     let for_writer = nodeimages.subscribe();
     let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
         nodeimages.subscribe(),
@@ -265,7 +265,7 @@ fn registry_pacing(
     let report = pacing.clone();
     let report: runtime::metrics::RegistryReport =
         std::sync::Arc::new(move || report.report(chrono::Utc::now()));
-    let _ = ctx.metrics.caches.registries.set(report);
+    let _ = ctx.stores.registries.set(report);
     let changes = nodeimages.subscribe().changes;
     let changes = changes.take_until(lifecycle::stopped(stop)).boxed();
     tokio::spawn(pacing.clone().follow(changes));

@@ -32,8 +32,10 @@ pub struct Context {
     pub kubeedge_edge_only: bool,
     /// What the platform team allows tenants' jobs.
     pub policy: crate::runtime::policy::Policy,
-    /// Reconcile metrics and the caches read at scrape time.
+    /// Reconcile metrics.
     pub metrics: crate::runtime::metrics::Metrics,
+    /// The stores each controller hands to the others' readers.
+    pub stores: std::sync::Arc<crate::cluster::stores::Stores>,
 }
 
 impl Context {
@@ -56,6 +58,7 @@ impl Context {
                 image_secret_namespaces: Namespaces::from_list(&flags.image_secret_namespaces),
             },
             metrics: crate::runtime::metrics::Metrics::default(),
+            stores: std::sync::Arc::default(),
         })
     }
 

@@ -3,10 +3,9 @@
 //! time, NodeImages, per-job node counts and jobs by phase. Per-job series
 //! vanish with their job because they are computed from the current cache.
 
+use crate::cluster::stores::Stores;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
-use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::ImagePullJob;
 use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
 use nodeimage_api::kubeedge::{ImagePrePullJob, NodeUpgradeJob};
@@ -18,7 +17,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 mod registries;
@@ -60,24 +59,6 @@ pub struct GateLabels {
     pub reason: String,
 }
 
-/// The caches the scrape-time metrics read; each controller fills its own.
-#[derive(Default)]
-pub struct Caches {
-    /// Every NodeImage.
-    pub nodeimages: OnceLock<Store<NodeImage>>,
-    /// ImagePullJobs.
-    pub image_pull_jobs: OnceLock<Store<ImagePullJob>>,
-    /// ImagePrePullJobs.
-    pub image_pre_pull_jobs: OnceLock<Store<ImagePrePullJob>>,
-    /// NodeUpgradeJobs.
-    pub node_upgrade_jobs: OnceLock<Store<NodeUpgradeJob>>,
-    /// Registry pacing, per registry.
-    pub registries: OnceLock<RegistryReport>,
-    /// Every Node, trimmed: the only taint a trimmed Node keeps is the
-    /// start-up gate's (`nodeimage::nodes::trim_node`); set by the gate.
-    pub nodes: OnceLock<Store<Node>>,
-}
-
 /// The kinds whose reconciles are counted (the `kind` label values).
 pub const RECONCILED_KINDS: &[&str] = &[
     "Node",
@@ -104,8 +85,6 @@ pub struct Metrics {
     startup_gates_opened: Family<GateLabels, Counter>,
     /// Jobs whose mark to gate new nodes was ignored (namespace not allowed).
     startup_gates_refused: Family<KindLabels, Counter>,
-    /// Caches read at scrape time.
-    pub caches: Arc<Caches>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -126,7 +105,6 @@ impl Default for Metrics {
             leader: Gauge::default(),
             startup_gates_opened: Family::default(),
             startup_gates_refused: Family::default(),
-            caches: Arc::new(Caches::default()),
         }
     }
 }
@@ -155,8 +133,9 @@ impl Drop for ReconcileTimer {
 
 impl Metrics {
     /// Registers everything under `nodeimage_controller` / `nodeimage`,
-    /// with the per-kind counters of every reconciled kind present at 0.
-    pub fn register(&self, r: &mut Registry) {
+    /// with the per-kind counters of every reconciled kind present at 0;
+    /// the scrape-time metrics read `stores` (they never write them).
+    pub fn register(&self, r: &mut Registry, stores: Arc<Stores>) {
         for kind in RECONCILED_KINDS {
             let l = KindLabels {
                 kind: (*kind).into(),
@@ -212,7 +191,7 @@ impl Metrics {
             "Jobs annotated nodeimage.dev/gate-new-nodes whose namespace may not gate new nodes (they gate nothing), by kind",
             self.startup_gates_refused.clone(),
         );
-        r.register_collector(Box::new(CacheCollector(self.caches.clone())));
+        r.register_collector(Box::new(CacheCollector(stores)));
     }
 
     /// Starts timing a reconcile of `kind`.
@@ -379,13 +358,7 @@ fn has_taints(n: &Node) -> bool {
 }
 
 #[derive(Debug)]
-struct CacheCollector(Arc<Caches>);
-
-impl std::fmt::Debug for Caches {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Caches")
-    }
-}
+struct CacheCollector(Arc<Stores>);
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {

@@ -60,7 +60,7 @@ pub async fn run(
         watch::spec_trigger(client.clone(), job_writer, skipped),
         jobs.clone(),
     );
-    let _ = ctx.metrics.caches.image_pull_jobs.set(jobs.clone());
+    let _ = ctx.stores.image_pull_jobs.set(jobs.clone());
     let state = Arc::new(reconcile::State {
         shared: crate::engine::jobshell::Shared {
             ctx,

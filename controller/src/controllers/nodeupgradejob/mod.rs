@@ -31,5 +31,5 @@ pub const WIRING: NodeTaskWiring<NodeUpgradeJob, (nodes::NodeInfo, Option<String
     NodeTaskWiring {
         node_key,
         is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
-        jobs_gauge: |m| &m.caches.node_upgrade_jobs,
+        jobs_store: |s| &s.node_upgrade_jobs,
     };

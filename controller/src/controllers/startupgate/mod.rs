@@ -9,7 +9,7 @@
 //!
 //! It reads the shared Node cache (which keeps the gate's taint), the
 //! shared NodeImage cache (which keeps the note) and the job kinds' own
-//! caches (through `metrics.caches`); it keeps nothing of its own.
+//! stores (`ctx.stores`); it keeps nothing of its own.
 
 pub mod images;
 pub mod plan;
@@ -37,7 +37,7 @@ pub async fn run(
     nodeimages: (Store<NodeImage>, Synced),
 ) {
     let NodeSubscription { store, events, .. } = nodes;
-    let _ = ctx.metrics.caches.nodes.set(store.clone());
+    let _ = ctx.stores.nodes.set(store.clone());
     let node_events = NodeSubscription::event_stream(events).filter_map(|event| {
         std::future::ready(match event {
             watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {

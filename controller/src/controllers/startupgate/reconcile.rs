@@ -142,7 +142,7 @@ enum Known {
 
 /// The gating images of `node`, from the job kinds' caches.
 fn gating_images(state: &State, node: &Node, ni: Option<&Arc<NodeImage>>) -> Known {
-    let caches = &state.ctx.metrics.caches;
+    let caches = &state.ctx.stores;
     let (Some(pull), Some(prepull)) = (
         caches.image_pull_jobs.get(),
         caches.image_pre_pull_jobs.get(),

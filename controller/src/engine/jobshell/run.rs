@@ -6,6 +6,7 @@
 use super::{Caches, JobKind, JobReconciler, Shared};
 use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::nodeimages::Subscription;
+use crate::cluster::stores::Stores;
 use crate::cluster::wakeups::TagChanges;
 use crate::cluster::watch::{self, Synced};
 use crate::engine::registrypace::{Paced, PacedJob, Starting};
@@ -13,7 +14,6 @@ use crate::engine::rollout::Entry;
 use crate::nodeimage::nodes::{NodeInfo, node_info};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
-use crate::runtime::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -153,8 +153,8 @@ pub struct NodeTaskWiring<K: JobKind, Key> {
     pub node_key: fn(&Node) -> Key,
     /// Whether a job has finished (finished jobs ignore Node changes).
     pub is_finished: fn(&K) -> bool,
-    /// The metrics' cache of the kind's jobs.
-    pub jobs_gauge: fn(&Metrics) -> &OnceLock<Store<K>>,
+    /// Where the kind's job store is handed to its readers.
+    pub jobs_store: fn(&Stores) -> &OnceLock<Store<K>>,
 }
 
 /// Runs a KubeEdge node-task kind's controller until `stop` turns true. A
@@ -190,7 +190,7 @@ pub async fn run_node_tasks<K, Key>(
         watch::controller_trigger(client, job_writer, skipped),
         jobs.clone(),
     );
-    let _ = (w.jobs_gauge)(&ctx.metrics).set(jobs.clone());
+    let _ = (w.jobs_store)(&ctx.stores).set(jobs.clone());
     let state = Arc::new(NodeJobs {
         shared: Shared {
             ctx,

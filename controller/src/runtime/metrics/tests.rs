@@ -1,4 +1,6 @@
 use super::*;
+use k8s_openapi::api::core::v1::Node;
+use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::{ImagePullJobSpec, ImagePullJobStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobStatus, ImagePrePullStatus, TaskStatus};
 
@@ -60,8 +62,9 @@ fn job_counts_and_phases() {
 #[test]
 fn renders_without_caches_and_counts_reconciles() {
     let m = Metrics::default();
+    let stores = Arc::new(Stores::default());
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(&mut r);
+    m.register(&mut r, stores.clone());
     drop(m.reconcile("ImagePullJob"));
     m.error("ImagePullJob");
     m.response_timeouts.inc();
@@ -96,8 +99,9 @@ fn populated_render() -> String {
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
     let m = Metrics::default();
+    let stores = Arc::new(Stores::default());
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(&mut r);
+    m.register(&mut r, stores.clone());
     for kind in ["ImagePullJob", "NodeImage"] {
         drop(m.reconcile(kind));
         m.error(kind);
@@ -107,10 +111,10 @@ fn populated_render() -> String {
     m.startup_gate_opened("timeout");
     m.startup_gate_refused("ImagePullJob");
     let (node_store, _node_writer) = reflector::store::<Node>();
-    let _ = m.caches.nodes.set(node_store);
+    let _ = stores.nodes.set(node_store);
     let (ni_store, mut ni_writer) = reflector::store::<NodeImage>();
     ni_writer.apply_watcher_event(&Event::Apply(NodeImage::new("n", Default::default())));
-    let _ = m.caches.nodeimages.set(ni_store);
+    let _ = stores.nodeimages.set(ni_store);
     let (job_store, mut job_writer) = reflector::store::<ImagePullJob>();
     let mut j = ImagePullJob::new(
         "j",
@@ -121,8 +125,8 @@ fn populated_render() -> String {
     );
     j.metadata.namespace = Some("ns".into());
     job_writer.apply_watcher_event(&Event::Apply(j));
-    let _ = m.caches.image_pull_jobs.set(job_store);
-    let _ = m.caches.registries.set(Arc::new(|| {
+    let _ = stores.image_pull_jobs.set(job_store);
+    let _ = stores.registries.set(Arc::new(|| {
         vec![RegistryGauge {
             registry: "docker.io".into(),
             in_flight: 3,
@@ -200,14 +204,15 @@ fn dashboard_queries_exported_metrics() {
 #[test]
 fn registry_gauges_per_registry() {
     let m = Metrics::default();
+    let stores = Arc::new(Stores::default());
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(&mut r);
+    m.register(&mut r, stores.clone());
     let text = nodeimage_ops::metrics::render(&r);
     assert!(
         !text.contains("nodeimage_registry_"),
         "no pacing, no series:\n{text}"
     );
-    let _ = m.caches.registries.set(Arc::new(|| {
+    let _ = stores.registries.set(Arc::new(|| {
         let row = |registry: &str, in_flight, limit, rate_limited, jobs_waiting| RegistryGauge {
             registry: registry.into(),
             in_flight,
