@@ -2,14 +2,13 @@
 //! NodeImages: the one Node cache (`nodecache`), the one NodeImage cache and
 //! its projection (`nodeimages`), the watches that feed them (`watch`), the
 //! memory that turns a change into the few jobs it concerns (`wakeups`),
-//! undecodable objects (`skipped`), the stores handed from their makers to
-//! their readers (`stores`) and the one writer of tag entries (`tagwrites`). Each store, its bound and its forget rule are listed in
+//! undecodable objects (`skipped`) and the one writer of tag entries
+//! (`tagwrites`). Each store, its bound and its forget rule are listed in
 //! docs/architecture.md ("What the controller remembers").
 
 pub mod nodecache;
 pub mod nodeimages;
 pub mod skipped;
-pub mod stores;
 pub mod tagwrites;
 pub mod wakeups;
 pub mod watch;

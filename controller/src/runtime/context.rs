@@ -35,7 +35,7 @@ pub struct Context {
     /// Reconcile metrics.
     pub metrics: crate::runtime::metrics::Metrics,
     /// The stores each controller hands to the others' readers.
-    pub stores: std::sync::Arc<crate::cluster::stores::Stores>,
+    pub stores: std::sync::Arc<crate::runtime::stores::Stores>,
 }
 
 impl Context {

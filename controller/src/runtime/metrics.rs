@@ -3,7 +3,7 @@
 //! time, NodeImages, per-job node counts and jobs by phase. Per-job series
 //! vanish with their job because they are computed from the current cache.
 
-use crate::cluster::stores::Stores;
+use crate::runtime::stores::Stores;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nodeimage_api::kruise::ImagePullJob;

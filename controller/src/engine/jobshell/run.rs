@@ -6,7 +6,6 @@
 use super::{Caches, JobKind, JobReconciler, Shared};
 use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::nodeimages::Subscription;
-use crate::cluster::stores::Stores;
 use crate::cluster::wakeups::TagChanges;
 use crate::cluster::watch::{self, Synced};
 use crate::engine::registrypace::{Paced, PacedJob, Starting};
@@ -14,6 +13,7 @@ use crate::engine::rollout::Entry;
 use crate::nodeimage::nodes::{NodeInfo, node_info};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
+use crate::runtime::stores::Stores;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
