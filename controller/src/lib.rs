@@ -263,7 +263,7 @@ fn registry_pacing(
         nodeimages.store.clone(),
     ));
     let report = pacing.clone();
-    let report: runtime::metrics::RegistryReport =
+    let report: runtime::stores::RegistryReport =
         std::sync::Arc::new(move || report.report(chrono::Utc::now()));
     let _ = ctx.stores.registries.set(report);
     let changes = nodeimages.subscribe().changes;

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod registries;
-pub use registries::{RegistryGauge, RegistryReport};
 
 /// Labels naming a reconciled kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -5,13 +5,30 @@
 //! listed yet". They live as long as the process, like the stores behind
 //! them.
 
-use crate::runtime::metrics::RegistryReport;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::ImagePullJob;
 use nodeimage_api::kubeedge::{ImagePrePullJob, NodeUpgradeJob};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+/// One registry's pacing at scrape time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegistryGauge {
+    /// Registry host (Docker Hub's aliases as `docker.io`).
+    pub registry: String,
+    /// Nodes pulling from it now (unfinished entries, written or being written).
+    pub in_flight: usize,
+    /// Its limit, if it has one.
+    pub limit: Option<usize>,
+    /// Some tag waits because it answered 429.
+    pub rate_limited: bool,
+    /// Jobs waiting for a slot on it.
+    pub jobs_waiting: usize,
+}
+
+/// Reads every registry's gauges at scrape time.
+pub type RegistryReport = Arc<dyn Fn() -> Vec<RegistryGauge> + Send + Sync>;
 
 /// The shared stores, each set by its owner (named on the field).
 #[derive(Default)]

@@ -22,7 +22,7 @@ use super::load::{self, Load};
 use super::rule::{self, JobOrder};
 use crate::engine::jobevents::JobEvent;
 use crate::engine::rollout::{Cap, Entry, Starts};
-use crate::runtime::metrics::RegistryGauge;
+use crate::runtime::stores::RegistryGauge;
 use chrono::{DateTime, TimeDelta, Utc};
 use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;

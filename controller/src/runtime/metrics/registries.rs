@@ -1,28 +1,11 @@
-//! The registry pacing gauges, read at scrape time through a callback the
-//! pacing module sets (the metrics sit below it and cannot name it).
+//! The registry pacing gauges, read at scrape time through the callback the
+//! pacing module hands over in `runtime::stores` (the metrics sit below it
+//! and cannot name it).
 
+use crate::runtime::stores::RegistryGauge;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use std::sync::Arc;
-
-/// One registry's pacing at scrape time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegistryGauge {
-    /// Registry host (Docker Hub's aliases as `docker.io`).
-    pub registry: String,
-    /// Nodes pulling from it now (unfinished entries, written or being written).
-    pub in_flight: usize,
-    /// Its limit, if it has one.
-    pub limit: Option<usize>,
-    /// Some tag waits because it answered 429.
-    pub rate_limited: bool,
-    /// Jobs waiting for a slot on it.
-    pub jobs_waiting: usize,
-}
-
-/// Reads every registry's gauges at scrape time.
-pub type RegistryReport = Arc<dyn Fn() -> Vec<RegistryGauge> + Send + Sync>;
 
 /// Labels of a per-registry gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::runtime::stores::RegistryGauge;
 use k8s_openapi::api::core::v1::Node;
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::{ImagePullJobSpec, ImagePullJobStatus};
