@@ -265,14 +265,6 @@ fn the_largest_accepted_values_run() {
         "{}",
         kruise::describe(&done)
     );
-    let stored = ni::get(&c, &nodes[0]).expect("the NodeImage");
-    assert_eq!(
-        stored["spec"]["images"][&key]["tags"][0]["pullPolicy"]["timeoutSeconds"], 4294967296u64,
-        "the bad entry is left as stored: {}",
-        stored["spec"]["images"][&key]
-    );
-    let bad_now = &stored["status"]["imageStatuses"][&key]["tags"][0];
-    assert_eq!(bad_now["phase"], "Failed", "{bad_now}");
     ni::wait_phase(
         &c,
         Tag {
@@ -483,6 +475,14 @@ fn objects_that_do_not_decode_fail_alone_also_after_a_restart() {
         "{}",
         kruise::describe(&done)
     );
+    let stored = ni::get(&c, &nodes[0]).expect("the NodeImage");
+    assert_eq!(
+        stored["spec"]["images"][&key]["tags"][0]["pullPolicy"]["timeoutSeconds"], 4294967296u64,
+        "the bad entry is left as stored: {}",
+        stored["spec"]["images"][&key]
+    );
+    let bad_now = &stored["status"]["imageStatuses"][&key]["tags"][0];
+    assert_eq!(bad_now["phase"], "Failed", "{bad_now}");
     let wide = kruise::eventually("the bad job to carry the reason", LONG, || {
         let j = kruise::get(&c, "imagepulljobs.apps.kruise.io", Some(&ns.name), "wide")
             .ok_or("gone")?;
