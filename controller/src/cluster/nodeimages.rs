@@ -80,7 +80,7 @@ impl NodeImages {
             "nodeimages",
             ctx.client.clone(),
             crate::cluster::skipped::Skipped::new(&ctx, "NodeImage", None),
-            salvage::marked,
+            salvage::marked_explained,
             self.writer,
             compact,
             signals,

@@ -89,24 +89,31 @@ impl Skipped {
     pub fn salvage<K>(
         &self,
         event: watcher::Event<Lenient<K>>,
-        salvage: fn(Lenient<K>) -> K,
+        salvage: fn(Lenient<K>) -> (K, Option<String>),
     ) -> watcher::Event<K>
     where
         K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         let one = |l: Lenient<K>| {
-            match &l.object {
-                Ok(_) => self.forget(&l),
-                Err(invalid) => self.report_part::<K>(&l.metadata, &Self::id(&l), &invalid.reason),
+            let (id, meta) = (Self::id(&l), l.metadata.clone());
+            let whole = l
+                .object
+                .as_ref()
+                .err()
+                .map(|invalid| invalid.reason.clone());
+            let (object, parts) = salvage(l);
+            match whole {
+                None => self.forget_id(&id),
+                Some(reason) => self.report_part::<K>(&meta, &id, &parts.unwrap_or(reason)),
             }
-            salvage(l)
+            object
         };
         match event {
             watcher::Event::Apply(l) => watcher::Event::Apply(one(l)),
             watcher::Event::InitApply(l) => watcher::Event::InitApply(one(l)),
             watcher::Event::Delete(l) => {
                 self.forget(&l);
-                watcher::Event::Delete(salvage(l))
+                watcher::Event::Delete(salvage(l).0)
             }
             watcher::Event::Init => watcher::Event::Init,
             watcher::Event::InitDone => watcher::Event::InitDone,
@@ -148,8 +155,12 @@ impl Skipped {
     }
 
     fn forget<K>(&self, l: &Lenient<K>) {
+        self.forget_id(&Self::id(l));
+    }
+
+    fn forget_id(&self, id: &str) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.remove(&Self::id(l)).is_some() {
+        if seen.remove(id).is_some() {
             self.ctx.metrics.invalid_objects(self.kind, seen.len());
         }
     }

@@ -154,7 +154,7 @@ pub fn reflect_salvaged<K, F>(
     what: &'static str,
     client: kube::Client,
     skipped: Skipped,
-    salvage: fn(Lenient<K>) -> K,
+    salvage: fn(Lenient<K>) -> (K, Option<String>),
     writer: Writer<K>,
     trim: F,
     signals: SyncSignals,

@@ -50,10 +50,18 @@ pub fn lenient(l: Lenient<NodeImage>) -> Salvaged {
 /// [`UNREADABLE_IMAGES`] (and that annotation removed when there are none,
 /// whoever wrote it): what the controller keeps in memory.
 pub fn marked(l: Lenient<NodeImage>) -> NodeImage {
+    marked_explained(l).0
+}
+
+/// [`marked`], with one line naming each entry that does not decode and
+/// why (None when every entry decodes), for the controller's report.
+pub fn marked_explained(l: Lenient<NodeImage>) -> (NodeImage, Option<String>) {
     let Salvaged {
         mut nodeimage,
         invalid,
     } = lenient(l);
+    let explained =
+        (!invalid.is_empty()).then(|| invalid.values().cloned().collect::<Vec<_>>().join("; "));
     let images: BTreeSet<&str> = invalid.keys().map(|(image, _)| image.as_str()).collect();
     let annotations = nodeimage.metadata.annotations.get_or_insert_default();
     match serde_json::to_string(&images) {
@@ -64,7 +72,7 @@ pub fn marked(l: Lenient<NodeImage>) -> NodeImage {
             annotations.remove(UNREADABLE_IMAGES);
         }
     }
-    nodeimage
+    (nodeimage, explained)
 }
 
 /// The image keys [`marked`] named on `ni`.
@@ -211,7 +219,7 @@ mod tests {
 
     #[test]
     fn marks_only_the_images_holding_a_bad_entry() {
-        let ni = marked(lenient_of(json!({
+        let (ni, explained) = marked_explained(lenient_of(json!({
             "metadata": {"name": "node-1", "annotations": {UNREADABLE_IMAGES: "[\"forged\"]"}},
             "spec": {"images": {
                 "bad": {"tags": [{"tag": "v1", "pullPolicy": {"timeoutSeconds": 4294967296u64}}, {"tag": "v2"}]},
@@ -222,6 +230,11 @@ mod tests {
             unreadable_images(&ni),
             BTreeSet::from(["bad".to_string()]),
             "the bad image, and not what the stored annotation said"
+        );
+        let explained = explained.expect("the bad entry is explained");
+        assert!(
+            explained.contains(r#"spec.images["bad"].tags[0]"#) && explained.contains("4294967296"),
+            "{explained}"
         );
         let images = ni.spec.images.as_ref().expect("images");
         assert_eq!(images["bad"].tags.len(), 2, "both entries kept");
