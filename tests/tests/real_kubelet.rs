@@ -44,6 +44,9 @@ const GC_NOW: &str = "evictionHard: {memory.available: \"1Mi\", nodefs.available
 const ALWAYS_VERIFY: &str = "featureGates: {KubeletEnsureSecretPulledImages: true}\n\
                              imagePullCredentialsVerificationPolicy: AlwaysVerify\n";
 
+/// The first kubelet minor version with KEP-2535's feature gate (alpha).
+const ALWAYS_VERIFY_SINCE: u32 = 33;
+
 /// The real node: the cluster's variables with real-node.env's added.
 struct RealNode {
     c: Cluster,
@@ -617,6 +620,17 @@ fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenant
     rn.wait_pod_running(&b, "default");
     rn.delete_pod(&b, "default");
 
+    // Before 1.33 kubelet has no such check (nor its feature gate, which it
+    // would refuse): what ran above is all there is to see.
+    let minor = rn.kubelet_minor();
+    if minor < ALWAYS_VERIFY_SINCE {
+        eprintln!(
+            "kubelet 1.{minor} has no KubeletEnsureSecretPulledImages (1.{ALWAYS_VERIFY_SINCE} on): \
+             AlwaysVerify not run"
+        );
+        drop(cleanup);
+        return;
+    }
     rn.kubelet_settings(Some(ALWAYS_VERIFY));
     let _restore = Settings(&rn);
     rn.create_pod(&b, "verified", &private.reference(), None);
@@ -659,6 +673,19 @@ impl RealNode {
         let gated = Gated(self);
         self.kubelet_settings(Some(REGISTER_GATED));
         gated
+    }
+
+    /// The minor version the node's kubelet reports (`v1.30.14` → 30).
+    fn kubelet_minor(&self) -> u32 {
+        let version = self.node()["status"]["nodeInfo"]["kubeletVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        version
+            .strip_prefix("v1.")
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("kubelet version {version:?} of node {}", self.name))
     }
 
     fn node(&self) -> Value {
