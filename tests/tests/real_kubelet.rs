@@ -1,7 +1,8 @@
 //! What a real kubelet does with the images nodeimage pre-pulled: its image
 //! garbage collector, and its credential verification (KEP-2535). They run
 //! on the stack's real node (tests/cluster/real-node.sh: kubelet 1.37 over
-//! containerd 2.2, which honours pins), served by a nodeimage daemon of the
+//! containerd 2.2, which honours pins; or the kubelet of the version
+//! `make test-kube-version` runs), served by a nodeimage daemon of the
 //! test's own.
 //!
 //! kubelet's image GC is made to run within seconds, not at its 5-minute
@@ -527,7 +528,8 @@ fn real_kubelet_gc_without_pins_the_tag_is_pulled_again_then_fails() {
 /// default settings (from 1.35 the feature gate is on with the policy
 /// `NeverVerifyPreloadedImages`; before, off) tenant B's Pod without
 /// credentials starts from the copy; with `AlwaysVerify` it is refused,
-/// and tenant A's Pod with its secret still starts.
+/// and tenant A's Pod with its secret still starts. A kubelet before 1.33
+/// has no such check: only the default-settings part runs.
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenants() {
