@@ -2,13 +2,20 @@
 #   make demo   start the local cluster and nodeimage, pull an image onto every node
 #   make test   run every test (lint, unit, end-to-end on the local cluster)
 
-.PHONY: demo test build lint unit crds docs images release cluster-up cluster-down real-node nodeimage-up nodeimage-down chart-test install-test
+.PHONY: demo test build lint unit crds docs images release cluster-up cluster-down real-node nodeimage-up nodeimage-down chart-test install-test test-kube-version
 
 demo:
 	tests/demo.sh
 
 test:
 	tests/run-all.sh
+
+# The chart's tests, the real-kubelet tests and the helm install of a release
+# (amd64) on a local cluster of another Kubernetes version, e.g. the chart's
+# floor: KUBE_VERSION=v1.30.14 make test-kube-version (tests/kube-version.sh;
+# the versions it can build are tests/kube/go.mod's and tests/kube/versions/).
+test-kube-version:
+	tests/kube-version.sh
 
 build:
 	cargo build --workspace

@@ -110,7 +110,7 @@ work=$(mktemp -d "$STATE/images-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 for n in "${IMAGES[@]}"; do
   for arch in "${ARCHES[@]}"; do
-    bin=target/$(rust_target "$arch")/release/$(image_binary "$n")
+    bin=${CARGO_TARGET_DIR:-target}/$(rust_target "$arch")/release/$(image_binary "$n")
     ref=$LAYOUT:$n-$arch
     sysroot=/
     [[ $arch == "$HOST_ARCH" ]] || sysroot=$STATE/sysroot-$arch

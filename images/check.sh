@@ -73,7 +73,7 @@ check_image() {
   umoci unpack --image "$LAYOUT:$img" "$work/$img" >/dev/null
   root=$work/$img/rootfs
   # What rootfs.sh makes from the same binary, built here as the reference.
-  ROOTFS_SYSROOT=$sysroot images/rootfs.sh "$n" "target/$(rust_target "$arch")/release/$bin" "$work/ref-$img"
+  ROOTFS_SYSROOT=$sysroot images/rootfs.sh "$n" "${CARGO_TARGET_DIR:-target}/$(rust_target "$arch")/release/$bin" "$work/ref-$img"
   (cd "$root" && find . -mindepth 1 | sort) >"$work/got"
   (cd "$work/ref-$img" && find . -mindepth 1 | sort) >"$work/want"
   diff -u "$work/want" "$work/got" >"$work/files.diff" ||

@@ -147,7 +147,7 @@ done
 # architecture, each binary run first, and a krew manifest.
 log "kubectl plugin archives for ${IMAGE_ARCHES// /, }"
 for arch in $IMAGE_ARCHES; do
-  bin=target/$(rust_target "$arch")/release/kubectl-nodeimage
+  bin=${CARGO_TARGET_DIR:-target}/$(rust_target "$arch")/release/kubectl-nodeimage
   libs=$STATE/sysroot-$arch
   [[ $arch == "$(host_arch)" ]] && libs=/
   out=$(run_as "$arch" "$libs" "$bin" --version) || die "the $arch kubectl plugin does not run: $out"

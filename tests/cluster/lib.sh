@@ -267,6 +267,11 @@ cargo_build_all() {
 # Go builds
 # ---------------------------------------------------------------------------
 
+# go_mod_require GO_MOD MODULE: the version of MODULE that GO_MOD requires.
+go_mod_require() {
+  awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m && $2 ~ /^v/ { print $2; exit }' "$1"
+}
+
 # go_build_stamped OUT DIR STAMP_INPUTS... -- GO_BUILD_ARGS...
 # Runs `go build -o OUT GO_BUILD_ARGS...` in the Go module DIR only when the
 # hash of the inputs (files, go version, CGO_ENABLED, the build arguments)

@@ -33,6 +33,9 @@
 #                              containerd/1.7/v2/discard, node-3
 #                              containerd/2.x/v3 (newest 2.x), node-4.. cycle
 #   NODEIMAGE_BUILD_KUBECTL=1  build kubectl even if the machine has a usable one
+#   NODEIMAGE_KUBE_VERSION     Kubernetes to build and run (default v1.37.2, the
+#                              version tests/kube/go.mod requires); another one
+#                              needs its module, tests/kube/versions/v1.<minor>
 set -Eeuo pipefail
 
 # shellcheck source=lib.sh
@@ -50,7 +53,7 @@ check_state_path
 # ---------------------------------------------------------------------------
 # Settings
 # ---------------------------------------------------------------------------
-K8S_VERSION=v1.37.2
+K8S_VERSION=${NODEIMAGE_KUBE_VERSION:-v1.37.2}
 API_PORT=${NODEIMAGE_API_PORT:-16443}
 ETCD_PORT=${NODEIMAGE_ETCD_PORT:-12379}
 REG_PORT=${NODEIMAGE_REGISTRY_PORT:-5000}
@@ -71,10 +74,26 @@ NODES_DIR=$STATE/nodes
 TMP_DIR=$STATE/tmp
 NI_CRI=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ni-cri
 
+[[ $K8S_VERSION =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "NODEIMAGE_KUBE_VERSION must be v1.<minor>.<patch>, got $K8S_VERSION"
+K8S_MINOR=${BASH_REMATCH[1]}
+# The Go module kubelocal (and kubectl, if built) is built with: tests/kube's
+# own go.mod for the default version, else the go.mod of
+# tests/kube/versions/v1.<minor> (-modfile: the source stays tests/kube's),
+# with the build tags its `tags` file lists (the shims of older APIs).
+KUBE_MOD=$TESTS_DIR/kube/go.mod
+KUBE_GO_FLAGS=()
+if [[ $(go_mod_require "$KUBE_MOD" k8s.io/kubernetes) != "$K8S_VERSION" ]]; then
+  KUBE_MOD=$TESTS_DIR/kube/versions/v1.$K8S_MINOR/go.mod
+  [[ -f $KUBE_MOD ]] || die "no Go module for Kubernetes $K8S_VERSION: tests/kube/versions/v1.$K8S_MINOR/go.mod is missing (tests/kube/versions has: $(cd "$TESTS_DIR/kube/versions" && echo v*))"
+  have=$(go_mod_require "$KUBE_MOD" k8s.io/kubernetes)
+  [[ $have == "$K8S_VERSION" ]] || die "tests/kube/versions/v1.$K8S_MINOR/go.mod builds Kubernetes $have, not $K8S_VERSION"
+  KUBE_GO_FLAGS=(-modfile="$KUBE_MOD")
+  tags=$(cat "${KUBE_MOD%/go.mod}/tags" 2>/dev/null || true)
+  if [[ -n $tags ]]; then KUBE_GO_FLAGS+=(-tags "$tags"); fi
+fi
+KUBE_SUM=${KUBE_MOD%.mod}.sum
 # Version stamping for binaries built from k8s.io/kubernetes (the same values
 # `make` would inject), so both kubelocal and kubectl report $K8S_VERSION.
-K8S_MINOR=${K8S_VERSION#v1.}
-K8S_MINOR=${K8S_MINOR%%.*}
 GO_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$K8S_MINOR -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
 
 # Node count: an integer, or a list of names node-1..node-N.
@@ -144,29 +163,36 @@ fi
 [[ -x $NI_CRI ]] || die "ni-cri was not built at $NI_CRI"
 
 # go_build_stamped (lib.sh) skips the build when nothing it depends on changed.
-go_build_stamped "$BIN/kubelocal" "$TESTS_DIR/kube" "$TESTS_DIR"/kube/*.go "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- \
-  -ldflags "$GO_LDFLAGS" .
+# A cluster's etcd holds what its API server wrote: another version is not
+# started on it (down.sh empties $STATE/kube).
+ran=$(cat "$KUBE_DIR/version" 2>/dev/null || true)
+if [[ -n $ran && $ran != "$K8S_VERSION" ]]; then
+  die "the cluster in $STATE runs Kubernetes $ran, not $K8S_VERSION: bring it down first (tests/cluster/down.sh)"
+fi
+go_build_stamped "$BIN/kubelocal" "$TESTS_DIR/kube" "$TESTS_DIR"/kube/*.go "$KUBE_MOD" "$KUBE_SUM" -- \
+  "${KUBE_GO_FLAGS[@]}" -ldflags "$GO_LDFLAGS" .
 KUBELOCAL_REBUILT=$REBUILT
 
-# kubectl: the machine's if its client is at most one minor version older
-# than the API server (kubectl's version skew policy), else built from
+# kubectl: the machine's if its client is within one minor version of the
+# API server (kubectl's version skew policy), else built from
 # k8s.io/kubernetes (kept in go.mod by tests/kube/tools.go).
 KUBECTL_MIN_MINOR=$((K8S_MINOR - 1))
+KUBECTL_MAX_MINOR=$((K8S_MINOR + 1))
 choose_kubectl() {
   local sys minor
   sys=$(command -v kubectl 2>/dev/null || true)
   if [[ ${NODEIMAGE_BUILD_KUBECTL:-0} != 1 && -n $sys ]]; then
     minor=$("$sys" version --client -o json 2>/dev/null |
       sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -n 1 || true)
-    if [[ -n $minor ]] && ((minor >= KUBECTL_MIN_MINOR)); then
+    if [[ -n $minor ]] && ((minor >= KUBECTL_MIN_MINOR && minor <= KUBECTL_MAX_MINOR)); then
       KUBECTL=$sys
       log "using $KUBECTL (client minor $minor)"
       return 0
     fi
-    log "machine kubectl $sys has client minor '${minor:-?}' (< $KUBECTL_MIN_MINOR); building one"
+    log "machine kubectl $sys has client minor '${minor:-?}' (not $KUBECTL_MIN_MINOR to $KUBECTL_MAX_MINOR); building one"
   fi
-  go_build_stamped "$BIN/kubectl" "$TESTS_DIR/kube" "$TESTS_DIR/kube/go.mod" "$TESTS_DIR/kube/go.sum" -- \
-    -ldflags "$GO_LDFLAGS" k8s.io/kubernetes/cmd/kubectl
+  go_build_stamped "$BIN/kubectl" "$TESTS_DIR/kube" "$KUBE_MOD" "$KUBE_SUM" -- \
+    "${KUBE_GO_FLAGS[@]}" -ldflags "$GO_LDFLAGS" k8s.io/kubernetes/cmd/kubectl
   KUBECTL=$BIN/kubectl
 }
 choose_kubectl
@@ -224,6 +250,7 @@ require_port_free_for apiserver "$ETCD_PORT"
 require_port_free_for apiserver "$((ETCD_PORT + 1))"
 require_port_free_for "registry-$REG_PORT" "$REG_PORT"
 require_port_free_for "registry-$AUTH_REG_PORT" "$AUTH_REG_PORT"
+echo "$K8S_VERSION" >"$KUBE_DIR/version"
 start_daemon apiserver "$BIN/kubelocal" apiserver "$KUBE_DIR" "$API_PORT" "$ETCD_PORT"
 
 # ---------------------------------------------------------------------------

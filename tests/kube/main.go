@@ -20,7 +20,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -43,7 +42,6 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 func main() {
@@ -61,7 +59,7 @@ func main() {
 		clientCert(dir, os.Args[3], os.Args[4], os.Args[5])
 	case "kubelet":
 		// The flags come from tests/cluster/up.sh, which owns the node's layout.
-		cmd := kubelet.NewKubeletCommand(context.Background())
+		cmd := newKubeletCommand()
 		cmd.SetArgs(os.Args[2:])
 		os.Exit(cli.Run(cmd))
 	case "apiserver":

@@ -83,6 +83,43 @@ pub fn render(c: &Cluster, release: &str, ns: &str, extra: &[&str]) -> Run {
     helm(c, &args)
 }
 
+/// The `kubectl create token` arguments that give a token of
+/// ServiceAccount `ns/sa` the node name `node`, as kubelet's pod tokens
+/// carry it (`authentication.kubernetes.io/node-name`). From Kubernetes
+/// 1.31 on, the token is bound to the Node itself (ServiceAccountTokenNodeBinding,
+/// beta there; kubectl before 1.31 refuses the kind). Before, it is bound to
+/// a Pod of that ServiceAccount placed on the node (`spec.nodeName`; no
+/// kubelet runs it), which is how the node name gets into pod tokens there
+/// (ServiceAccountTokenPodNodeInfo, beta and on by default in 1.30); the Pod
+/// is `token-<node>` in `ns`, deleted with the namespace or the Node.
+pub fn node_token_args(c: &Cluster, ns: &str, sa: &str, node: &str) -> Vec<String> {
+    if server_minor(c) >= 31 {
+        return ["--bound-object-kind", "Node", "--bound-object-name", node]
+            .map(str::to_string)
+            .to_vec();
+    }
+    let pod = format!("token-{node}");
+    let manifest = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": ns},
+        "spec": {"serviceAccountName": sa, "nodeName": node,
+                 "containers": [{"name": "c", "image": c.var("NODEIMAGE_REGISTRY") + "/test:v1"}]}});
+    c.kubectl_ok(&["apply", "-f", "-"], Some(&manifest.to_string()));
+    ["--bound-object-kind", "Pod", "--bound-object-name", &pod]
+        .map(str::to_string)
+        .to_vec()
+}
+
+/// The API server's minor version (`kubectl version`).
+pub fn server_minor(c: &Cluster) -> u32 {
+    let out = c.kubectl_ok(&["version", "-o", "json"], None);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("kubectl version -o json");
+    let minor = v["serverVersion"]["minor"].as_str().unwrap_or_default();
+    minor
+        .trim_end_matches('+')
+        .parse()
+        .unwrap_or_else(|_| panic!("the API server's minor version {minor:?}"))
+}
+
 /// A kubeconfig file `dir/name.kubeconfig` that holds only a token of
 /// ServiceAccount `ns/sa` (`token_args` go to `kubectl create token`, e.g.
 /// to bind it to a Node), beside `name.token` and `name.ca`.

@@ -28,7 +28,7 @@
 //! Every name starts with `chart_`: the other end-to-end tests run without
 //! them (`--skip chart_`).
 
-use nodeimage_tests::helm::{self, IMAGES, TokenConfig, chart, render};
+use nodeimage_tests::helm::{self, IMAGES, TokenConfig, chart, node_token_args, render};
 use nodeimage_tests::process::Daemon;
 use nodeimage_tests::registry::Registry;
 use nodeimage_tests::{Cleanup, Cluster, cri, repo_root, unique, wait_for};
@@ -980,32 +980,12 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
         "metadata": {"name": FAKE_NI, "labels": {"nodeimage.dev/chart-test": "true"}}});
     c.kubectl_ok(&["create", "-f", "-"], Some(&node.to_string()));
     let dir = work.path();
-    let daemon = TokenConfig::create(
-        &c,
-        dir,
-        "daemon",
-        NS,
-        DAEMON_SA,
-        &[
-            "--bound-object-kind",
-            "Node",
-            "--bound-object-name",
-            FAKE_NI,
-        ],
-    );
-    let daemon_node1 = TokenConfig::create(
-        &c,
-        dir,
-        "daemon-node-1",
-        NS,
-        DAEMON_SA,
-        &[
-            "--bound-object-kind",
-            "Node",
-            "--bound-object-name",
-            "node-1",
-        ],
-    );
+    let bound = node_token_args(&c, NS, DAEMON_SA, FAKE_NI);
+    let bound: Vec<&str> = bound.iter().map(String::as_str).collect();
+    let daemon = TokenConfig::create(&c, dir, "daemon", NS, DAEMON_SA, &bound);
+    let bound = node_token_args(&c, NS, DAEMON_SA, "node-1");
+    let bound: Vec<&str> = bound.iter().map(String::as_str).collect();
+    let daemon_node1 = TokenConfig::create(&c, dir, "daemon-node-1", NS, DAEMON_SA, &bound);
     let unbound = TokenConfig::create(&c, dir, "daemon-unbound", NS, DAEMON_SA, &[]);
     let controller = TokenConfig::create(&c, dir, "controller", NS, CONTROLLER_SA, &[]);
     let who = daemon.kubectl(
@@ -1423,12 +1403,8 @@ fn chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint() {
         c.kubectl_ok(&["create", "-f", "-"], Some(&node.to_string()));
     }
     let dir = work.path();
-    let bound = [
-        "--bound-object-kind",
-        "Node",
-        "--bound-object-name",
-        FAKE_NI,
-    ];
+    let bound = node_token_args(&c, NS, DAEMON_SA, FAKE_NI);
+    let bound: Vec<&str> = bound.iter().map(String::as_str).collect();
     let daemon = TokenConfig::create(&c, dir, "daemon", NS, DAEMON_SA, &bound);
     let controller = TokenConfig::create(&c, dir, "controller", NS, CONTROLLER_SA, &[]);
     // The API server adds node.kubernetes.io/not-ready to a new Node: the

@@ -461,6 +461,34 @@ fn the_tables_name_the_versions_the_repository_builds() {
     let tested = row(&all, &format!("Kubernetes {minor} ({k8s})"));
     assert_eq!(tested[1], SUPPORTED, "Kubernetes {minor}: {tested:?}");
 
+    // Every other version the local cluster builds (tests/kube/versions,
+    // up.sh's NODEIMAGE_KUBE_VERSION) has its row, naming its command.
+    let dir = repo_root().join("tests/kube/versions");
+    let mut others: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    others.sort();
+    assert!(!others.is_empty(), "no module in {}", dir.display());
+    for dir in others {
+        let version = go_require(
+            &format!("tests/kube/versions/{dir}/go.mod"),
+            "k8s.io/kubernetes",
+        );
+        let minor = dir.trim_start_matches('v');
+        assert!(
+            version.starts_with(&format!("{dir}.")),
+            "tests/kube/versions/{dir} builds {version}"
+        );
+        let other = row(&all, &format!("Kubernetes {minor} ({version})"));
+        let command = format!("KUBE_VERSION={version} make test-kube-version");
+        assert!(
+            other.iter().any(|c| c.contains(&command)),
+            "the row of Kubernetes {minor} names `{command}`: {other:?}"
+        );
+    }
+
     // The chart's floor: the row of older versions is refused, and the
     // table quotes Chart.yaml's kubeVersion.
     let chart = read("charts/nodeimage/Chart.yaml");

@@ -1,7 +1,8 @@
 //! What a real kubelet does with the images nodeimage pre-pulled: its image
 //! garbage collector, and its credential verification (KEP-2535). They run
 //! on the stack's real node (tests/cluster/real-node.sh: kubelet 1.37 over
-//! containerd 2.2, which honours pins), served by a nodeimage daemon of the
+//! containerd 2.2, which honours pins; or the kubelet of the version
+//! `make test-kube-version` runs), served by a nodeimage daemon of the
 //! test's own.
 //!
 //! kubelet's image GC is made to run within seconds, not at its 5-minute
@@ -43,6 +44,9 @@ const GC_NOW: &str = "evictionHard: {memory.available: \"1Mi\", nodefs.available
 /// gate is on by default from 1.35 (beta); it is set for older kubelets.
 const ALWAYS_VERIFY: &str = "featureGates: {KubeletEnsureSecretPulledImages: true}\n\
                              imagePullCredentialsVerificationPolicy: AlwaysVerify\n";
+
+/// The first kubelet minor version with KEP-2535's feature gate (alpha).
+const ALWAYS_VERIFY_SINCE: u32 = 33;
 
 /// The real node: the cluster's variables with real-node.env's added.
 struct RealNode {
@@ -524,7 +528,8 @@ fn real_kubelet_gc_without_pins_the_tag_is_pulled_again_then_fails() {
 /// default settings (from 1.35 the feature gate is on with the policy
 /// `NeverVerifyPreloadedImages`; before, off) tenant B's Pod without
 /// credentials starts from the copy; with `AlwaysVerify` it is refused,
-/// and tenant A's Pod with its secret still starts.
+/// and tenant A's Pod with its secret still starts. A kubelet before 1.33
+/// has no such check: only the default-settings part runs.
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenants() {
@@ -617,6 +622,17 @@ fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenant
     rn.wait_pod_running(&b, "default");
     rn.delete_pod(&b, "default");
 
+    // Before 1.33 kubelet has no such check (nor its feature gate, which it
+    // would refuse): what ran above is all there is to see.
+    let minor = rn.kubelet_minor();
+    if minor < ALWAYS_VERIFY_SINCE {
+        eprintln!(
+            "kubelet 1.{minor} has no KubeletEnsureSecretPulledImages (1.{ALWAYS_VERIFY_SINCE} on): \
+             AlwaysVerify not run"
+        );
+        drop(cleanup);
+        return;
+    }
     rn.kubelet_settings(Some(ALWAYS_VERIFY));
     let _restore = Settings(&rn);
     rn.create_pod(&b, "verified", &private.reference(), None);
@@ -659,6 +675,19 @@ impl RealNode {
         let gated = Gated(self);
         self.kubelet_settings(Some(REGISTER_GATED));
         gated
+    }
+
+    /// The minor version the node's kubelet reports (`v1.30.14` → 30).
+    fn kubelet_minor(&self) -> u32 {
+        let version = self.node()["status"]["nodeInfo"]["kubeletVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        version
+            .strip_prefix("v1.")
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("kubelet version {version:?} of node {}", self.name))
     }
 
     fn node(&self) -> Value {
