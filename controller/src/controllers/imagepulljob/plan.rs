@@ -11,6 +11,7 @@ use crate::runtime::clock::{api_time, instant};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
+use nodeimage_api::kruise::nodeimage::contract::{DEADLINE_EXCEEDED, NOT_FINISHED};
 use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -341,11 +342,22 @@ fn roll_out(
         (nodes, start)
     };
     write_to.extend(start.nodes.iter().cloned());
+    let tally = rollout::tally(&nodes);
+    // A node that failed on its entry's activeDeadlineSeconds (the job's,
+    // counted from the entry's createdAt) ran into the job's deadline too,
+    // also when the job's recorded start is a second or two later than the
+    // entry's creation (a start written by a later reconcile).
+    let ran_out = deadline.is_some()
+        && !tally.failed.is_empty()
+        && tally
+            .failed
+            .iter()
+            .all(|(_, m)| m.starts_with(DEADLINE_EXCEEDED) || m.starts_with(NOT_FINISHED));
     Rollout {
-        tally: rollout::tally(&nodes),
+        tally,
         start,
         write_to,
-        past_deadline,
+        past_deadline: past_deadline || ran_out,
     }
 }
 

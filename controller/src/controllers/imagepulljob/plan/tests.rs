@@ -519,3 +519,54 @@ fn a_refused_gate_mark_is_said_once_when_the_job_starts() {
     started.status = Some(first.status.clone());
     assert_eq!(refused(&at(&started, Some("again"))), 0, "said once");
 }
+
+/// A node that failed on its entry's deadline ends the job with OpenKruise's
+/// deadline message even a moment before the job's own deadline as its
+/// recorded start counts it (the entry was written a second earlier than
+/// the start was recorded); any other failure says the job completed.
+#[test]
+fn a_node_out_of_time_ends_the_job_by_its_deadline() {
+    // (node's failure message, the job's message)
+    let cases = [
+        (
+            "exceeded activeDeadlineSeconds (20s) while retrying; last error: attempt timed out after 3s",
+            "job exceeds activeDeadlineSeconds",
+        ),
+        (
+            "pull did not finish within activeDeadlineSeconds (20s) of createdAt",
+            "job exceeds activeDeadlineSeconds",
+        ),
+        ("401 Unauthorized", "job has completed"),
+        (
+            "node did not respond within 10m0s (no status for version 0)",
+            "job has completed",
+        ),
+    ];
+    for (failure, want) in cases {
+        let mut j = job(
+            1,
+            CompletionPolicy {
+                active_deadline_seconds: Some(20),
+                ..Default::default()
+            },
+        );
+        j.status = Some(ImagePullJobStatus {
+            start_time: Some(api_time(now(1))),
+            ..Default::default()
+        });
+        let mut ni = (*node("n1", &[], Some(ImagePullPhase::Failed))).clone();
+        if let Some(status) = ni.status.as_mut() {
+            for image in status
+                .image_statuses
+                .iter_mut()
+                .flat_map(|m| m.values_mut())
+            {
+                image.tags[0].message = Some(failure.into());
+            }
+        }
+        // 20 s after the entry's creation, 19 s after the recorded start.
+        let p = run(&j, &[Arc::new(ni)], 20);
+        assert!(p.status.completion_time.is_some(), "{failure}");
+        assert_eq!(p.status.message.as_deref(), Some(want), "{failure}");
+    }
+}
