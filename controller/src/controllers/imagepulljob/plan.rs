@@ -11,7 +11,7 @@ use crate::runtime::clock::{api_time, instant};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use nodeimage_api::kruise::nodeimage::contract::{DEADLINE_EXCEEDED, NOT_FINISHED};
+use nodeimage_api::kruise::nodeimage::contract::past_its_deadline;
 use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -349,10 +349,7 @@ fn roll_out(
     // entry's creation (a start written by a later reconcile).
     let ran_out = deadline.is_some()
         && !tally.failed.is_empty()
-        && tally
-            .failed
-            .iter()
-            .all(|(_, m)| m.starts_with(DEADLINE_EXCEEDED) || m.starts_with(NOT_FINISHED));
+        && tally.failed.iter().all(|(_, m)| past_its_deadline(m));
     Rollout {
         tally,
         start,

@@ -118,14 +118,17 @@ pub const NO_RESPONSE: &str = "node did not respond within";
 /// Start of housekeeping's message for a pull not finished by its deadline.
 pub const NOT_FINISHED: &str = "pull did not finish within activeDeadlineSeconds";
 
+/// Whether a failed entry's message says it ran past its
+/// activeDeadlineSeconds (the daemon's words or housekeeping's).
+pub fn past_its_deadline(message: &str) -> bool {
+    message.starts_with(DEADLINE_EXCEEDED) || message.starts_with(NOT_FINISHED)
+}
+
 /// The cause of a failed entry from its message (see [`FailureCause`]).
 pub fn failure_cause(message: &str) -> FailureCause {
     if message.starts_with(CHECK_FAILED) {
         FailureCause::Check
-    } else if [DEADLINE_EXCEEDED, NO_RESPONSE, NOT_FINISHED]
-        .iter()
-        .any(|start| message.starts_with(start))
-    {
+    } else if past_its_deadline(message) || message.starts_with(NO_RESPONSE) {
         FailureCause::Timeout
     } else {
         FailureCause::Pull
