@@ -107,6 +107,13 @@ pub struct Flags {
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub image_secret_namespaces: Vec<String>,
 
+    /// Namespaces whose Deployments, StatefulSets and DaemonSets may ask for
+    /// pre-download (annotation nodeimage.dev/image-predownload;
+    /// comma-separated; `*`: every namespace, the default). An empty value
+    /// turns pre-download off and stops watching those kinds.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub predownload_namespaces: Vec<String>,
+
     /// Most nodes pulling from one registry host at once, across every job
     /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
     /// hand-written NodeImage entries count but are not held back. Jobs

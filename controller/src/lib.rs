@@ -18,7 +18,7 @@ mod runtime;
 use cluster::{nodecache, nodeimages, tagwrites};
 use controllers::{
     housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, nodemirror, nodeupgradejob,
-    startupgate,
+    predownload, startupgate,
 };
 use engine::jobshell;
 use flags::Flags;
@@ -230,6 +230,7 @@ async fn controllers(
             nodes_prepull
         ),
         imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone()),
+        predownload::run(ctx.clone(), readiness.clone(), stop.clone()),
         startupgate::run(
             ctx.clone(),
             gate,

@@ -1199,7 +1199,20 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
         checks.push(("yes", vec!["watch", r, "-A"]));
         checks.push(("yes", vec!["patch", r, "-A", "--subresource=status"]));
         checks.push(("yes", vec!["update", r, "-A", "--subresource=finalizers"]));
-        checks.push(("no", vec!["create", r, "-A"]));
+        // Only ImagePullJobs are created: an ImageListPullJob's children
+        // and pre-download's jobs.
+        let create = if r.starts_with("imagepulljobs.") {
+            "yes"
+        } else {
+            "no"
+        };
+        checks.push((create, vec!["create", r, "-A"]));
+    }
+    // Pre-download reads the workload kinds and never writes them.
+    for r in ["deployments.apps", "statefulsets.apps", "daemonsets.apps"] {
+        checks.push(("yes", vec!["watch", r, "-A"]));
+        checks.push(("no", vec!["patch", r, "-A"]));
+        checks.push(("no", vec!["update", r, "-A"]));
     }
     for (want, args) in checks {
         can_i(&c, &controller, "controller", want, &args);

@@ -1112,3 +1112,279 @@ fn real_kubelet_collects_the_image_left_out_of_the_pin_budget() {
     );
     drop(cleanup);
 }
+
+/// The ImagePullJobs pre-download made in `ns` (labelled with their
+/// workload's UID), as JSON.
+fn predownload_jobs(rn: &RealNode, ns: &str) -> Vec<Value> {
+    let out = rn.c.kubectl(
+        &[
+            "get",
+            "imagepulljobs",
+            "-n",
+            ns,
+            "-l",
+            nodeimage_api::predownload::WORKLOAD_UID_LABEL,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let list: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until pre-download's job of `image` in `ns` succeeded on one node
+/// and completed; returns it.
+fn wait_predownloaded(rn: &RealNode, ns: &str, image: &str) -> Value {
+    let mut last = Vec::new();
+    wait_for_or(TIMEOUT, || {
+        last = predownload_jobs(rn, ns);
+        last.iter()
+            .find(|j| {
+                j["spec"]["image"] == image
+                    && j["status"]["succeeded"] == 1
+                    && !j["status"]["completionTime"].is_null()
+            })
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("no completed pre-download job of {image} in {ns}: {last:?}"))
+}
+
+/// The workload's Pods (by its `app` label), as JSON.
+fn pods_of(rn: &RealNode, ns: &str, app: &str) -> Vec<Value> {
+    let out = rn.c.kubectl(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("app={app}"),
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let list: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until every Pod of `app` runs `image` and is Running, and no
+/// other is left.
+fn wait_all_run(rn: &RealNode, ns: &str, app: &str, image: &str) {
+    let mut last = Vec::new();
+    let done = wait_for_or(TIMEOUT, || {
+        last = pods_of(rn, ns, app);
+        (!last.is_empty()
+            && last.iter().all(|p| {
+                p["spec"]["containers"][0]["image"] == image
+                    && p["status"]["phase"] == "Running"
+                    && p["metadata"]["deletionTimestamp"].is_null()
+            }))
+        .then_some(())
+    });
+    let brief: Vec<_> = last
+        .iter()
+        .map(|p| {
+            (
+                p["spec"]["containers"][0]["image"].clone(),
+                p["status"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        done.is_some(),
+        "Pods of {app} do not all run {image}: {brief:?}"
+    );
+}
+
+/// A workload of `kind` (Deployment or DaemonSet) of `image` on the real
+/// node, annotated for pre-download; a DaemonSet updates its Pods only when
+/// they are deleted, so the test decides when the new Pod starts.
+fn predownload_workload(rn: &RealNode, kind: &str, name: &str, image: &str) -> Value {
+    let template = json!({
+        "metadata": {"labels": {"app": name}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": rn.name},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}],
+        },
+    });
+    let mut spec = json!({"selector": {"matchLabels": {"app": name}}, "template": template});
+    if kind == "Deployment" {
+        spec["replicas"] = json!(1);
+    } else {
+        spec["updateStrategy"] = json!({"type": "OnDelete"});
+    }
+    json!({"apiVersion": "apps/v1", "kind": kind,
+           "metadata": {"name": name,
+                        "annotations": {nodeimage_api::predownload::ENABLED: "true",
+                                        nodeimage_api::predownload::PARALLELISM: "10"}},
+           "spec": spec})
+}
+
+/// The first kubelet minor version where image volumes are on by default
+/// (KEP-4639: beta and on in 1.35, GA in 1.36).
+const IMAGE_VOLUMES_SINCE: u32 = 35;
+
+/// Issue 42: a Deployment and a DaemonSet annotated for pre-download. After
+/// `kubectl set image` (the Deployment paused, the DaemonSet updating on
+/// delete), nodeimage pulls the new image onto the real node through an
+/// ImagePullJob the workload owns; with the registry stopped, the new Pods
+/// start from it; once every Pod runs the new image the job goes. The
+/// DaemonSet's new template also mounts an image volume (where kubelet
+/// has them), which is pre-downloaded too and mounted with the registry
+/// stopped.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_predownload_follows_a_deployment_and_a_daemonset_rollout() {
+    let rn = RealNode::load();
+    let dir = temp_dir(&rn);
+    let mut reg = TestRegistry::start(dir.path());
+    let registry = Registry::new(&reg.host());
+    let images: Vec<PushedImage> = ["pd-old", "pd-new", "pd-ds-old", "pd-ds-new", "pd-volume"]
+        .iter()
+        .map(|n| runnable(&rn, &registry, n))
+        .collect();
+    let refs: Vec<String> = images.iter().map(PushedImage::reference).collect();
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &rn, &images.iter().collect::<Vec<_>>());
+    let ns = rn.namespace(&mut cleanup, "predownload");
+    let _daemon = rn.daemon(dir.path(), &[]);
+    let (old, new, ds_old, ds_new, volume) = (&refs[0], &refs[1], &refs[2], &refs[3], &refs[4]);
+
+    // A Deployment, paused before its new image is set.
+    let deploy = predownload_workload(&rn, "Deployment", "web", old);
+    rn.c.kubectl_ok(&["apply", "-n", &ns, "-f", "-"], Some(&deploy.to_string()));
+    wait_all_run(&rn, &ns, "web", old);
+    assert!(
+        predownload_jobs(&rn, &ns).is_empty(),
+        "no job while every Pod runs the template"
+    );
+    rn.c.kubectl_ok(&["rollout", "pause", "-n", &ns, "deployment/web"], None);
+    rn.c.kubectl_ok(
+        &[
+            "set",
+            "image",
+            "-n",
+            &ns,
+            "deployment/web",
+            &format!("app={new}"),
+        ],
+        None,
+    );
+    let job = wait_predownloaded(&rn, &ns, new);
+    assert_eq!(
+        job["metadata"]["ownerReferences"][0]["kind"], "Deployment",
+        "{job}"
+    );
+    assert_eq!(
+        job["spec"]["parallelism"], 10,
+        "the annotation's parallelism: {job}"
+    );
+    assert!(
+        rn.image(new).is_some(),
+        "the new image is on {} before its Pod",
+        rn.name
+    );
+    assert!(
+        kruise::events_of(&rn.c, &ns, "web")
+            .iter()
+            .any(|e| e["reason"] == "CreatedImagePullJob"),
+        "the Deployment's event names the job"
+    );
+    reg.stop();
+    rn.c.kubectl_ok(&["rollout", "resume", "-n", &ns, "deployment/web"], None);
+    wait_all_run(&rn, &ns, "web", new);
+    wait_for(
+        "the Deployment's job to go once its rollout is over",
+        TIMEOUT,
+        || {
+            predownload_jobs(&rn, &ns)
+                .iter()
+                .all(|j| j["spec"]["image"] != new.as_str())
+                .then_some(())
+        },
+    );
+
+    // A DaemonSet that updates its Pod when the test deletes it.
+    reg.start_again();
+    let ds = predownload_workload(&rn, "DaemonSet", "agent", ds_old);
+    rn.c.kubectl_ok(&["apply", "-n", &ns, "-f", "-"], Some(&ds.to_string()));
+    wait_all_run(&rn, &ns, "agent", ds_old);
+    let with_volume = rn.kubelet_minor() >= IMAGE_VOLUMES_SINCE;
+    if with_volume {
+        let patch = json!({"spec": {"template": {"spec": {
+            "volumes": [{"name": "weights", "image": {"reference": volume, "pullPolicy": "IfNotPresent"}}],
+            "containers": [{"name": "app", "image": ds_new,
+                            "volumeMounts": [{"name": "weights", "mountPath": "/weights"}]}]}}}});
+        rn.c.kubectl_ok(
+            &[
+                "patch",
+                "daemonset",
+                "-n",
+                &ns,
+                "agent",
+                "--type=strategic",
+                "-p",
+                &patch.to_string(),
+            ],
+            None,
+        );
+    } else {
+        eprintln!(
+            "kubelet 1.{} has no image volumes by default: the DaemonSet part runs without one",
+            rn.kubelet_minor()
+        );
+        rn.c.kubectl_ok(
+            &[
+                "set",
+                "image",
+                "-n",
+                &ns,
+                "daemonset/agent",
+                &format!("app={ds_new}"),
+            ],
+            None,
+        );
+    }
+    let job = wait_predownloaded(&rn, &ns, ds_new);
+    assert_eq!(
+        job["metadata"]["ownerReferences"][0]["kind"], "DaemonSet",
+        "{job}"
+    );
+    if with_volume {
+        wait_predownloaded(&rn, &ns, volume);
+        assert!(
+            rn.image(volume).is_some(),
+            "the volume's image is on the node"
+        );
+    }
+    reg.stop();
+    for p in pods_of(&rn, &ns, "agent") {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        rn.delete_pod(&ns, &name);
+    }
+    wait_all_run(&rn, &ns, "agent", ds_new);
+    wait_for(
+        "the DaemonSet's jobs to go once its Pod runs the template",
+        TIMEOUT,
+        || predownload_jobs(&rn, &ns).is_empty().then_some(()),
+    );
+    rn.c.kubectl_ok(
+        &[
+            "delete",
+            "-n",
+            &ns,
+            "deployment/web",
+            "daemonset/agent",
+            "--wait=true",
+            "--timeout=120s",
+        ],
+        None,
+    );
+    drop(cleanup);
+}

@@ -5,7 +5,9 @@
 //! NodeImage's own two: one NodeImage per Node (`nodemirror`) and the tag
 //! entries' lifetime (`housekeeping`: TTLs, nodes that never answer,
 //! orphaned status entries); and the node start-up gate (`startupgate`:
-//! new nodes take Pods once their gating images are there).
+//! new nodes take Pods once their gating images are there); and pre-download
+//! for native workloads (`predownload`: ImagePullJobs made for a
+//! Deployment's, StatefulSet's or DaemonSet's new images).
 
 pub mod housekeeping;
 pub mod imagelistpulljob;
@@ -13,4 +15,5 @@ pub mod imageprepulljob;
 pub mod imagepulljob;
 pub mod nodemirror;
 pub mod nodeupgradejob;
+pub mod predownload;
 pub mod startupgate;

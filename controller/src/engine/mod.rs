@@ -2,7 +2,8 @@
 //! progress, budget, timeouts, tolerance; pure), the KubeEdge node-task
 //! engine (`nodetasks`), the job shell that runs a kind's plan and applies
 //! its effects with one retry policy (`jobshell`), job conditions and events
-//! (`conditions`, `jobevents`), the status write pace (`pace`), pull-secret
+//! (`conditions`, `jobevents`), the status write pace (`pace`), the images a
+//! pod spec runs (`podimages`), pull-secret
 //! copies (`pullsecrets`), the registry pacing across jobs
 //! (`registrypace`). No kind imports another; nothing here imports a
 //! controller.
@@ -12,6 +13,7 @@ pub mod jobevents;
 pub mod jobshell;
 pub mod nodetasks;
 pub mod pace;
+pub mod podimages;
 pub mod pullsecrets;
 pub mod registrypace;
 pub mod rollout;

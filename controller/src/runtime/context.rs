@@ -56,6 +56,7 @@ impl Context {
             policy: crate::runtime::policy::Policy {
                 gate_namespaces: Namespaces::from_list(&flags.startup_gate_namespaces),
                 image_secret_namespaces: Namespaces::from_list(&flags.image_secret_namespaces),
+                predownload_namespaces: Namespaces::from_list(&flags.predownload_namespaces),
             },
             metrics: crate::runtime::metrics::Metrics::default(),
             stores: std::sync::Arc::default(),

@@ -2,7 +2,10 @@
 //! over nodes and Secrets, from the flags: which namespaces' jobs may gate
 //! new nodes (`--startup-gate-namespaces`, none by default) and which
 //! namespaces an ImagePrePullJob's `imageSecrets` may name
-//! (`--image-secret-namespaces`, any by default, as in KubeEdge).
+//! (`--image-secret-namespaces`, any by default, as in KubeEdge), and
+//! which namespaces' workloads may ask for pre-download
+//! (`--predownload-namespaces`, any by default: a workload's jobs pull
+//! only its own images, with its own pull secrets, onto its own nodes).
 //! Cluster-scoped jobs are the platform team's own and always allowed.
 //! The one home of these rules; pure.
 
@@ -58,6 +61,8 @@ pub struct Policy {
     pub gate_namespaces: Namespaces,
     /// Namespaces an ImagePrePullJob's `imageSecrets` may name.
     pub image_secret_namespaces: Namespaces,
+    /// Namespaces whose workloads may ask for pre-download.
+    pub predownload_namespaces: Namespaces,
 }
 
 impl Default for Policy {
@@ -65,6 +70,7 @@ impl Default for Policy {
         Self {
             gate_namespaces: Namespaces::Only(BTreeSet::new()),
             image_secret_namespaces: Namespaces::Any,
+            predownload_namespaces: Namespaces::Any,
         }
     }
 }
@@ -136,6 +142,7 @@ mod tests {
         let p = Policy {
             gate_namespaces: Namespaces::from_list(&list(&["platform"])),
             image_secret_namespaces: Namespaces::from_list(&list(&["registry-creds"])),
+            predownload_namespaces: Namespaces::Any,
         };
         assert_eq!(p.gate_refusal(Some("platform")), None);
         assert!(p.gate_refusal(Some("team-a")).is_some());

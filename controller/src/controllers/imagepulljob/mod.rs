@@ -61,6 +61,7 @@ pub async fn run(
         jobs.clone(),
     );
     let _ = ctx.stores.image_pull_jobs.set(jobs.clone());
+    let _ = ctx.stores.pods.set(pods.clone());
     let state = Arc::new(reconcile::State {
         shared: crate::engine::jobshell::Shared {
             ctx,

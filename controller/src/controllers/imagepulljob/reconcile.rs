@@ -42,20 +42,27 @@ pub struct State {
     pub jobs: Store<ImagePullJob>,
 }
 
-/// Keeps only what node selection reads of a pod.
+/// Keeps only what node selection and pre-download read of a pod: its
+/// labels, node, phase, Ready condition and images.
 pub fn trim_pod(p: &mut Pod) {
     p.metadata.managed_fields = None;
     p.metadata.annotations = None;
     p.metadata.owner_references = None;
     if let Some(spec) = p.spec.as_mut() {
-        let node = spec.node_name.take();
-        *spec = Default::default();
-        spec.node_name = node;
+        *spec = crate::engine::podimages::slim(spec);
+        spec.image_pull_secrets = None;
     }
     if let Some(st) = p.status.as_mut() {
         let phase = st.phase.take();
+        let ready = st
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .cloned();
         *st = Default::default();
         st.phase = phase;
+        st.conditions = ready.map(|c| vec![c]);
     }
 }
 

@@ -18,7 +18,7 @@ pub use run::{
     NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks, wake_owners,
 };
 pub use writes::{
-    StateOf, patch_status, publish, write_entries, write_guarded_status, written_status,
+    StateOf, patch_status, publish, publish_on, write_entries, write_guarded_status, written_status,
 };
 
 use crate::cluster::tagwrites::WriteError;

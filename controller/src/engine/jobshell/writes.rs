@@ -90,6 +90,18 @@ pub async fn written_status<K: JobKind>(
 
 /// Publishes the plan's events on the job (a failure to record is logged).
 pub async fn publish<K: JobKind>(ctx: &Context, job: &K, events: &[JobEvent]) {
+    let on = job.object_ref(&());
+    publish_on(ctx, &on, K::EVENT_ACTION, events).await;
+}
+
+/// Records `events` on the object `on` (a job, or a workload that has
+/// jobs made for it), with `action`; a failure is logged, never returned.
+pub async fn publish_on(
+    ctx: &Context,
+    on: &k8s_openapi::api::core::v1::ObjectReference,
+    action: &str,
+    events: &[JobEvent],
+) {
     for ev in events {
         let event = Event {
             type_: if ev.warning {
@@ -99,11 +111,15 @@ pub async fn publish<K: JobKind>(ctx: &Context, job: &K, events: &[JobEvent]) {
             },
             reason: ev.reason.into(),
             note: Some(cap(&ev.note, MAX_NOTE_CHARS)),
-            action: K::EVENT_ACTION.into(),
+            action: action.into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder().publish(&event, &job.object_ref(&())).await {
-            tracing::warn!(kind = K::KIND, job = %job.name_any(), error = %e, "could not record event");
+        if let Err(e) = ctx.recorder().publish(&event, on).await {
+            let (kind, name) = (
+                on.kind.as_deref().unwrap_or_default(),
+                on.name.as_deref().unwrap_or_default(),
+            );
+            tracing::warn!(kind, object = %name, error = %e, "could not record event");
         }
     }
 }
