@@ -151,7 +151,8 @@ where
     let written = apply(ctx, &w, &p, &mut events).await;
     publish_on(ctx, &obj.object_ref(&()), "PreDownload", &events).await;
     written?;
-    let busy = p.waiting || !p.create.is_empty() || jobs.len() > p.delete.len();
+    let live = jobs.iter().filter(|j| !j.deleting).count();
+    let busy = p.waiting || !p.create.is_empty() || live > p.delete.len();
     Ok(if busy {
         Action::requeue(RECHECK)
     } else {
@@ -168,6 +169,7 @@ fn owned_jobs(jobs: &Store<ImagePullJob>, w: &workload::Workload) -> Vec<plan::O
         .map(|j| plan::OwnedJob {
             name: j.name_any(),
             image: j.spec.image.clone(),
+            deleting: j.metadata.deletion_timestamp.is_some(),
         })
         .collect()
 }

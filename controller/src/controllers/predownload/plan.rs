@@ -41,6 +41,8 @@ pub struct OwnedJob {
     pub name: String,
     /// Its image.
     pub image: String,
+    /// Already being deleted (its cleanup finalizer still holds it).
+    pub deleting: bool,
 }
 
 /// What to do.
@@ -70,20 +72,15 @@ pub const REASON_REFUSED: &str = "PreDownloadRefused";
 pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) -> Plan {
     let mut p = Plan::default();
     let s = settings::read(&w.annotations);
-    let drop_all = |p: &mut Plan, why: &str| {
-        for j in jobs {
-            p.delete.push((j.name.clone(), why.to_string()));
-        }
-    };
     if w.deleting {
-        drop_all(&mut p, "the workload is being deleted");
+        drop_all(&mut p, jobs, "the workload is being deleted");
         return p;
     }
     let wanted = w.pod_spec.as_ref().map(images::wanted).unwrap_or_default();
     let selected = match selected_pods(w, pods) {
         Ok(s) => s,
         Err(e) => {
-            drop_all(&mut p, "its selector is invalid");
+            drop_all(&mut p, jobs, "its selector is invalid");
             if s.switch == Switch::On {
                 p.events.push(JobEvent::warning(REASON_INVALID, e));
             }
@@ -94,53 +91,13 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         .iter()
         .filter(|i| selected.iter().any(|pod| !pod.images.contains(&i.image)))
         .collect();
-    match (&s.switch, allowed) {
-        (Switch::Off, _) => {
-            drop_all(&mut p, "pre-download is off for the workload");
-            return p;
-        }
-        (Switch::Odd(v), _) => {
-            drop_all(&mut p, "pre-download is off for the workload");
-            if !pending.is_empty() {
-                p.events.push(JobEvent::warning(
-                    REASON_INVALID,
-                    format!(
-                        "{}: {v:?} is neither \"true\" nor \"false\"; pre-download stays off",
-                        names::ENABLED
-                    ),
-                ));
-            }
-            return p;
-        }
-        (Switch::On, false) => {
-            drop_all(
-                &mut p,
-                "the controller does not allow pre-download in this namespace",
-            );
-            if !pending.is_empty() {
-                p.events.push(JobEvent::warning(
-                    REASON_REFUSED,
-                    format!(
-                        "pre-download is not allowed in namespace {} (the controller's --predownload-namespaces); the new Pods pull their images themselves",
-                        w.namespace
-                    ),
-                ));
-            }
-            return p;
-        }
-        (Switch::On, true) => {}
+    if let Some((why, event)) = switched_off(w, &s, allowed) {
+        drop_all(&mut p, jobs, why);
+        // Said only while a rollout is pending, when it matters.
+        p.events.extend(event.filter(|_| !pending.is_empty()));
+        return p;
     }
-    let pending_images: BTreeSet<&str> = pending.iter().map(|i| i.image.as_str()).collect();
-    for j in jobs {
-        if !pending_images.contains(j.image.as_str()) {
-            let why = if pending.is_empty() {
-                "every Pod runs the template's images (the rollout is over)"
-            } else {
-                "its image is no longer pending"
-            };
-            p.delete.push((j.name.clone(), why.to_string()));
-        }
-    }
+    drop_done(&mut p, jobs, &pending);
     if pending.is_empty() {
         return p;
     }
@@ -157,6 +114,75 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         p.waiting = true;
         return p;
     }
+    create_missing(&mut p, w, &s, jobs, pending);
+    p
+}
+
+/// Deletes every job not already going.
+fn drop_all(p: &mut Plan, jobs: &[OwnedJob], why: &str) {
+    for j in jobs.iter().filter(|j| !j.deleting) {
+        p.delete.push((j.name.clone(), why.to_string()));
+    }
+}
+
+/// Why pre-download is off for `w`, with the event that says so (if any);
+/// None when it is on.
+fn switched_off(
+    w: &Workload,
+    s: &Settings,
+    allowed: bool,
+) -> Option<(&'static str, Option<JobEvent>)> {
+    match (&s.switch, allowed) {
+        (Switch::Off, _) => Some(("pre-download is off for the workload", None)),
+        (Switch::Odd(v), _) => Some((
+            "pre-download is off for the workload",
+            Some(JobEvent::warning(
+                REASON_INVALID,
+                format!(
+                    "{}: {v:?} is neither \"true\" nor \"false\"; pre-download stays off",
+                    names::ENABLED
+                ),
+            )),
+        )),
+        (Switch::On, false) => Some((
+            "the controller does not allow pre-download in this namespace",
+            Some(JobEvent::warning(
+                REASON_REFUSED,
+                format!(
+                    "pre-download is not allowed in namespace {} (the controller's --predownload-namespaces); the new Pods pull their images themselves",
+                    w.namespace
+                ),
+            )),
+        )),
+        (Switch::On, true) => None,
+    }
+}
+
+/// Deletes the jobs whose image is no longer pending.
+fn drop_done(p: &mut Plan, jobs: &[OwnedJob], pending: &[&Wanted]) {
+    let pending_images: BTreeSet<&str> = pending.iter().map(|i| i.image.as_str()).collect();
+    let why = if pending.is_empty() {
+        "every Pod runs the template's images (the rollout is over)"
+    } else {
+        "its image is no longer pending"
+    };
+    for j in jobs.iter().filter(|j| !j.deleting) {
+        if !pending_images.contains(j.image.as_str()) {
+            p.delete.push((j.name.clone(), why.to_string()));
+        }
+    }
+}
+
+/// Makes a job for each pending image that has none. A job still being
+/// deleted holds its name: its image is made again once it is gone (its
+/// deletion wakes the workload).
+fn create_missing(
+    p: &mut Plan,
+    w: &Workload,
+    s: &Settings,
+    jobs: &[OwnedJob],
+    pending: Vec<&Wanted>,
+) {
     let have: BTreeSet<&str> = jobs.iter().map(|j| j.image.as_str()).collect();
     for image in pending
         .into_iter()
@@ -169,7 +195,7 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
             ));
             continue;
         }
-        let job = job_for(w, image, &s);
+        let job = job_for(w, image, s);
         p.events.push(JobEvent::normal(
             REASON_CREATED,
             format!(
@@ -180,7 +206,6 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         ));
         p.create.push(job);
     }
-    p
 }
 
 /// The active Pods the workload's selector matches.

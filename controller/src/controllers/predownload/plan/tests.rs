@@ -55,6 +55,7 @@ fn owned(w: &Workload, image: &str) -> OwnedJob {
     OwnedJob {
         name: job_name(w, image),
         image: image.into(),
+        deleting: false,
     }
 }
 
@@ -300,4 +301,22 @@ fn default_pull_policies_follow_kubelet() {
     };
     let always: Vec<bool> = images::wanted(&spec).iter().map(|w| w.always).collect();
     assert_eq!(always, [true, true, false, false]);
+}
+
+#[test]
+fn a_job_being_deleted_is_not_deleted_again_nor_made_twice() {
+    let w = workload(&["reg/app:v2"], &[ON]);
+    let mut going = owned(&w, "reg/app:v2");
+    going.deleting = true;
+    // Rollout over: nothing to delete again.
+    let p = plan(
+        &w,
+        &[pod("web", &["reg/app:v2"], true)],
+        &[going.clone()],
+        true,
+    );
+    assert!(p.delete.is_empty() && p.create.is_empty());
+    // Pending again (a quick rollback): wait until it is gone.
+    let p = plan(&w, &[pod("web", &["reg/app:v1"], true)], &[going], true);
+    assert!(p.delete.is_empty() && p.create.is_empty());
 }
