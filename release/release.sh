@@ -10,7 +10,9 @@
 #   3. a signature of each index by cosign with a key (release/cosign.sh
 #      builds cosign from the Go module proxy), pushed beside it, then
 #      verified from the registry with `cosign verify --key`;
-#   4. an SPDX SBOM per image and architecture (release/sbom.py);
+#   4. SBOMs per image and architecture: CycloneDX of the binary's crates
+#      (cargo-cyclonedx, release/cyclonedx.sh) and SPDX of the image
+#      (release/sbom.py, which checks the first lists every linked crate);
 #      the kubectl plugin for both architectures as archives, with a krew
 #      manifest pointing at them (checked against the archives);
 #   5. the chart packaged with the version and pushed as an OCI artifact;
@@ -138,7 +140,26 @@ for n in "${IMAGES[@]}"; do
 done
 unset DOCKER_CONFIG
 
-# 4. SBOMs, from each image's own files.
+# 4. SBOMs: CycloneDX of each binary's crates by cargo-cyclonedx (the
+# CycloneDX project's cargo tool), and SPDX of each image (its crates and
+# the Debian packages of its other files, release/sbom.py, which also
+# checks that the CycloneDX one lists every crate linked into the binary).
+CDX_BIN=$(release/cyclonedx.sh) || die "cargo-cyclonedx could not be installed (release/cyclonedx.sh)"
+for arch in $IMAGE_ARCHES; do
+  # It writes <binary>_bin.cdx.json beside each member's Cargo.toml.
+  "$CDX_BIN" cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 \
+    --target "$(rust_target "$arch")" --no-build-deps --describe binaries -q ||
+    die "cargo cyclonedx for $(rust_target "$arch") failed"
+  for n in "${IMAGES[@]}"; do
+    crate=$(image_crate "$n")
+    shopt -s nullglob
+    made=(./*/"${crate}"_bin.cdx.json)
+    shopt -u nullglob
+    ((${#made[@]} == 1)) || die "cargo cyclonedx wrote ${#made[@]} SBOMs for $crate, not 1"
+    mv "${made[0]}" "$DIST/sbom/nodeimage-$n-$VERSION-linux-$arch.cdx.json"
+  done
+  rm -f ./*/*_bin.cdx.json
+done
 for n in "${IMAGES[@]}"; do
   for arch in $IMAGE_ARCHES; do
     umoci unpack --image "$LAYOUT:$n-$arch" "$work/$n-$arch" >/dev/null
@@ -150,6 +171,7 @@ for n in "${IMAGES[@]}"; do
     python3 release/sbom.py --image "$n" --crate "$(image_crate "$n")" --version "$VERSION" "${built_with[@]}" \
       --arch "$arch" --target "$(rust_target "$arch")" --rootfs "$work/$n-$arch/rootfs" \
       --manifest-digest "$(oci_digest "$LAYOUT" "$n-$arch")" "${sysroot[@]}" \
+      --cyclonedx "$DIST/sbom/nodeimage-$n-$VERSION-linux-$arch.cdx.json" \
       --out "$DIST/sbom/nodeimage-$n-$VERSION-linux-$arch.spdx.json"
   done
 done

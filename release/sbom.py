@@ -2,7 +2,13 @@
 """An SPDX 2.3 (JSON) software bill of materials for one image of one
 architecture: the image, the Rust crates compiled into its binary (cargo
 tree for that target, normal dependencies only: build scripts and proc
-macros do not ship) and the Debian packages its other files come from.
+macros do not ship) and the Debian packages its other files come from;
+and, with --cyclonedx, the check that cargo-cyclonedx's SBOM of the
+binary lists every one of those crates.
+
+Kept beside cargo-cyclonedx because no tool here reads the image's Debian
+files: the images carry no dpkg database (images/rootfs.sh copies files),
+which is what syft reads for Debian packages.
 
     release/sbom.py --image daemon --crate nodeimage-daemon --version 0.1.0 \
         --arch arm64 --target aarch64-unknown-linux-gnu --rootfs DIR \
@@ -124,6 +130,23 @@ def spdx_id(kind, name, ver):
     return f"SPDXRef-{kind}-{safe}"
 
 
+def check_cyclonedx(path, crate, linked):
+    """Fails unless the CycloneDX SBOM at `path` (cargo-cyclonedx, one
+    binary) names every crate linked into the binary, by name and version."""
+    try:
+        with open(path) as f:
+            bom = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{path}: {e}")
+    listed = {(c.get("name"), c.get("version")) for c in bom.get("components", [])}
+    root = bom.get("metadata", {}).get("component", {})
+    listed.add((root.get("name"), root.get("version")))
+    missing = [f"{n} {v}" for n, v, _, _ in linked if (n, v) not in listed]
+    if missing:
+        fail(f"{path} does not list {len(missing)} crate(s) linked into {crate}: {', '.join(missing[:20])}")
+    print(f"{path}: lists all {len(linked)} crates linked into {crate}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("image", "crate", "version", "arch", "target", "rootfs", "manifest-digest", "out"):
@@ -131,7 +154,12 @@ def main():
     ap.add_argument("--sysroot")
     ap.add_argument("--built-with", action="append", default=[],
                     help="another package of the same cargo build (features are unified across them)")
+    ap.add_argument("--cyclonedx",
+                    help="cargo-cyclonedx's SBOM of the same binary: fail unless it lists every crate linked into it")
     a = ap.parse_args()
+    linked = crates(a.crate, a.target, a.built_with)
+    if a.cyclonedx:
+        check_cyclonedx(a.cyclonedx, a.crate, linked)
 
     image_id = "SPDXRef-image"
     packages = [{
@@ -151,7 +179,7 @@ def main():
     }]
     rels = [{"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
              "relatedSpdxElement": image_id}]
-    for name, ver, lic, local in crates(a.crate, a.target, a.built_with):
+    for name, ver, lic, local in linked:
         pid = spdx_id("crate", name, ver)
         packages.append({
             "SPDXID": pid, "name": name, "versionInfo": ver,
