@@ -112,11 +112,15 @@ cargo test --workspace --quiet
 step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
-step "in the background while the end-to-end tests mostly wait: helm (go install) and the release (make release: images for $IMAGE_ARCHES, signatures, SBOMs, the chart), logs $STATE/logs/{helm,release}.log"
+step "in the background while the end-to-end tests mostly wait: helm (go install), cosign and cargo-cyclonedx, and the release (make release: images for $IMAGE_ARCHES, signatures, SBOMs, the chart), logs $STATE/logs/{helm,release-tools,release}.log"
 # CPU work that would otherwise run alone later: a cold run saves most of
 # the time these take. The release waits for its cargo build, started first.
 background helm tests/chart.sh --install-helm
 HELM_PID=$!
+# The release's signing and SBOM tools (cosign from the Go module proxy,
+# cargo-cyclonedx from crates.io), now rather than once its images are
+# built: the release finds them installed (each installer holds a lock).
+background release-tools bash -c 'release/cosign.sh && release/cyclonedx.sh'
 background release flock "$STATE/release-build.lock" release/release.sh
 RELEASE_PID=$!
 
