@@ -3,15 +3,15 @@
 //! which registries rate-limited the node.
 
 use crate::checks::Thresholds;
-use crate::cri::Runtime;
 use crate::metrics::Metrics;
 use crate::writer::StatusHandle;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-/// What every worker shares; generic over the runtime so the pull path
-/// runs over an in-memory one in unit tests.
-pub struct Deps<R = Runtime> {
+/// What every worker shares; generic over the runtime (the seam,
+/// `crate::runtime`) so everything above it runs over an in-memory one in
+/// unit tests.
+pub struct Deps<R> {
     /// This node's name: scopes what the daemon keeps in a containerd that
     /// other daemons may share (the resume leases).
     pub node: String,
