@@ -407,3 +407,6 @@ fn sweep_once<R: ContainerRuntime>(
     let deps = &workers.deps;
     tokio::spawn(deps.runtime.sweep_leases(&deps.node, pulling, run_started));
 }
+
+#[cfg(test)]
+mod tests;

@@ -82,6 +82,12 @@ impl FakeRuntime {
         self
     }
 
+    /// Takes `reference` off the node (kubelet's image GC, a removal by hand).
+    pub fn remove(&self, reference: &str) -> &Self {
+        self.state().present.remove(reference);
+        self
+    }
+
     /// Puts `reference` on the node with `size` bytes (0: not reported).
     pub fn sized(&self, reference: &str, size: u64) -> &Self {
         let mut image = image_of(reference);
