@@ -2,7 +2,7 @@
 //! through containerd and reports status.
 
 mod checks;
-mod containerd;
+pub mod containerd;
 mod credentials;
 mod credproviders;
 mod decode;
