@@ -108,9 +108,8 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let (notes, notes_rx) = tokio::sync::watch::channel(None);
     let bound = gate_bound(&flags);
     let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, bound, stop_rx.clone()));
-    let events = sync::watch_nodeimage(api, &flags.node_name);
     let sync = tokio::spawn(sync::run(
-        events,
+        sync::watch_nodeimage(api, &flags.node_name),
         flags.node_name.clone(),
         worker::Workers { deps, upgrades },
         synced,

@@ -11,9 +11,7 @@
 
 use nodeimage_daemon::containerd::{Runtime, RuntimeApi, leases};
 use nodeimage_daemon::runtime::fake::FakeRuntime;
-use nodeimage_daemon::runtime::{
-    BlobKeeper, ContainerRuntime, Image, PullRequest, RuntimeError,
-};
+use nodeimage_daemon::runtime::{BlobKeeper, ContainerRuntime, Image, PullRequest, RuntimeError};
 use nodeimage_tests::proxy::Proxy;
 use nodeimage_tests::registry::Registry;
 use nodeimage_tests::{Cluster, RuntimeNode, cri, unique};
@@ -79,14 +77,20 @@ type Outcomes = Vec<(&'static str, String)>;
 async fn case_present<R: ContainerRuntime>(rt: &R, w: &World) -> Outcomes {
     let pulled = bounded(rt.pull(pull_of(&w.present))).await;
     let status = bounded(rt.image_status(&w.present)).await;
-    vec![("pull", class(&pulled)), ("image_status", presence(&status))]
+    vec![
+        ("pull", class(&pulled)),
+        ("image_status", presence(&status)),
+    ]
 }
 
 /// A tag the registry lacks: absent on the node, and its pull not found.
 async fn case_missing<R: ContainerRuntime>(rt: &R, w: &World) -> Outcomes {
     let status = bounded(rt.image_status(&w.missing)).await;
     let pulled = bounded(rt.pull(pull_of(&w.missing))).await;
-    vec![("image_status", presence(&status)), ("pull", class(&pulled))]
+    vec![
+        ("image_status", presence(&status)),
+        ("pull", class(&pulled)),
+    ]
 }
 
 /// A runtime whose socket is closed: every call says unavailable (the
