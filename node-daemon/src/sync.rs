@@ -74,11 +74,11 @@ pub fn watch_nodeimage(
     watcher::watcher(api, config).default_backoff()
 }
 
-/// Follows `node`'s NodeImage as `events` delivers it until `stop` flips,
+/// Follows `node`'s NodeImage as `stream` delivers it until `stop` flips,
 /// running pulls as the spec asks; every `presence_every` (None: never)
 /// looks for images that left.
 pub async fn run<R: ContainerRuntime>(
-    events: impl Stream<Item = WatchEvent> + Send,
+    stream: impl Stream<Item = WatchEvent> + Send,
     node: String,
     workers: Workers<R>,
     synced: Check,
@@ -86,7 +86,6 @@ pub async fn run<R: ContainerRuntime>(
     notes: crate::gate::Notes,
     mut stop: watch::Receiver<bool>,
 ) {
-    let stream = events;
     tokio::pin!(stream);
     let mut st = State {
         running: BTreeMap::new(),
