@@ -5,7 +5,6 @@
 //! channel (`echo`), as the watch brings it back on a node.
 
 use super::*;
-use crate::checks::Thresholds;
 use crate::deps::Deps;
 use crate::desired::TagKey;
 use crate::presence::{MAX_REPULLS, give_up_message, repull_note};
@@ -31,41 +30,10 @@ fn key(name: &str) -> TagKey {
     }
 }
 
-/// A kube client whose every request fails at once, without I/O (events
-/// and Secret reads are best effort; no test here needs an API server).
-fn no_api() -> kube::Client {
-    let svc = tower::service_fn(|_: http::Request<kube::client::Body>| async {
-        Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
-            "no API server in unit tests",
-        ))
-    });
-    kube::Client::new(svc, "default")
-}
-
 /// What every task shares, over `runtime`, with one pull slot (a task
 /// that is not cancelled keeps it, so the next pull could not start).
 fn deps(runtime: FakeRuntime) -> Arc<Deps<FakeRuntime>> {
-    Arc::new(Deps {
-        node: "n1".into(),
-        runtime,
-        client: no_api(),
-        slots: Arc::new(tokio::sync::Semaphore::new(1)),
-        status: crate::writer::StatusHandle::default(),
-        reporter: kube::runtime::events::Reporter {
-            controller: "test".into(),
-            instance: None,
-        },
-        metrics: crate::metrics::Metrics::new(),
-        thresholds: Thresholds {
-            disk: 100.0,
-            cpu: 100.0,
-            mem: 100.0,
-        },
-        providers: None,
-        leases: Arc::default(),
-        pins: crate::pins::Pins::default(),
-        rate_limits: crate::ratelimit::registries::Registries::new("n1"),
-    })
+    Arc::new(Deps::for_tests(runtime, 1))
 }
 
 /// `ni` as the watch delivers it.
