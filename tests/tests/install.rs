@@ -632,27 +632,15 @@ fn daemon_signature(t: &mut Install) {
     let pause = t.var("NODEIMAGE_PAUSE_IMAGE");
     let unsigned = t.tool(
         "skopeo",
-        &[
-            "inspect",
-            "--tls-verify=false",
-            "--format",
-            "{{.Digest}}",
-            &format!("docker://{pause}"),
-        ],
+        &["inspect", "--tls-verify=false", "--format", "{{.Digest}}", &format!("docker://{pause}")],
     );
-    assert!(
-        unsigned.success,
-        "skopeo inspect {pause}: {}",
-        text(&unsigned)
-    );
+    assert!(unsigned.success, "skopeo inspect {pause}: {}", text(&unsigned));
     let other = format!("{}@{}", repository_of_tag(&pause), unsigned.text().trim());
     assert!(
         !verify(&other).success,
         "cosign verified {other}, which the release did not sign"
     );
-    t.pass(&format!(
-        "cosign verify --key: {image} verified; {other} (not signed) refused"
-    ));
+    t.pass(&format!("cosign verify --key: {image} verified; {other} (not signed) refused"));
 }
 
 /// The repository of `repo:tag` (a registry port's colon stays).
