@@ -3,15 +3,15 @@
 //! which registries rate-limited the node.
 
 use crate::checks::Thresholds;
-use crate::cri::Runtime;
 use crate::metrics::Metrics;
 use crate::writer::StatusHandle;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
-/// What every worker shares; generic over the runtime so the pull path
-/// runs over an in-memory one in unit tests.
-pub struct Deps<R = Runtime> {
+/// What every worker shares; generic over the runtime (the seam,
+/// `crate::runtime`) so everything above it runs over an in-memory one in
+/// unit tests.
+pub struct Deps<R> {
     /// This node's name: scopes what the daemon keeps in a containerd that
     /// other daemons may share (the resume leases).
     pub node: String,
@@ -38,4 +38,40 @@ pub struct Deps<R = Runtime> {
     pub pins: crate::pins::Pins,
     /// Registries that rate-limited this node, so every pull from one waits.
     pub rate_limits: crate::ratelimit::registries::Registries,
+}
+
+#[cfg(test)]
+impl<R> Deps<R> {
+    /// What the tasks share in a unit test: node `n1`, `runtime`, `slots`
+    /// pull slots, no limits from the node checks, and a kube client whose
+    /// every request fails at once without I/O (events and Secret reads
+    /// are best effort).
+    pub fn for_tests(runtime: R, slots: usize) -> Self {
+        let svc = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
+                "no API server in unit tests",
+            ))
+        });
+        Deps {
+            node: "n1".into(),
+            runtime,
+            client: kube::Client::new(svc, "default"),
+            slots: Arc::new(Semaphore::new(slots)),
+            status: StatusHandle::default(),
+            reporter: kube::runtime::events::Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+            metrics: Metrics::new(),
+            thresholds: Thresholds {
+                disk: 100.0,
+                cpu: 100.0,
+                mem: 100.0,
+            },
+            providers: None,
+            leases: Arc::default(),
+            pins: crate::pins::Pins::default(),
+            rate_limits: crate::ratelimit::registries::Registries::new("n1"),
+        }
+    }
 }

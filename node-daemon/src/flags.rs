@@ -27,8 +27,8 @@ pub struct Flags {
     /// (containerd's own API while it answers at start), `containerd`, or
     /// `cri` (any CRI runtime, e.g. CRI-O: no byte progress, no resume of a
     /// killed pull, no pins, no NodeUpgradeJob tool extraction).
-    #[arg(long, value_enum, default_value_t = crate::cri::RuntimeApi::Auto)]
-    pub runtime_api: crate::cri::RuntimeApi,
+    #[arg(long, value_enum, default_value_t = crate::containerd::RuntimeApi::Auto)]
+    pub runtime_api: crate::containerd::RuntimeApi,
 
     /// Address of the /healthz and /readyz endpoints.
     #[arg(long, default_value = "0.0.0.0:10226")]

@@ -2,10 +2,9 @@
 //! through containerd and reports status.
 
 mod checks;
-mod containerd_runtime;
+pub mod containerd;
 mod credentials;
 mod credproviders;
-mod cri;
 mod decode;
 mod deps;
 mod desired;
@@ -14,13 +13,12 @@ mod gate;
 mod metrics;
 mod pins;
 mod presence;
-mod progress;
 mod pull;
 mod ratelimit;
 mod report;
 mod resume;
 mod retry;
-mod runtime;
+pub mod runtime;
 mod runtime_info;
 mod status;
 mod sync;
@@ -35,13 +33,16 @@ use nodeimage_ops::{client, health, shutdown};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What every task shares, over the node's containerd.
+type NodeDeps = deps::Deps<containerd::Runtime>;
+
 /// Why the daemon could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Client(#[from] client::ClientError),
     #[error("containerd socket {0}: {1}")]
-    Runtime(String, cri::CriError),
+    Runtime(String, runtime::RuntimeError),
     #[error("health server: {0}")]
     Health(std::io::Error),
     #[error(transparent)]
@@ -53,7 +54,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     // A config kubelet would refuse stops the daemon before anything else.
     let providers = credential_providers(&flags)?;
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
-    let runtime = cri::Runtime::new(&flags.containerd_socket, flags.runtime_api)
+    let runtime = containerd::Runtime::new(&flags.containerd_socket, flags.runtime_api)
         .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
     log_start(&flags);
 
@@ -108,7 +109,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let bound = gate_bound(&flags);
     let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, bound, stop_rx.clone()));
     let sync = tokio::spawn(sync::run(
-        api,
+        sync::watch_nodeimage(api, &flags.node_name),
         flags.node_name.clone(),
         worker::Workers { deps, upgrades },
         synced,
@@ -211,12 +212,12 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
 /// What every task shares, from the flags.
 fn deps(
     flags: &Flags,
-    runtime: cri::Runtime,
+    runtime: containerd::Runtime,
     client: kube::Client,
     status: writer::StatusHandle,
     metrics: metrics::Metrics,
     providers: Option<Arc<credproviders::Providers>>,
-) -> deps::Deps {
+) -> NodeDeps {
     deps::Deps {
         node: flags.node_name.clone(),
         runtime,
@@ -272,7 +273,7 @@ fn pin_settings(flags: &Flags) -> pins::Settings {
 /// `runtime_info` metric, an event on the NodeImage once it is read) and,
 /// where it honours pins, keeps the wanted images pinned (`pins`).
 async fn pin_when_able(
-    deps: Arc<deps::Deps>,
+    deps: Arc<NodeDeps>,
     mut info: tokio::sync::watch::Receiver<Option<runtime_info::RuntimeInfo>>,
     settings: pins::Settings,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -311,7 +312,7 @@ async fn pin_when_able(
 
 /// Records a Warning event on the NodeImage for an image the pin budget
 /// leaves unpinned (the pinning task says each image once).
-fn announce_unpinned(deps: Arc<deps::Deps>) -> Box<dyn Fn(String) + Send + Sync> {
+fn announce_unpinned(deps: Arc<NodeDeps>) -> Box<dyn Fn(String) + Send + Sync> {
     Box::new(move |note| {
         let deps = deps.clone();
         tokio::spawn(async move {
@@ -322,7 +323,7 @@ fn announce_unpinned(deps: Arc<deps::Deps>) -> Box<dyn Fn(String) + Send + Sync>
 }
 
 /// Says what the runtime can do: a log line and the `runtime_info` metric.
-fn record_runtime(deps: &deps::Deps, info: &runtime_info::RuntimeInfo) {
+fn record_runtime(deps: &NodeDeps, info: &runtime_info::RuntimeInfo) {
     let missing = info.missing();
     if missing.is_empty() {
         tracing::info!(runtime = %info.name, version = %info.version, capabilities = %info.capabilities(), "container runtime supports every daemon feature");
@@ -342,7 +343,7 @@ fn record_runtime(deps: &deps::Deps, info: &runtime_info::RuntimeInfo) {
 /// Records what the runtime can do as an event on the NodeImage, once the
 /// NodeImage is known.
 async fn announce_runtime(
-    deps: Arc<deps::Deps>,
+    deps: Arc<NodeDeps>,
     info: runtime_info::RuntimeInfo,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -370,11 +371,11 @@ async fn announce_runtime(
 /// Keeps the `containerd` readiness condition current, and finds out what
 /// the runtime is the first time it answers.
 async fn watch_runtime(
-    runtime: cri::Runtime,
+    runtime: containerd::Runtime,
     ok: health::Check,
     metrics: metrics::Metrics,
     info: tokio::sync::watch::Sender<Option<runtime_info::RuntimeInfo>>,
-    api: cri::RuntimeApi,
+    api: containerd::RuntimeApi,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut was: Option<bool> = None;
@@ -387,7 +388,7 @@ async fn watch_runtime(
                 if info.borrow().is_none()
                     && let Ok(found) = runtime_info::detect(&runtime).await
                 {
-                    if !found.containerd_api && api == cri::RuntimeApi::Auto {
+                    if !found.containerd_api && api == containerd::RuntimeApi::Auto {
                         // Not containerd (CRI-O): CRI alone from now on.
                         runtime.cri_only();
                     }

@@ -2,8 +2,9 @@
 //! NodeImage wants, within a budget. kubelet collects never-used images
 //! first, and a pre-pulled image is exactly that; it never collects a pinned
 //! one. While a valid tag entry in the spec names an image on the node, the
-//! daemon labels the image's record in containerd (namespace k8s.io)
-//! `io.cri-containerd.pinned=pinned` and `nodeimage.dev/pinned-by=<node>`,
+//! daemon pins it through the runtime seam (over containerd: the labels
+//! `io.cri-containerd.pinned=pinned` and `nodeimage.dev/pinned-by=<node>`
+//! on the image's record in namespace k8s.io, `containerd::pins`),
 //! as long as it fits in the pin budget (`--pin-budget-percent` of the
 //! image filesystem; which images fit is `budget::decide`); once no entry
 //! names it (TTL passed, job deleted, entry removed, NodeImage deleted), or
@@ -22,10 +23,8 @@
 //! the images already announced as left out (this task's own).
 
 mod budget;
-mod containerd;
 mod wanted;
 
-pub(crate) use containerd::{list_ours, set_pin};
 pub use wanted::{Wanted, wanted};
 
 use crate::desired::TagKey;
@@ -39,17 +38,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
-/// containerd's pin label: CRI reports the image `pinned`, kubelet keeps it.
-pub const PIN_LABEL: &str = "io.cri-containerd.pinned";
-/// The pin label's value.
-pub const PIN_VALUE: &str = "pinned";
-/// Marks the pins this node's daemon made (value: the node name).
-pub const OWNER_LABEL: &str = "nodeimage.dev/pinned-by";
 /// How often pins are checked against the wanted set without a change (a
 /// pull that ended, an image re-tagged by hand).
 const RESYNC: Duration = Duration::from_secs(60);
-/// Longest one containerd call may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest one runtime call may take.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The event reason of an image the budget leaves unpinned.
 pub const REASON_NOT_PINNED: &str = "ImageNotPinned";
 
@@ -129,7 +122,7 @@ impl Pins {
 
 /// Settings of the pinning task.
 pub struct Settings {
-    /// This node: the value of [`OWNER_LABEL`].
+    /// This node: whose pins the runtime records as the daemon's.
     pub node: String,
     /// Pin wanted images (off: unpin what this daemon pinned).
     pub enabled: bool,
@@ -196,9 +189,9 @@ pub async fn run<R: ContainerRuntime>(
 /// Why a pass changed nothing.
 #[derive(Debug, thiserror::Error)]
 enum PassError {
-    /// containerd did not list this node's pins.
+    /// The runtime did not list this node's pins.
     #[error("listing this node's pins: {0}")]
-    List(#[from] tonic::Status),
+    List(#[from] crate::runtime::RuntimeError),
     /// The runtime did not say whether a wanted image is on the node.
     #[error("reading the status of {image}: {reason}")]
     Image {

@@ -3,7 +3,6 @@
 //! NodeImage, a log line and the pull metrics. Both the pull flow and the
 //! upgrade flow report through here.
 
-use crate::cri::Runtime;
 use crate::deps::Deps;
 use crate::desired::TagKey;
 use crate::metrics::{Metrics, PullLabels, ResultLabels};
@@ -43,7 +42,7 @@ impl Outcome {
 }
 
 /// Reports one tag's state to the status writer.
-pub(crate) struct Reporter<'a, R = Runtime> {
+pub(crate) struct Reporter<'a, R> {
     /// What the workers share.
     pub(crate) deps: &'a Deps<R>,
     /// The entry.
@@ -164,7 +163,7 @@ pub(crate) fn count(m: &Metrics, outcome: &Outcome, elapsed: Option<Duration>) {
 }
 
 /// Records the end of a pull as an event on the NodeImage and a log line.
-pub(crate) async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
+pub(crate) async fn announce<R>(deps: &Deps<R>, key: &TagKey, outcome: &Outcome) {
     let (type_, reason, note) = match outcome {
         Outcome::Succeeded { id, pulled } => {
             tracing::info!(tag = %key, image_id = %id, pulled, "pull succeeded");
@@ -187,7 +186,13 @@ pub(crate) async fn announce(deps: &Deps, key: &TagKey, outcome: &Outcome) {
 }
 
 /// Records an event on this node's NodeImage (none before it is known).
-pub(crate) async fn event(deps: &Deps, type_: EventType, reason: &str, action: &str, note: String) {
+pub(crate) async fn event<R>(
+    deps: &Deps<R>,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let Some(ni) = deps.status.observed() else {
         return;
     };

@@ -4,8 +4,8 @@
 //! or write containerd's content store, leases and image labels; a runtime
 //! without that API (CRI-O) still pulls, with phases, image IDs and reasons.
 
-use crate::cri::CriError;
 use crate::runtime::ContainerRuntime;
+use crate::runtime::RuntimeError;
 use std::fmt;
 
 /// The runtime as the daemon found it at start.
@@ -124,7 +124,7 @@ pub fn pins_are_honoured(version: &str) -> bool {
 
 /// Asks the runtime what it is and whether containerd's API answers (not
 /// asked when the daemon runs on CRI alone).
-pub async fn detect(runtime: &impl ContainerRuntime) -> Result<RuntimeInfo, CriError> {
+pub async fn detect(runtime: &impl ContainerRuntime) -> Result<RuntimeInfo, RuntimeError> {
     let (name, version) = runtime.name_and_version().await?;
     let containerd_api = runtime.containerd_answers().await;
     Ok(RuntimeInfo {

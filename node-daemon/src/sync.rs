@@ -6,9 +6,10 @@
 use crate::decode::{self, Decoded};
 use crate::desired::{self, PullTask, Reported, TagKey};
 use crate::presence::{self, Expected, Losses, Lost};
+use crate::pull;
+use crate::runtime::ContainerRuntime;
 use crate::worker::{self, Workers};
-use crate::{pull, resume};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use nodeimage_api::kruise::NodeImage;
@@ -59,21 +60,32 @@ struct State {
     notes: crate::gate::Notes,
 }
 
-/// Watches `node`'s NodeImage until `stop` flips, running pulls as the spec
-/// asks; every `presence_every` (None: never) looks for images that left.
-pub async fn run(
+/// One event of the NodeImage watch, as `run` reads it.
+pub type WatchEvent = Result<Event<Lenient<NodeImage>>, watcher::Error>;
+
+/// The watch of `node`'s own NodeImage, retried with backoff; decoded entry
+/// by entry (a field that does not fit fails its tag, never the watch, and
+/// with it every other tag of the node).
+pub fn watch_nodeimage(
     api: kube::Api<Lenient<NodeImage>>,
+    node: &str,
+) -> impl Stream<Item = WatchEvent> + Send + use<> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    watcher::watcher(api, config).default_backoff()
+}
+
+/// Follows `node`'s NodeImage as `stream` delivers it until `stop` flips,
+/// running pulls as the spec asks; every `presence_every` (None: never)
+/// looks for images that left.
+pub async fn run<R: ContainerRuntime>(
+    stream: impl Stream<Item = WatchEvent> + Send,
     node: String,
-    workers: Workers,
+    workers: Workers<R>,
     synced: Check,
     presence_every: Option<Duration>,
     notes: crate::gate::Notes,
     mut stop: watch::Receiver<bool>,
 ) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
-    // Decoded entry by entry: a field that does not fit fails its tag, never
-    // the watch (and with it every other tag of the node).
-    let stream = watcher::watcher(api, config).default_backoff();
     tokio::pin!(stream);
     let mut st = State {
         running: BTreeMap::new(),
@@ -114,9 +126,9 @@ pub async fn run(
 
 impl State {
     /// Acts on one event of the watch.
-    fn on_event(
+    fn on_event<R: ContainerRuntime>(
         &mut self,
-        workers: &Workers,
+        workers: &Workers<R>,
         node: &str,
         synced: &Check,
         event: Result<Event<Lenient<NodeImage>>, watcher::Error>,
@@ -149,7 +161,12 @@ impl State {
     }
 
     /// Acts on the NodeImage as it is now.
-    fn applied(&mut self, workers: &Workers, decoded: Decoded, relisted: bool) {
+    fn applied<R: ContainerRuntime>(
+        &mut self,
+        workers: &Workers<R>,
+        decoded: Decoded,
+        relisted: bool,
+    ) {
         let note = decoded.nodeimage.metadata.annotations.as_ref();
         let note = note
             .and_then(|a| a.get(nodeimage_api::gate::STARTUP_GATE))
@@ -171,7 +188,7 @@ impl State {
     }
 
     /// The NodeImage is gone: every pull stops and nothing is wanted.
-    fn deleted(&mut self, workers: &Workers) {
+    fn deleted<R: ContainerRuntime>(&mut self, workers: &Workers<R>) {
         self.notes.send_replace(None);
         for (_, r) in std::mem::take(&mut self.running) {
             r.handle.abort();
@@ -186,8 +203,8 @@ impl State {
 
 /// Acts on a NodeImage from the watch (`relisted`: from a relist, the
 /// current object rather than the next event); returns what it asked for.
-fn apply(
-    workers: &Workers,
+fn apply<R: ContainerRuntime>(
+    workers: &Workers<R>,
     decoded: Decoded,
     relisted: bool,
     running: &mut BTreeMap<TagKey, Running>,
@@ -242,7 +259,11 @@ fn apply(
 }
 
 /// Starts `task`'s worker and records it as running.
-fn start(workers: &Workers, task: PullTask, running: &mut BTreeMap<TagKey, Running>) {
+fn start<R: ContainerRuntime>(
+    workers: &Workers<R>,
+    task: PullTask,
+    running: &mut BTreeMap<TagKey, Running>,
+) {
     let key = task.key.clone();
     let version = task.version;
     let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
@@ -268,8 +289,8 @@ fn busy(running: &BTreeMap<TagKey, Running>) -> BTreeSet<TagKey> {
 
 /// Asks CRI, off the loop, whether each image a finished tag reported
 /// Succeeded is still on the node; sends back the ones that are not.
-fn check_presence(
-    workers: &Workers,
+fn check_presence<R: ContainerRuntime>(
+    workers: &Workers<R>,
     latest: &Latest,
     running: &BTreeMap<TagKey, Running>,
     gone_tx: &mpsc::UnboundedSender<Vec<Expected>>,
@@ -299,8 +320,8 @@ fn check_presence(
 
 /// Pulls again the images that left while their entries still want them
 /// (a bounded number of times per entry version), or fails the tag.
-fn pull_again(
-    workers: &Workers,
+fn pull_again<R: ContainerRuntime>(
+    workers: &Workers<R>,
     gone: Vec<Expected>,
     latest: &Latest,
     running: &mut BTreeMap<TagKey, Running>,
@@ -357,7 +378,7 @@ fn pull_again(
 
 /// Ends the resume lease of an aborted pull once the pull is gone, so it
 /// cannot hold its blobs again.
-fn end_lease_after(workers: &Workers, r: Running) {
+fn end_lease_after<R: ContainerRuntime>(workers: &Workers<R>, r: Running) {
     let Some(reference) = r.reference else { return };
     tokio::spawn(pull::end_lease_when_gone(
         workers.deps.clone(),
@@ -367,9 +388,9 @@ fn end_lease_after(workers: &Workers, r: Running) {
 }
 
 /// Once per run, after the first NodeImage is acted on: ends the leases a
-/// previous run left for images this run does not pull (`resume::sweep`).
-fn sweep_once(
-    workers: &Workers,
+/// previous run left for images this run does not pull (`sweep_leases`).
+fn sweep_once<R: ContainerRuntime>(
+    workers: &Workers<R>,
     running: &BTreeMap<TagKey, Running>,
     swept: &mut bool,
     run_started: std::time::SystemTime,
@@ -383,14 +404,8 @@ fn sweep_once(
         .filter_map(|r| r.reference.clone())
         .collect();
     let deps = &workers.deps;
-    // On CRI alone the daemon made no lease to sweep.
-    let Some(channel) = deps.runtime.containerd() else {
-        return;
-    };
-    tokio::spawn(resume::sweep(
-        channel,
-        deps.node.clone(),
-        pulling,
-        run_started,
-    ));
+    tokio::spawn(deps.runtime.sweep_leases(&deps.node, pulling, run_started));
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,20 +7,29 @@ use crate::deps::Deps;
 use crate::desired::PullTask;
 use crate::pull;
 use crate::report::{self, Outcome, Reporter, now};
+use crate::runtime::ContainerRuntime;
 use crate::upgrade;
 use nodeimage_api::kruise::ImagePullPhase;
 use std::sync::Arc;
 
 /// Starts tasks: what every task shares and how upgrades run on this node.
-#[derive(Clone)]
-pub struct Workers {
+pub struct Workers<R> {
     /// The shared pieces.
-    pub deps: Arc<Deps>,
+    pub deps: Arc<Deps<R>>,
     /// How node-agent upgrades run here (off unless `--enable-upgrades`).
     pub upgrades: Arc<upgrade::Settings>,
 }
 
-impl Workers {
+impl<R> Clone for Workers<R> {
+    fn clone(&self) -> Self {
+        Workers {
+            deps: self.deps.clone(),
+            upgrades: self.upgrades.clone(),
+        }
+    }
+}
+
+impl<R: ContainerRuntime> Workers<R> {
     /// Runs `task` in its own tokio task.
     pub fn spawn(&self, task: PullTask) -> tokio::task::JoinHandle<()> {
         tokio::spawn(run(task, self.deps.clone(), self.upgrades.clone()))
@@ -28,7 +37,11 @@ impl Workers {
 }
 
 /// Runs one task to its end (or until aborted).
-pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Settings>) {
+pub async fn run<R: ContainerRuntime>(
+    task: PullTask,
+    deps: Arc<Deps<R>>,
+    upgrades: Arc<upgrade::Settings>,
+) {
     if let Ok(t) = &task.target
         && t.upgrade.is_some()
     {
@@ -42,7 +55,7 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
     };
     let deadline = pull::deadline_of(&task, &target);
     rep.send(ImagePullPhase::Waiting, 0, task.note.clone());
-    let started = |rep: &mut Reporter<'_>| {
+    let started = |rep: &mut Reporter<'_, R>| {
         rep.start = Some(now());
         rep.send(ImagePullPhase::Pulling, 0, task.note.clone());
         tracing::info!(tag = %task.key, version = task.version, "pull started");
@@ -61,7 +74,12 @@ pub async fn run(task: PullTask, deps: Arc<Deps>, upgrades: Arc<upgrade::Setting
 
 /// Ends `task` Failed at once, without pulling (an entry that cannot be
 /// decoded, an image that kept leaving the node).
-pub async fn fail(task: &PullTask, deps: &Deps, reason: &'static str, message: String) {
+pub async fn fail<R: ContainerRuntime>(
+    task: &PullTask,
+    deps: &Deps<R>,
+    reason: &'static str,
+    message: String,
+) {
     let rep = Reporter::new(deps, task.key.clone(), task.version);
     let outcome = Outcome::failed(reason, message);
     report::count(&deps.metrics, &outcome, None);

@@ -81,7 +81,7 @@ pub struct Settings {
 }
 
 /// Keeps the bound on this node until `stop` turns true.
-pub async fn run(deps: Arc<Deps>, settings: Settings, mut stop: watch::Receiver<bool>) {
+pub async fn run<R>(deps: Arc<Deps<R>>, settings: Settings, mut stop: watch::Receiver<bool>) {
     if settings.taint.is_empty() {
         return;
     }
@@ -127,7 +127,7 @@ fn now() -> i64 {
 }
 
 /// Removes the taint; says so (log line, metric, Warning event on the Node).
-async fn open(deps: &Arc<Deps>, node: &KubeNode, settings: &Settings, overdue: u64) {
+async fn open<R>(deps: &Arc<Deps<R>>, node: &KubeNode, settings: &Settings, overdue: u64) {
     match remove_taint(node, &settings.taint).await {
         Ok(true) => {}
         Ok(false) => return,

@@ -11,6 +11,7 @@ pub mod look;
 mod node;
 
 use crate::deps::Deps;
+use crate::runtime::ContainerRuntime;
 use kube::runtime::events::EventType;
 use look::Outcome;
 use nodeimage_api::gate::{self, GateNote};
@@ -32,8 +33,8 @@ pub type Notes = watch::Sender<Option<String>>;
 
 /// Runs the node's side of the gate (the notes, and the bound) until
 /// `stop` turns true.
-pub async fn run(
-    deps: Arc<Deps>,
+pub async fn run<R: ContainerRuntime>(
+    deps: Arc<Deps<R>>,
     notes: watch::Receiver<Option<String>>,
     bound: bound::Settings,
     stop: watch::Receiver<bool>,
@@ -43,8 +44,8 @@ pub async fn run(
 }
 
 /// Looks at the gate whenever the controller's note (or the NodeImage) changes.
-async fn follow_notes(
-    deps: Arc<Deps>,
+async fn follow_notes<R: ContainerRuntime>(
+    deps: Arc<Deps<R>>,
     mut notes: watch::Receiver<Option<String>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -100,7 +101,11 @@ fn parse(raw: Option<&str>) -> Option<GateNote> {
 }
 
 /// One look; true once the gate is open (by this look or before).
-async fn one_look(deps: &Arc<Deps>, node: &node::KubeNode, note: &GateNote) -> bool {
+async fn one_look<R: ContainerRuntime>(
+    deps: &Arc<Deps<R>>,
+    node: &node::KubeNode,
+    note: &GateNote,
+) -> bool {
     match look::look(&deps.runtime, node, note).await {
         Ok(Outcome::Waiting(missing)) => {
             tracing::debug!(missing = ?missing, "start-up gate: images still missing");
@@ -119,7 +124,7 @@ async fn one_look(deps: &Arc<Deps>, node: &node::KubeNode, note: &GateNote) -> b
 }
 
 /// Says that this daemon opened the gate: log line, metric, Event on the Node.
-async fn opened(deps: &Arc<Deps>, note: &GateNote) {
+async fn opened<R>(deps: &Arc<Deps<R>>, note: &GateNote) {
     tracing::info!(node = %deps.node, taint = %note.taint, images = note.images.len(), "start-up gate opened: every gating image is on the node");
     deps.metrics.startup_gate_opened.inc();
     let text = format!(

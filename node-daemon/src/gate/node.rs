@@ -70,8 +70,8 @@ impl NodeApi for KubeNode {
 
 /// Records an Event of the start-up gate on this node's Node (a failure to
 /// record is logged: the gate's work is done either way).
-pub async fn publish_event(
-    deps: &crate::deps::Deps,
+pub async fn publish_event<R>(
+    deps: &crate::deps::Deps<R>,
     type_: kube::runtime::events::EventType,
     reason: &str,
     note: &str,

@@ -206,7 +206,7 @@ async fn a_pass_pins_within_the_budget() {
 async fn a_runtime_that_cannot_say_moves_nothing() {
     let rt = FakeRuntime::default();
     rt.sized("a", 10).pinned("a", "n1");
-    rt.statuses([crate::cri::CriError::Unavailable("down".into())]);
+    rt.statuses([crate::runtime::RuntimeError::Unavailable("down".into())]);
     let metrics = Metrics::new();
     let r = pass(
         &rt,

@@ -7,13 +7,12 @@
 use super::slot::SlotHold;
 use super::{deadline_message, ratelimited, secrets, unavailable_past_deadline, wait_for_runtime};
 use crate::credentials::{self, Credential};
-use crate::cri::CriError;
 use crate::deps::Deps;
 use crate::desired::Target;
 use crate::report::{Outcome, Reporter};
 use crate::retry::{self, Next};
-use crate::runtime::{BlobKeeper, ContainerRuntime, PullProbe, PullRequest};
-use k8s_cri::v1::AuthConfig;
+use crate::runtime::RuntimeError;
+use crate::runtime::{BlobKeeper, ContainerRuntime, PullAuth, PullProbe, PullRequest};
 use nodeimage_api::kruise::ImagePullPhase;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -222,13 +221,13 @@ async fn attempt_once<R: ContainerRuntime>(
     };
     deps.metrics.cri_error("PullImage");
     match &e {
-        CriError::Unavailable(m) => {
+        RuntimeError::Unavailable(m) => {
             return match wait_for_runtime(rep, m, deadline).await {
                 true => Attempt::Unavailable,
                 false => Attempt::Done(unavailable_past_deadline(t)),
             };
         }
-        CriError::RateLimited(m) => return Attempt::RateLimited(m.clone()),
+        RuntimeError::RateLimited(m) => return Attempt::RateLimited(m.clone()),
         _ => {}
     }
     tracing::debug!(tag = %rep.key, reason = e.reason(), "runtime refused the pull");
@@ -260,18 +259,13 @@ async fn succeeded<R: ContainerRuntime>(deps: &Deps<R>, t: &Target, image_ref: &
 async fn each_credential<R: ContainerRuntime>(
     p: &Pull<'_, R>,
     keeper: &mut Option<R::Keeper>,
-) -> Result<String, CriError> {
+) -> Result<String, RuntimeError> {
     let (rep, t) = (p.rep, p.t);
-    let mut last = CriError::Other("no credentials tried".into());
+    let mut last = RuntimeError::Other("no credentials tried".into());
     for cred in &p.creds.candidates {
-        // No server_address, as kubelet sends it: the credential already
-        // matches this image's registry, and containerd 1.6 parses a set
-        // server_address as a URL ("127.0.0.1:5001" fails to parse, and a
-        // bare "host" yields no host), refusing or dropping the credential.
-        let auth = cred.as_ref().map(|c| AuthConfig {
+        let auth = cred.as_ref().map(|c| PullAuth {
             username: c.username.clone(),
             password: c.password.clone(),
-            ..Default::default()
         });
         let req = PullRequest {
             image: t.image.pull_ref(),
@@ -281,7 +275,7 @@ async fn each_credential<R: ContainerRuntime>(
         };
         match with_progress(rep, t, req, keeper).await {
             Ok(r) => return Ok(r),
-            Err(e @ CriError::Unauthorized(_)) => last = e,
+            Err(e @ RuntimeError::Unauthorized(_)) => last = e,
             Err(e) => return Err(e),
         }
     }
@@ -294,7 +288,7 @@ async fn with_progress<R: ContainerRuntime>(
     t: &Target,
     req: PullRequest,
     keeper: &mut Option<R::Keeper>,
-) -> Result<String, CriError> {
+) -> Result<String, RuntimeError> {
     let deps = rep.deps;
     let call = deps.runtime.pull(req);
     tokio::pin!(call);

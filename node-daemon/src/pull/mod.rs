@@ -12,12 +12,12 @@ mod slot;
 mod tests;
 
 use crate::checks;
-use crate::cri::CriError;
 use crate::deps::Deps;
 use crate::desired::{PullMode, PullTask, Target};
 use crate::metrics::ItemLabels;
 use crate::report::{Outcome, Reporter};
 use crate::runtime::ContainerRuntime;
+use crate::runtime::RuntimeError;
 use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::ImagePullPhase;
 use nodeimage_api::kruise::nodeimage::contract::DEADLINE_EXCEEDED;
@@ -191,7 +191,7 @@ async fn if_present<R: ContainerRuntime>(
             Err(e) => e,
         };
         deps.metrics.cri_error("ImageStatus");
-        let CriError::Unavailable(m) = err else {
+        let RuntimeError::Unavailable(m) = err else {
             let message = format!("checking whether {reference} is present: {err}");
             return Some(Outcome::failed("error", message));
         };
@@ -232,6 +232,7 @@ pub(crate) async fn end_lease_when_gone<R: ContainerRuntime>(
 ) {
     let _ = task.await;
     if !deps.leases.in_use(&reference) {
-        deps.runtime.end_lease(&deps.node, reference);
+        // Best effort: a lease not ended expires on its own.
+        let _ = deps.runtime.end_lease(&deps.node, reference).await;
     }
 }

@@ -1,10 +1,15 @@
-//! An in-memory container runtime for unit tests: it answers from a table,
-//! records every call, and can be told to be unavailable, slow, or to fail
-//! with a given error.
+//! An in-memory container runtime for unit tests and the runtime
+//! conformance test: it answers from a table, records every call, and can
+//! be told to be unavailable (a closed socket), slow, or to fail with a
+//! given error; its registries can lack an image or rate-limit. The
+//! conformance test (`tests/tests/runtime_conformance.rs`) checks that it
+//! answers each case in the class every containerd of the test stack does.
 
-use super::{BlobKeeper, ContainerRuntime, PullProbe, PullRequest};
-use crate::cri::{CriError, PresentImage};
+use super::{BlobKeeper, ContainerRuntime, Image, PullProbe, PullRequest, RuntimeError};
+use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -23,6 +28,10 @@ pub enum Call {
     EndLease(String),
     /// An image was pinned (true) or unpinned (false).
     Pin(String, bool),
+    /// The leases of a previous run were swept, keeping these references'.
+    SweepLeases(Vec<String>),
+    /// A file was copied out of an image: the reference and the path.
+    CopyFromImage(String, String),
 }
 
 /// How the runtime answers one call.
@@ -31,21 +40,29 @@ pub enum Answer {
     /// Succeeds after this long.
     Ok(Duration),
     /// Fails with this error after this long.
-    Err(CriError, Duration),
+    Err(RuntimeError, Duration),
     /// Never answers.
     Hang,
 }
 
 #[derive(Default)]
 struct State {
-    present: BTreeMap<String, PresentImage>,
+    present: BTreeMap<String, Image>,
     pulls: VecDeque<Answer>,
-    statuses: VecDeque<CriError>,
+    statuses: VecDeque<RuntimeError>,
     samples: VecDeque<i32>,
     ingests: Vec<String>,
     /// Pinned images, with the node that pinned each ("" for someone else).
     pins: BTreeMap<String, String>,
     cri_only: bool,
+    /// Every call fails as on a closed socket.
+    down: bool,
+    /// References the registries do not have.
+    absent: BTreeSet<String>,
+    /// Registry hosts that answer 429.
+    limiting: BTreeSet<String>,
+    /// Files in images: (reference, path) → content.
+    files: BTreeMap<(String, String), Vec<u8>>,
     calls: Vec<Call>,
 }
 
@@ -65,6 +82,12 @@ impl FakeRuntime {
         self
     }
 
+    /// Takes `reference` off the node (kubelet's image GC, a removal by hand).
+    pub fn remove(&self, reference: &str) -> &Self {
+        self.state().present.remove(reference);
+        self
+    }
+
     /// Puts `reference` on the node with `size` bytes (0: not reported).
     pub fn sized(&self, reference: &str, size: u64) -> &Self {
         let mut image = image_of(reference);
@@ -80,7 +103,7 @@ impl FakeRuntime {
     }
 
     /// The next `image_status` calls fail with these, in order.
-    pub fn statuses(&self, errors: impl IntoIterator<Item = CriError>) -> &Self {
+    pub fn statuses(&self, errors: impl IntoIterator<Item = RuntimeError>) -> &Self {
         self.state().statuses.extend(errors);
         self
     }
@@ -116,6 +139,31 @@ impl FakeRuntime {
         self
     }
 
+    /// Every call fails as the runtime's closed socket makes it fail.
+    pub fn down(&self) -> &Self {
+        self.state().down = true;
+        self
+    }
+
+    /// Its registry has no `reference`: a pull of it is not found.
+    pub fn not_in_registry(&self, reference: &str) -> &Self {
+        self.state().absent.insert(reference.to_string());
+        self
+    }
+
+    /// The registry `host` (`host[:port]`) answers every pull with 429.
+    pub fn rate_limiting(&self, host: &str) -> &Self {
+        self.state().limiting.insert(host.to_string());
+        self
+    }
+
+    /// The image `reference` holds `content` at `path`.
+    pub fn file(&self, reference: &str, path: &str, content: &[u8]) -> &Self {
+        let key = (reference.to_string(), path.to_string());
+        self.state().files.insert(key, content.to_vec());
+        self
+    }
+
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.state().calls.clone()
@@ -135,12 +183,12 @@ impl FakeRuntime {
 }
 
 /// What a pulled image looks like: a repository digest under its name.
-fn image_of(reference: &str) -> PresentImage {
+fn image_of(reference: &str) -> Image {
     let name = match reference.rsplit_once(':') {
         Some((name, tag)) if !tag.contains('/') => name,
         _ => reference,
     };
-    PresentImage {
+    Image {
         id: "sha256:config".into(),
         repo_digests: vec![format!("{name}@sha256:manifest")],
         size: 100,
@@ -148,7 +196,28 @@ fn image_of(reference: &str) -> PresentImage {
     }
 }
 
-async fn answer(a: Answer) -> Result<(), CriError> {
+/// What a call says while the runtime is down.
+fn closed() -> RuntimeError {
+    RuntimeError::Unavailable("connection refused (fake runtime down)".into())
+}
+
+/// How the fake's registries answer a pull of `reference`, if not with the image.
+fn registry_refusal(s: &State, reference: &str) -> Option<RuntimeError> {
+    let said = |why: &str| format!("failed to pull and unpack image \"{reference}\": {why}");
+    if s.absent.contains(reference) {
+        return Some(RuntimeError::NotFound(said(&format!(
+            "{reference}: not found"
+        ))));
+    }
+    let host = ImageRef::parse(reference)
+        .map(|r| r.registry)
+        .unwrap_or_default();
+    s.limiting
+        .contains(&host)
+        .then(|| RuntimeError::RateLimited(said("429 Too Many Requests")))
+}
+
+async fn answer(a: Answer) -> Result<(), RuntimeError> {
     match a {
         Answer::Ok(after) => {
             tokio::time::sleep(after).await;
@@ -166,17 +235,24 @@ impl ContainerRuntime for FakeRuntime {
     type Probe = FakeProbe;
     type Keeper = FakeKeeper;
 
-    async fn name_and_version(&self) -> Result<(String, String), CriError> {
+    async fn name_and_version(&self) -> Result<(String, String), RuntimeError> {
+        if self.state().down {
+            return Err(closed());
+        }
         Ok(("containerd".into(), "v2.2.9".into()))
     }
 
     async fn containerd_answers(&self) -> bool {
-        !self.state().cri_only
+        let s = self.state();
+        !s.cri_only && !s.down
     }
 
-    async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, CriError> {
+    async fn image_status(&self, image: &str) -> Result<Option<Image>, RuntimeError> {
         self.record(Call::ImageStatus(image.to_string()));
         let mut s = self.state();
+        if s.down {
+            return Err(closed());
+        }
         match s.statuses.pop_front() {
             Some(e) => Err(e),
             None => Ok(s.present.get(image).cloned().map(|mut i| {
@@ -186,11 +262,20 @@ impl ContainerRuntime for FakeRuntime {
         }
     }
 
-    async fn pull(&self, req: PullRequest) -> Result<String, CriError> {
+    async fn pull(&self, req: PullRequest) -> Result<String, RuntimeError> {
         let user = req.auth.as_ref().map(|a| a.username.clone());
         self.record(Call::Pull(req.image.clone(), user));
-        let next = self.state().pulls.pop_front();
+        let (next, refused) = {
+            let mut s = self.state();
+            if s.down {
+                return Err(closed());
+            }
+            (s.pulls.pop_front(), registry_refusal(&s, &req.image))
+        };
         answer(next.unwrap_or(Answer::Ok(Duration::ZERO))).await?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
         let image_ref = "sha256:config".to_string();
         let image = image_of(&req.image);
         let mut s = self.state();
@@ -199,8 +284,11 @@ impl ContainerRuntime for FakeRuntime {
         Ok(image_ref)
     }
 
-    async fn image_fs(&self) -> Result<Vec<(String, u64)>, CriError> {
+    async fn image_fs(&self) -> Result<Vec<(String, u64)>, RuntimeError> {
         self.record(Call::ImageFs);
+        if self.state().down {
+            return Err(closed());
+        }
         Ok(vec![("/".into(), 0)])
     }
 
@@ -216,12 +304,40 @@ impl ContainerRuntime for FakeRuntime {
         (!self.state().cri_only).then(|| FakeKeeper(self.clone()))
     }
 
-    fn end_lease(&self, _: &str, reference: String) {
+    fn end_lease(
+        &self,
+        _: &str,
+        reference: String,
+    ) -> impl Future<Output = Result<(), RuntimeError>> + Send + 'static {
         self.record(Call::EndLease(reference));
+        let s = self.state();
+        // On CRI alone there is no lease, so none to end: no error either.
+        let r = if s.down && !s.cri_only {
+            Err(closed())
+        } else {
+            Ok(())
+        };
+        std::future::ready(r)
     }
 
-    async fn pinned_by(&self, node: &str) -> Result<Option<BTreeSet<String>>, tonic::Status> {
+    fn sweep_leases(
+        &self,
+        _: &str,
+        mut pulling: Vec<String>,
+        _: SystemTime,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        if !self.state().cri_only {
+            pulling.sort();
+            self.record(Call::SweepLeases(pulling));
+        }
+        std::future::ready(())
+    }
+
+    async fn pinned_by(&self, node: &str) -> Result<Option<BTreeSet<String>>, RuntimeError> {
         let s = self.state();
+        if s.down {
+            return Err(closed());
+        }
         if s.cri_only {
             return Ok(None);
         }
@@ -229,9 +345,12 @@ impl ContainerRuntime for FakeRuntime {
         Ok(Some(ours.map(|(name, _)| name.clone()).collect()))
     }
 
-    async fn set_pin(&self, name: &str, node: &str, pin: bool) -> Result<bool, tonic::Status> {
+    async fn set_pin(&self, name: &str, node: &str, pin: bool) -> Result<bool, RuntimeError> {
         self.record(Call::Pin(name.to_string(), pin));
         let mut s = self.state();
+        if s.down {
+            return Err(closed());
+        }
         if !s.present.contains_key(name) {
             return Ok(false);
         }
@@ -248,6 +367,41 @@ impl ContainerRuntime for FakeRuntime {
             }
             (false, _) => false,
         })
+    }
+
+    async fn copy_from_image(
+        &self,
+        _: &str,
+        image: &ImageRef,
+        path: &str,
+        dest: &Path,
+    ) -> Result<(), String> {
+        let content = self.file_of(image, path)?;
+        tokio::fs::write(dest, content)
+            .await
+            .map_err(|e| format!("writing {}: {e}", dest.display()))
+    }
+}
+
+impl FakeRuntime {
+    /// The file `path` of `image`, as the fake's table holds it.
+    fn file_of(&self, image: &ImageRef, path: &str) -> Result<Vec<u8>, String> {
+        let reference = image.pull_ref();
+        self.record(Call::CopyFromImage(reference.clone(), path.to_string()));
+        let s = self.state();
+        if s.cri_only {
+            return Err("taking the upgrade tool out of the image needs containerd's content API; this daemon runs on CRI alone (--runtime-api)".into());
+        }
+        if s.down {
+            return Err(closed().to_string());
+        }
+        if !s.present.contains_key(&reference) {
+            return Err(format!("image {reference} is not on the node"));
+        }
+        s.files
+            .get(&(reference, path.to_string()))
+            .cloned()
+            .ok_or_else(|| format!("{path} not found in the image"))
     }
 }
 

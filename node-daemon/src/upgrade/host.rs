@@ -9,6 +9,7 @@ use super::{still_wanted, take, tool};
 use crate::deps::Deps;
 use crate::desired::TagKey;
 use crate::report::Reporter;
+use crate::runtime::ContainerRuntime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
 use nodeimage_api::reference::ImageRef;
@@ -45,7 +46,11 @@ enum Before {
 }
 
 /// Extracts the tool, then backs up, upgrades and rolls back as needed.
-pub(super) async fn host_steps(deps: Arc<Deps>, s: Arc<Settings>, job: HostJob) {
+pub(super) async fn host_steps<R: ContainerRuntime>(
+    deps: Arc<Deps<R>>,
+    s: Arc<Settings>,
+    job: HostJob,
+) {
     let mut rep = Reporter::new(&*deps, job.key.clone(), job.version);
     *rep.upgrade.lock().unwrap_or_else(|p| p.into_inner()) = job.report.clone();
     rep.start = job.start.clone();
@@ -62,7 +67,10 @@ pub(super) async fn host_steps(deps: Arc<Deps>, s: Arc<Settings>, job: HostJob) 
 }
 
 /// Waits for this node's other upgrade, if one runs, saying so.
-async fn take_turn<'s>(rep: &Reporter<'_>, s: &'s Settings) -> tokio::sync::MutexGuard<'s, ()> {
+async fn take_turn<'s, R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
+    s: &'s Settings,
+) -> tokio::sync::MutexGuard<'s, ()> {
     match s.lock.try_lock() {
         Ok(g) => g,
         Err(_) => {
@@ -77,7 +85,7 @@ async fn take_turn<'s>(rep: &Reporter<'_>, s: &'s Settings) -> tokio::sync::Mute
 }
 
 /// Whether the NodeImage last seen still asks for this upgrade.
-fn wanted(deps: &Deps, job: &HostJob) -> bool {
+fn wanted<R: ContainerRuntime>(deps: &Deps<R>, job: &HostJob) -> bool {
     deps.status
         .observed()
         .is_some_and(|ni| still_wanted(&ni, &job.key, job.version, &job.up))
@@ -85,7 +93,11 @@ fn wanted(deps: &Deps, job: &HostJob) -> bool {
 
 /// Before the first step: the entry still wanted, the node not there yet,
 /// the work directory made, the backup recorded and the tool taken out.
-async fn before_steps(rep: &Reporter<'_>, s: &Settings, job: &HostJob) -> Before {
+async fn before_steps<R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
+    s: &Settings,
+    job: &HostJob,
+) -> Before {
     if !wanted(rep.deps, job) {
         tracing::info!(tag = %job.key, "upgrade entry removed or superseded before the backup; nothing run");
         return Before::Gone;
@@ -116,7 +128,12 @@ async fn before_steps(rep: &Reporter<'_>, s: &Settings, job: &HostJob) -> Before
 }
 
 /// Runs the steps `steps::next` asks for until it gives its verdict.
-async fn run_steps(rep: &Reporter<'_>, s: &Settings, job: &HostJob, tool: &Path) -> Verdict {
+async fn run_steps<R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
+    s: &Settings,
+    job: &HostJob,
+    tool: &Path,
+) -> Verdict {
     let limit = Duration::from_secs(
         rep.deps
             .status
@@ -140,7 +157,11 @@ async fn run_steps(rep: &Reporter<'_>, s: &Settings, job: &HostJob, tool: &Path)
 
 /// Records a step before it runs; the upgrade step runs only while the
 /// entry still wants it and once it is recorded.
-async fn before_step(rep: &Reporter<'_>, job: &HostJob, step: Step) -> Result<(), Verdict> {
+async fn before_step<R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
+    job: &HostJob,
+    step: Step,
+) -> Result<(), Verdict> {
     if step == Step::Upgrade {
         if !wanted(rep.deps, job) {
             return Err(Verdict::failed(
@@ -163,8 +184,8 @@ async fn before_step(rep: &Reporter<'_>, job: &HostJob, step: Step) -> Result<()
 
 /// Runs the tool for one step; an upgrade the tool reports done is checked
 /// against the node's version where that shows at once.
-async fn run_step(
-    rep: &Reporter<'_>,
+async fn run_step<R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
     s: &Settings,
     job: &HostJob,
     tool: &Path,
@@ -224,7 +245,12 @@ fn step_limit(ni: &NodeImage, key: &TagKey) -> Option<u64> {
 }
 
 /// Reports `state` and waits until the API shows it (write-ahead).
-async fn record(rep: &Reporter<'_>, key: &TagKey, version: i64, state: UpgradeState) -> bool {
+async fn record<R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
+    key: &TagKey,
+    version: i64,
+    state: UpgradeState,
+) -> bool {
     set(rep, |u| u.state = Some(state));
     rep.send(ImagePullPhase::Pulling, 100, None);
     let ok = rep

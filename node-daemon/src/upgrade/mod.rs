@@ -17,11 +17,8 @@
 //!   a restarted daemon never runs a recorded host step again (see
 //!   [`steps::resume`]).
 
-pub mod content;
 pub mod extract;
 mod host;
-pub mod overlay;
-pub mod snapshot;
 pub mod steps;
 mod take;
 pub mod tool;
@@ -32,6 +29,7 @@ use crate::desired::{PullTask, TagKey, Target};
 use crate::pull;
 pub use crate::report::UpgradeReport;
 use crate::report::{self, Outcome, Reporter};
+use crate::runtime::ContainerRuntime;
 use kube::runtime::events::{Event, EventType, Recorder};
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
 use std::path::PathBuf;
@@ -88,11 +86,11 @@ impl Settings {
     }
 }
 
-fn set<F: FnOnce(&mut UpgradeReport)>(rep: &Reporter<'_>, f: F) {
+fn set<R, F: FnOnce(&mut UpgradeReport)>(rep: &Reporter<'_, R>, f: F) {
     f(&mut rep.upgrade.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
-fn state_of(rep: &Reporter<'_>) -> UpgradeReport {
+fn state_of<R: ContainerRuntime>(rep: &Reporter<'_, R>) -> UpgradeReport {
     rep.upgrade
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -129,9 +127,9 @@ const CONFIRMATION_POLL: Duration = Duration::from_secs(60);
 /// (`requireConfirmation`), reporting WaitingConfirmation; true once
 /// confirmed (or never asked), false when the entry is removed or
 /// superseded meanwhile (the controller timed the node out, the job went).
-async fn confirmed(
-    deps: &Deps,
-    rep: &Reporter<'_>,
+async fn confirmed<R: ContainerRuntime>(
+    deps: &Deps<R>,
+    rep: &Reporter<'_, R>,
     key: &TagKey,
     version: i64,
     up: &TagUpgrade,
@@ -178,7 +176,12 @@ pub fn recorded(ni: &NodeImage, key: &TagKey, version: i64, state: UpgradeState)
 }
 
 /// Runs an upgrade entry to its end.
-pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<Settings>) {
+pub async fn run<R: ContainerRuntime>(
+    task: PullTask,
+    target: Target,
+    deps: Arc<Deps<R>>,
+    settings: Arc<Settings>,
+) {
     let Some(up) = target.upgrade.clone() else {
         return;
     };
@@ -212,8 +215,8 @@ pub async fn run(task: PullTask, target: Target, deps: Arc<Deps>, settings: Arc<
 /// Everything before the confirmation: a resumed entry's verdict, the
 /// switch, the node's version, the checks and the pull. The pulled image's
 /// id, or the verdict that ends the upgrade here.
-async fn prepare(
-    rep: &mut Reporter<'_>,
+async fn prepare<R: ContainerRuntime>(
+    rep: &mut Reporter<'_, R>,
     task: &PullTask,
     target: &Target,
     up: &TagUpgrade,
@@ -260,8 +263,8 @@ fn already_at(version: &str) -> Verdict {
 
 /// Pulls the upgrade's image through the pull path every tag takes (its
 /// checks ran before, in the Checking state); the image's id.
-async fn pull_image(
-    rep: &mut Reporter<'_>,
+async fn pull_image<R: ContainerRuntime>(
+    rep: &mut Reporter<'_, R>,
     task: &PullTask,
     target: &Target,
 ) -> Result<String, Verdict> {
@@ -280,7 +283,12 @@ async fn pull_image(
 
 /// Reports the end of the upgrade (a success means the node runs `target`)
 /// and records an event on the NodeImage.
-async fn finish(rep: &Reporter<'_>, v: Verdict, image_id: Option<String>, target: &str) {
+async fn finish<R: ContainerRuntime>(
+    rep: &Reporter<'_, R>,
+    v: Verdict,
+    image_id: Option<String>,
+    target: &str,
+) {
     set(rep, |u| {
         u.state = Some(v.state);
         if v.succeeded {

@@ -1,49 +1,22 @@
-//! Takes the upgrade tool out of the pulled image without running a
-//! container: from its layer blobs in containerd's content store, or, where
-//! the runtime discards those once unpacked, from the image's unpacked
-//! snapshot.
+//! Takes the upgrade tool out of the pulled image into the job's work
+//! directory, without running a container (the runtime reads it out:
+//! `ContainerRuntime::copy_from_image`), and makes it executable.
 
-use super::{Settings, content, extract, overlay, snapshot};
-use crate::cri::CriError;
+use super::Settings;
 use crate::deps::Deps;
+use crate::runtime::ContainerRuntime;
 use nodeimage_api::kruise::TagUpgrade;
 use nodeimage_api::reference::ImageRef;
 use std::path::{Path, PathBuf};
 
 /// Takes the tool out of the pulled image into the job's work directory;
 /// returns its path there.
-pub(super) async fn take_tool(
-    deps: &Deps,
+pub(super) async fn take_tool<R: ContainerRuntime>(
+    deps: &Deps<R>,
     s: &Settings,
     up: &TagUpgrade,
     image: &ImageRef,
 ) -> Result<PathBuf, String> {
-    let channel = deps.runtime.containerd().ok_or_else(|| {
-        "taking the upgrade tool out of the image needs containerd's content API; this daemon runs on CRI alone (--runtime-api)".to_string()
-    })?;
-    let reference = image.pull_ref();
-    let digest = match content::image_target(channel.clone(), &reference).await {
-        Ok(d) => d,
-        Err(e) => {
-            // The CRI image's repository digest names the same manifest.
-            let present = deps
-                .runtime
-                .image_status(&reference)
-                .await
-                .map_err(|c: CriError| c.to_string())?;
-            let name = image.name();
-            present
-                .and_then(|p| {
-                    p.repo_digests
-                        .iter()
-                        .find(|d| d.starts_with(&format!("{name}@")))
-                        .and_then(|d| d.split_once('@').map(|(_, d)| d.to_string()))
-                })
-                .ok_or(e)?
-        }
-    };
-    let img = content::image(channel.clone(), &digest).await?;
-    let missing = content::first_missing(channel.clone(), &img.layers).await?;
     let base = Path::new(&s.tool_path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -51,25 +24,10 @@ pub(super) async fn take_tool(
     let dir = s.job_dir(&up.job);
     let dest = dir.join(&base);
     let tmp = dir.join(format!(".{base}.partial"));
-    let found = match missing {
-        None => from_layers(channel, img.layers, &s.tool_path, &tmp).await,
-        Some(layer) => {
-            tracing::info!(image = %reference, layer = %layer, "a layer blob is not in containerd's content store (discarded once unpacked); reading the upgrade tool from the image's unpacked snapshot");
-            match snapshot::extract(channel, &s.node_name, &img.config, &s.tool_path, &tmp).await {
-                Ok(from) => {
-                    tracing::info!(image = %reference, snapshotter = %from.snapshotter, snapshot = %from.chain_id, dir = %from.dir.display(), "upgrade tool read from the image's unpacked snapshot");
-                    Ok(())
-                }
-                // The image lacks the tool: said as the layers would say it.
-                Err(e @ snapshot::SnapshotError::Lookup(overlay::LookupError::Image(_))) => {
-                    Err(e.to_string())
-                }
-                Err(e) => Err(format!(
-                    "layer {layer} is not in containerd's content store (the runtime discards layers once unpacked: discard_unpacked_layers = true), and the image's unpacked snapshot cannot be read: {e}"
-                )),
-            }
-        }
-    };
+    let found = deps
+        .runtime
+        .copy_from_image(&s.node_name, image, &s.tool_path, &tmp)
+        .await;
     if let Err(e) = found {
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(e);
@@ -81,36 +39,77 @@ pub(super) async fn take_tool(
     tokio::fs::rename(&tmp, &dest)
         .await
         .map_err(|e| format!("moving the tool to {}: {e}", dest.display()))?;
-    tracing::info!(tool = %dest.display(), image = %reference, "upgrade tool extracted");
+    tracing::info!(tool = %dest.display(), image = %image.pull_ref(), "upgrade tool extracted");
     Ok(dest)
 }
 
-/// Copies the tool out of the image's layer blobs (top one first) to `tmp`.
-async fn from_layers(
-    channel: tonic::transport::Channel,
-    layers: Vec<String>,
-    tool_path: &str,
-    tmp: &Path,
-) -> Result<(), String> {
-    let (tool_path, tmp) = (tool_path.to_string(), tmp.to_path_buf());
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let _enter = handle.enter();
-        let mut out =
-            std::fs::File::create(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
-        extract::find(
-            layers.len(),
-            |i| {
-                Ok(Box::new(content::blob_reader(channel.clone(), &layers[i]))
-                    as Box<dyn std::io::Read>)
-            },
-            &tool_path,
-            &mut out,
-        )
-        .map_err(|e| e.to_string())?;
-        out.sync_all()
-            .map_err(|e| format!("writing {}: {e}", tmp.display()))
-    })
-    .await
-    .map_err(|e| format!("extraction task: {e}"))?
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::{Call, FakeRuntime};
+    use std::os::unix::fs::PermissionsExt;
+
+    const IMAGE: &str = "127.0.0.1:5000/keadm:v1.2.0";
+
+    fn settings(work_dir: &Path) -> Settings {
+        Settings {
+            enabled: true,
+            tool_path: "usr/local/bin/keadm".into(),
+            work_dir: work_dir.to_path_buf(),
+            version_source: super::super::version::VersionSource::Kubelet,
+            exec_prefix: vec![],
+            node_name: "n1".into(),
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The tool comes out of the image through the seam into the job's
+    /// directory, executable; a tool the image lacks, or a runtime that
+    /// cannot read images (CRI alone), fails with the runtime's reason and
+    /// leaves no partial file behind.
+    #[tokio::test]
+    async fn the_tool_is_read_out_of_the_image_through_the_seam() {
+        let dir = std::env::temp_dir().join(format!("ni-take-{}", std::process::id()));
+        let s = settings(&dir);
+        let up = TagUpgrade {
+            version: "v1.2.0".into(),
+            job: "up".into(),
+            await_confirmation: false,
+        };
+        let image = ImageRef::parse(IMAGE).expect("a reference");
+        tokio::fs::create_dir_all(s.job_dir("up"))
+            .await
+            .expect("the job's directory");
+
+        let rt = FakeRuntime::default();
+        rt.present(IMAGE)
+            .file(IMAGE, "usr/local/bin/keadm", b"#!/bin/sh\n");
+        let deps = Deps::for_tests(rt.clone(), 1);
+        let tool = take_tool(&deps, &s, &up, &image).await.expect("the tool");
+        assert_eq!(tool, s.job_dir("up").join("keadm"));
+        let meta = std::fs::metadata(&tool).expect("the tool's file");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o755);
+        assert_eq!(std::fs::read(&tool).expect("read"), b"#!/bin/sh\n");
+        let copied = Call::CopyFromImage(IMAGE.into(), "usr/local/bin/keadm".into());
+        assert!(rt.calls().contains(&copied), "{:?}", rt.calls());
+
+        let partial = s.job_dir("up").join(".keadm.partial");
+        let lacking = FakeRuntime::default();
+        lacking.present(IMAGE);
+        let deps = Deps::for_tests(lacking, 1);
+        let err = take_tool(&deps, &s, &up, &image)
+            .await
+            .expect_err("no tool");
+        assert!(err.contains("not found in the image"), "{err}");
+        assert!(!partial.exists());
+
+        let cri = FakeRuntime::default();
+        cri.present(IMAGE).cri_only();
+        let deps = Deps::for_tests(cri, 1);
+        let err = take_tool(&deps, &s, &up, &image)
+            .await
+            .expect_err("CRI alone");
+        assert!(err.contains("CRI alone"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

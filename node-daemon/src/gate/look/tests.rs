@@ -1,5 +1,5 @@
 use super::*;
-use crate::cri::CriError;
+use crate::runtime::RuntimeError;
 use crate::runtime::fake::FakeRuntime;
 use nodeimage_api::gate::DEFAULT_TAINT_KEY;
 use std::collections::VecDeque;
@@ -80,7 +80,7 @@ async fn waits_for_every_image_and_asks_the_runtime_for_each() {
     );
     // A runtime that cannot answer counts the image as missing.
     rt.present(B);
-    rt.statuses([CriError::Unavailable("down".into())]);
+    rt.statuses([RuntimeError::Unavailable("down".into())]);
     let got = look(&rt, &node, &note(&[A, B])).await.expect("a look");
     assert_eq!(got, Outcome::Waiting(vec![A.into()]));
 }

@@ -14,13 +14,16 @@ const NAME: &str = "127.0.0.1:5000/app";
 
 fn unavailable() -> Answer {
     Answer::Err(
-        CriError::Unavailable("connection refused".into()),
+        RuntimeError::Unavailable("connection refused".into()),
         Duration::ZERO,
     )
 }
 
 fn refused() -> Answer {
-    Answer::Err(CriError::Other("manifest unknown".into()), Duration::ZERO)
+    Answer::Err(
+        RuntimeError::Other("manifest unknown".into()),
+        Duration::ZERO,
+    )
 }
 
 fn ok() -> Answer {
@@ -207,20 +210,20 @@ async fn attempts_follow_the_runtimes_answers() {
 #[tokio::test(start_paused = true)]
 async fn if_not_present_asks_the_runtime_first() {
     // (name, present, image_status errors, want, pulls)
-    let cases: [(&str, bool, Vec<CriError>, &str, usize); 4] = [
+    let cases: [(&str, bool, Vec<RuntimeError>, &str, usize); 4] = [
         ("a present image is not pulled", true, vec![], "present", 0),
         ("an absent image is pulled", false, vec![], "pulled", 1),
         (
             "an unavailable runtime is waited for",
             true,
-            vec![CriError::Unavailable("down".into())],
+            vec![RuntimeError::Unavailable("down".into())],
             "present",
             0,
         ),
         (
             "another failure fails the tag",
             true,
-            vec![CriError::Other("boom".into())],
+            vec![RuntimeError::Other("boom".into())],
             "error",
             0,
         ),
@@ -404,7 +407,7 @@ async fn a_refused_credential_moves_on_to_the_next() {
         username: "a".into(),
         password: "p".into(),
     };
-    let unauthorized = || Answer::Err(CriError::Unauthorized("401".into()), Duration::ZERO);
+    let unauthorized = || Answer::Err(RuntimeError::Unauthorized("401".into()), Duration::ZERO);
     // (name, answers, want, says, users tried in order)
     let cases: [(&str, Vec<Answer>, &str, &str, Vec<Option<&str>>); 3] = [
         (

@@ -12,7 +12,7 @@ const REGISTRY: &str = "127.0.0.1:5000";
 const SAID_429: &str = "failed to pull and unpack image \"127.0.0.1:5000/app:v1\": failed to resolve reference \"127.0.0.1:5000/app:v1\": unexpected status from HEAD request to http://127.0.0.1:5000/v2/app/manifests/v1: 429 Too Many Requests";
 
 fn limited() -> Answer {
-    Answer::Err(CriError::RateLimited(SAID_429.into()), Duration::ZERO)
+    Answer::Err(RuntimeError::RateLimited(SAID_429.into()), Duration::ZERO)
 }
 
 /// The wait of the `round`-th 429 in a row on node n1 (the tests' node).
@@ -144,7 +144,7 @@ async fn the_waiting_tag_says_exactly_the_rate_limited_message() {
     for (said, words) in table {
         let rt = FakeRuntime::default();
         rt.pulls([Answer::Err(
-            CriError::RateLimited(said.into()),
+            RuntimeError::RateLimited(said.into()),
             Duration::ZERO,
         )]);
         let deps = deps(rt.clone(), 1);

@@ -1,14 +1,21 @@
 //! The pins in containerd's own API: the image record's labels in the
 //! namespace kubelet uses (k8s.io), read and written only here.
 
-use super::{CALL_TIMEOUT, OWNER_LABEL, PIN_LABEL, PIN_VALUE};
-use crate::cri::namespaced;
+use super::cri::namespaced;
+use crate::pins::CALL_TIMEOUT;
 use containerd_client::services::v1::images_client::ImagesClient;
 use containerd_client::services::v1::{
     GetImageRequest, Image, ListImagesRequest, UpdateImageRequest,
 };
 use std::collections::BTreeSet;
 use tonic::transport::Channel;
+
+/// containerd's pin label: CRI reports the image `pinned`, kubelet keeps it.
+pub const PIN_LABEL: &str = "io.cri-containerd.pinned";
+/// The pin label's value.
+pub const PIN_VALUE: &str = "pinned";
+/// Marks the pins this node's daemon made (value: the node name).
+pub const OWNER_LABEL: &str = "nodeimage.dev/pinned-by";
 
 /// The images this node's daemon pinned.
 pub(crate) async fn list_ours(

@@ -9,8 +9,8 @@
 //! view's directories as overlayfs would merge them ([`super::overlay`])
 //! without mounting anything, then removes the view and the lease.
 
+use super::cri::namespaced;
 use super::overlay::{self, HostLayers, LookupError, MountError, OpaqueXattr};
-use crate::cri::namespaced;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::leases_client::LeasesClient;
 use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;

@@ -2,6 +2,7 @@
 //! (the path kubelet pulls through, so kubelet finds what we pull) and the
 //! runtime version for readiness.
 
+use crate::runtime::{Image, RuntimeError};
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
@@ -16,62 +17,6 @@ use tonic::transport::{Channel, Endpoint};
 
 /// Annotation on every pull, so runtime logs and audits show who pulled.
 pub const PULLED_BY_ANNOTATION: &str = "nodeimage.dev/pulled-by";
-
-/// A failed runtime call, classified by what the caller should do about it.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CriError {
-    /// The runtime cannot be reached: wait and retry, do not count an attempt.
-    #[error("containerd is unavailable: {0}")]
-    Unavailable(String),
-    /// The registry refused our credentials (or lack of them). Said first
-    /// in the same words on every runtime (containerd 1.6 writes `401
-    /// Unauthorized`, 1.7 and 2.x `authorization failed: no basic auth
-    /// credentials`), the runtime's own words after.
-    #[error("unauthorized: {0}")]
-    Unauthorized(String),
-    /// The image or tag does not exist (same rule as `Unauthorized`).
-    #[error("not found: {0}")]
-    NotFound(String),
-    /// The registry rate-limited the pull (HTTP 429, `toomanyrequests`):
-    /// wait for it, do not count an attempt (`ratelimit`).
-    #[error("rate limited: {0}")]
-    RateLimited(String),
-    /// Any other failure, with the runtime's message.
-    #[error("{0}")]
-    Other(String),
-}
-
-impl CriError {
-    fn from_status(s: &tonic::Status) -> Self {
-        let msg = s.message().to_string();
-        let lower = msg.to_ascii_lowercase();
-        match s.code() {
-            tonic::Code::Unavailable => CriError::Unavailable(msg),
-            _ if crate::ratelimit::says_rate_limited(&msg) => CriError::RateLimited(msg),
-            tonic::Code::NotFound => CriError::NotFound(msg),
-            _ if lower.contains("401 unauthorized")
-                || lower.contains("403 forbidden")
-                || lower.contains("unauthorized")
-                || lower.contains("authorization failed") =>
-            {
-                CriError::Unauthorized(msg)
-            }
-            _ if lower.contains("not found") => CriError::NotFound(msg),
-            _ => CriError::Other(msg),
-        }
-    }
-
-    /// Short label for metrics and logs.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            CriError::Unavailable(_) => "unavailable",
-            CriError::Unauthorized(_) => "unauthorized",
-            CriError::NotFound(_) => "not_found",
-            CriError::RateLimited(_) => "rate_limited",
-            CriError::Other(_) => "error",
-        }
-    }
-}
 
 /// Which API of the runtime socket the daemon may use besides CRI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -96,10 +41,10 @@ pub struct Runtime {
 impl Runtime {
     /// Prepares a channel to `socket`; nothing is dialled until first use.
     /// With [`RuntimeApi::Cri`] nothing but CRI is ever called on it.
-    pub fn new(socket: &Path, api: RuntimeApi) -> Result<Self, CriError> {
+    pub fn new(socket: &Path, api: RuntimeApi) -> Result<Self, RuntimeError> {
         let path = socket.to_path_buf();
         let endpoint = Endpoint::try_from("http://[::]:50051")
-            .map_err(|e| CriError::Other(format!("endpoint: {e}")))?
+            .map_err(|e| RuntimeError::Other(format!("endpoint: {e}")))?
             .connect_timeout(Duration::from_secs(5));
         let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
             let p = path.clone();
@@ -138,25 +83,25 @@ impl Runtime {
     }
 
     /// Runtime name and version; proves the runtime answers CRI.
-    pub async fn version(&self) -> Result<String, CriError> {
+    pub async fn version(&self) -> Result<String, RuntimeError> {
         let (name, version) = self.name_and_version().await?;
         Ok(format!("{name} {version}"))
     }
 
     /// CRI `runtime_name` and `runtime_version`.
-    pub async fn name_and_version(&self) -> Result<(String, String), CriError> {
+    pub async fn name_and_version(&self) -> Result<(String, String), RuntimeError> {
         let r = RuntimeServiceClient::new(self.channel.clone())
             .version(VersionRequest {
                 version: "v1".into(),
             })
             .await
-            .map_err(|s| classify_transport(&s))?
+            .map_err(|s| classify(&s))?
             .into_inner();
         Ok((r.runtime_name, r.runtime_version))
     }
 
     /// The image's ID and repository digests if present on the node.
-    pub async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, CriError> {
+    pub async fn image_status(&self, image: &str) -> Result<Option<Image>, RuntimeError> {
         let r = self
             .images()
             .image_status(ImageStatusRequest {
@@ -164,9 +109,9 @@ impl Runtime {
                 verbose: false,
             })
             .await
-            .map_err(|s| classify_transport(&s))?
+            .map_err(|s| classify(&s))?
             .into_inner();
-        Ok(r.image.map(|i| PresentImage {
+        Ok(r.image.map(|i| Image {
             id: i.id,
             repo_digests: i.repo_digests,
             size: i.size,
@@ -181,7 +126,7 @@ impl Runtime {
         auth: Option<AuthConfig>,
         labels: std::collections::BTreeMap<String, String>,
         mut annotations: std::collections::BTreeMap<String, String>,
-    ) -> Result<String, CriError> {
+    ) -> Result<String, RuntimeError> {
         annotations.insert(PULLED_BY_ANNOTATION.into(), "nodeimage-daemon".into());
         let sandbox = PodSandboxConfig {
             metadata: Some(PodSandboxMetadata {
@@ -201,18 +146,18 @@ impl Runtime {
                 sandbox_config: Some(sandbox),
             })
             .await
-            .map_err(|s| classify_transport(&s))?
+            .map_err(|s| classify(&s))?
             .into_inner();
         Ok(r.image_ref)
     }
 
     /// Mount point of the filesystem that holds images, and its used bytes.
-    pub async fn image_fs(&self) -> Result<Vec<(String, u64)>, CriError> {
+    pub async fn image_fs(&self) -> Result<Vec<(String, u64)>, RuntimeError> {
         let r = self
             .images()
             .image_fs_info(ImageFsInfoRequest {})
             .await
-            .map_err(|s| classify_transport(&s))?
+            .map_err(|s| classify(&s))?
             .into_inner();
         Ok(r.image_filesystems
             .into_iter()
@@ -234,12 +179,32 @@ fn image_spec(image: &str) -> Option<ImageSpec> {
     })
 }
 
+/// A status the runtime answered with, classified.
+fn from_status(s: &tonic::Status) -> RuntimeError {
+    let msg = s.message().to_string();
+    let lower = msg.to_ascii_lowercase();
+    match s.code() {
+        tonic::Code::Unavailable => RuntimeError::Unavailable(msg),
+        _ if crate::ratelimit::says_rate_limited(&msg) => RuntimeError::RateLimited(msg),
+        tonic::Code::NotFound => RuntimeError::NotFound(msg),
+        _ if lower.contains("401 unauthorized")
+            || lower.contains("403 forbidden")
+            || lower.contains("unauthorized")
+            || lower.contains("authorization failed") =>
+        {
+            RuntimeError::Unauthorized(msg)
+        }
+        _ if lower.contains("not found") => RuntimeError::NotFound(msg),
+        _ => RuntimeError::Other(msg),
+    }
+}
+
 /// Socket-level failures (connection refused, socket missing) surface as
 /// `Unknown`/`Unavailable` with a transport message; treat them as unavailable.
 /// Only statuses made on our side (tonic attaches the transport error as
 /// their source) count: the same words in a message containerd sent, such as
 /// a registry refusing connections, are a failed pull, not a runtime outage.
-fn classify_transport(s: &tonic::Status) -> CriError {
+pub fn classify(s: &tonic::Status) -> RuntimeError {
     let m = s.message().to_ascii_lowercase();
     let local = std::error::Error::source(s).is_some();
     if local
@@ -248,36 +213,9 @@ fn classify_transport(s: &tonic::Status) -> CriError {
             || m.contains("no such file")
             || m.contains("error trying to connect"))
     {
-        CriError::Unavailable(s.message().to_string())
+        RuntimeError::Unavailable(s.message().to_string())
     } else {
-        CriError::from_status(s)
-    }
-}
-
-/// An image present on the node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PresentImage {
-    /// The runtime's image ID (config digest).
-    pub id: String,
-    /// `name@sha256:…` entries naming the manifest it came from.
-    pub repo_digests: Vec<String>,
-    /// Size in bytes.
-    pub size: u64,
-    /// Whether the runtime reports it pinned (kubelet's GC skips it).
-    pub pinned: bool,
-}
-
-impl PresentImage {
-    /// The repository digest for `name` (`host/repo`), else the first one,
-    /// else `name@<image id>`.
-    pub fn repo_digest_for(&self, name: &str) -> String {
-        let prefix = format!("{name}@");
-        self.repo_digests
-            .iter()
-            .find(|d| d.starts_with(&prefix))
-            .or_else(|| self.repo_digests.first())
-            .cloned()
-            .unwrap_or_else(|| format!("{name}@{}", self.id))
+        from_status(s)
     }
 }
 
@@ -345,7 +283,7 @@ mod tests {
             ),
         ];
         for (status, want) in cases {
-            assert_eq!(classify_transport(&status).reason(), want, "{status:?}");
+            assert_eq!(classify(&status).reason(), want, "{status:?}");
         }
     }
 
@@ -359,32 +297,15 @@ mod tests {
             "failed to pull and unpack image \"h/x:v1\": failed to resolve reference \"h/x:v1\": failed to authorize: failed to fetch anonymous token: authorization failed: no basic auth credentials",
         ];
         for m in refused {
-            let e = classify_transport(&tonic::Status::unknown(m));
+            let e = classify(&tonic::Status::unknown(m));
             assert_eq!(e.to_string(), format!("unauthorized: {m}"));
         }
         let missing = [
             "failed to pull and unpack image \"h/x:v9\": failed to resolve reference \"h/x:v9\": h/x:v9: not found",
         ];
         for m in missing {
-            let e = classify_transport(&tonic::Status::unknown(m));
+            let e = classify(&tonic::Status::unknown(m));
             assert_eq!(e.to_string(), format!("not found: {m}"));
         }
-    }
-
-    #[test]
-    fn picks_the_repo_digest_of_the_pulled_name() {
-        let img = PresentImage {
-            id: "sha256:cfg".into(),
-            repo_digests: vec!["a/x@sha256:1".into(), "b/y@sha256:2".into()],
-            size: 1,
-            pinned: false,
-        };
-        assert_eq!(img.repo_digest_for("b/y"), "b/y@sha256:2");
-        assert_eq!(img.repo_digest_for("c/z"), "a/x@sha256:1");
-        let bare = PresentImage {
-            repo_digests: vec![],
-            ..img
-        };
-        assert_eq!(bare.repo_digest_for("c/z"), "c/z@sha256:cfg");
     }
 }

@@ -5,7 +5,7 @@
 //! Before that, and only when this is the only pull on the node, the active
 //! ingests are summed.
 
-use crate::cri::namespaced;
+use super::cri::namespaced;
 use crate::runtime::PullProbe;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::{

@@ -4,7 +4,7 @@
 //! and those blobs as blocking readers for the extraction, which runs on a
 //! blocking thread.
 
-use crate::cri::namespaced;
+use super::cri::namespaced;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::images_client::ImagesClient;
 use containerd_client::services::v1::{GetImageRequest, InfoRequest, ReadContentRequest};

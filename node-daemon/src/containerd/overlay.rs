@@ -8,7 +8,7 @@
 //! with the directories of the same path below, anything else hides them.
 //! Symbolic links are resolved inside the image, never on the host.
 
-use super::extract::{ExtractError, normalize};
+use crate::upgrade::extract::{ExtractError, normalize};
 use containerd_client::types::Mount;
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
