@@ -5,6 +5,7 @@
 use super::plan::{self, Inputs, PodInfo};
 use crate::cluster::tagwrites;
 use crate::cluster::watch::Synced;
+use crate::engine::followtag;
 use crate::engine::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
 use crate::engine::pullsecrets;
 use crate::engine::registrypace::PacedJob;
@@ -40,6 +41,8 @@ pub struct State {
     pub pods_synced: Synced,
     /// Every ImagePullJob (the controller's own cache).
     pub jobs: Store<ImagePullJob>,
+    /// Followed tags: the lookups' memory and the registry client.
+    pub follow: followtag::FollowTags,
 }
 
 /// Keeps only what node selection and pre-download read of a pod: its
@@ -142,6 +145,7 @@ impl JobReconciler for State {
             .flatten();
         let pods = self.pods_of(&job);
         let now = Utc::now();
+        let (followed, follow_next) = self.follow_tag(&job, now).await;
         // The snapshot goes before any write is awaited: held, it would keep
         // each NodeImage as it was here alive while the cache moves on (a
         // hundred jobs waiting on writes held that many generations).
@@ -160,12 +164,17 @@ impl JobReconciler for State {
                     refused_secrets: refused,
                     gate_refusal: gate_refusal.clone(),
                     registry_cap,
+                    follow: plan::Follow {
+                        on: followed.following,
+                        pull_again_before: followed.pull_again_before,
+                    },
                     now,
                 })
             },
         );
         let (mut p, look_again, events) = paced.split(plan::Plan::look_again);
         p.events.extend(events);
+        p.events.extend(followed.events.iter().cloned());
         let requests: Vec<_> = p.request.iter().cloned().collect();
         jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now)
             .await
@@ -177,6 +186,15 @@ impl JobReconciler for State {
             None
         };
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
+        if let Some(body) = followtag::annotations_patch(&followed) {
+            let params = kube::api::PatchParams::default();
+            api.patch(&job.name_any(), &params, &kube::api::Patch::Merge(&body))
+                .await
+                .map_err(api_err(format!(
+                    "writing follow-tag annotations of {}",
+                    key_path(&job)
+                )))?;
+        }
         if p.events.iter().any(|e| e.reason == plan::GATE_REFUSED) {
             tracing::warn!(job = %key, reason = gate_refusal.as_deref().unwrap_or_default(), "start-up gate mark ignored");
             ctx.metrics.startup_gate_refused("ImagePullJob");
@@ -201,11 +219,45 @@ impl JobReconciler for State {
                 .map_err(api_err(format!("deleting {}", key_path(&job))))?;
             return Ok(Action::await_change());
         }
+        let look_again = match (look_again, follow_next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Ok(jobshell::after_success(look_again))
     }
 }
 
 impl State {
+    /// What following its tag means for `job` now (nothing without the
+    /// annotation); when its next lookup is due.
+    async fn follow_tag(
+        &self,
+        job: &ImagePullJob,
+        now: chrono::DateTime<Utc>,
+    ) -> (followtag::Verdict, Option<std::time::Duration>) {
+        let ns = job.namespace().unwrap_or_default();
+        let completed = job
+            .status
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some());
+        let secrets = job
+            .spec
+            .template
+            .pull_secrets
+            .as_deref()
+            .unwrap_or_default();
+        let follows = followtag::Job {
+            namespace: &ns,
+            annotations: job.annotations(),
+            image: &job.spec.image,
+            pull_secrets: secrets,
+            completed,
+        };
+        self.follow
+            .follow(&self.shared.ctx.client, follows, now)
+            .await
+    }
+
     /// The pods of the job's namespace, as the plan reads them (only for
     /// podSelector jobs).
     fn pods_of(&self, job: &ImagePullJob) -> Vec<PodInfo> {
