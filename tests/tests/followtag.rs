@@ -78,7 +78,10 @@ fn logged_at(line: &str) -> i64 {
 /// `image`'s digest as its imageID; returns when.
 fn wait_nodes_hold(c: &Cluster, image: &PushedImage, nodes: &[String], timeout: Duration) {
     kruise::eventually(
-        &format!("{nodes:?} to report {} for {}:stable", image.digest, image.name),
+        &format!(
+            "{nodes:?} to report {} for {}:stable",
+            image.digest, image.name
+        ),
         timeout,
         || {
             let all = kruise::nodeimages(c);
@@ -97,16 +100,20 @@ fn wait_nodes_hold(c: &Cluster, image: &PushedImage, nodes: &[String], timeout: 
 
 fn annotation(c: &Cluster, ns: &str, name: &str, key: &str) -> Option<String> {
     let j = kruise::get(c, IPJ, Some(ns), name)?;
-    j["metadata"]["annotations"][key].as_str().map(str::to_string)
+    j["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
 }
 
 fn wait_annotation(c: &Cluster, ns: &str, name: &str, key: &str, want: &str, timeout: Duration) {
-    kruise::eventually(&format!("{ns}/{name} {key}={want}"), timeout, || {
-        match annotation(c, ns, name, key) {
+    kruise::eventually(
+        &format!("{ns}/{name} {key}={want}"),
+        timeout,
+        || match annotation(c, ns, name, key) {
             Some(v) if v == want => Ok(()),
             other => Err(format!("{other:?}")),
-        }
-    })
+        },
+    )
 }
 
 fn wait_event(c: &Cluster, ns: &str, name: &str, reason: &str, timeout: Duration) -> String {
@@ -147,7 +154,14 @@ fn a_moved_tag_is_pulled_again_everywhere_with_one_lookup_per_interval() {
     kruise::create(&c, &job(&ns_b.name, "one", &reference, "1m", &nodes[..1]));
     wait_nodes_hold(&c, &first, &nodes, Duration::from_secs(120));
     for (ns, name) in [(&ns_a.name, "all"), (&ns_b.name, "one")] {
-        wait_annotation(&c, ns, name, FOLLOWED_DIGEST, &first.digest, Duration::from_secs(30));
+        wait_annotation(
+            &c,
+            ns,
+            name,
+            FOLLOWED_DIGEST,
+            &first.digest,
+            Duration::from_secs(30),
+        );
         let said = wait_event(&c, ns, name, "TagFollowed", Duration::from_secs(30));
         assert!(said.contains(&first.digest), "{said}");
     }
@@ -165,7 +179,14 @@ fn a_moved_tag_is_pulled_again_everywhere_with_one_lookup_per_interval() {
     wait_nodes_hold(&c, &second, &nodes, bound);
     let took = moved.elapsed();
     for (ns, name) in [(&ns_a.name, "all"), (&ns_b.name, "one")] {
-        wait_annotation(&c, ns, name, FOLLOWED_DIGEST, &second.digest, Duration::from_secs(10));
+        wait_annotation(
+            &c,
+            ns,
+            name,
+            FOLLOWED_DIGEST,
+            &second.digest,
+            Duration::from_secs(10),
+        );
         let said = wait_event(&c, ns, name, "TagMoved", Duration::from_secs(10));
         assert!(
             said.contains(&first.digest) && said.contains(&second.digest),
@@ -177,7 +198,13 @@ fn a_moved_tag_is_pulled_again_everywhere_with_one_lookup_per_interval() {
 
     // Stop the registry: the next lookup fails, said as a Warning.
     reg.stop();
-    let failed = wait_event(&c, &ns_a.name, "all", "TagLookupFailed", INTERVAL + Duration::from_secs(30));
+    let failed = wait_event(
+        &c,
+        &ns_a.name,
+        "all",
+        "TagLookupFailed",
+        INTERVAL + Duration::from_secs(30),
+    );
     assert!(failed.contains(&repo), "{failed}");
     assert_eq!(
         annotation(&c, &ns_a.name, "all", FOLLOWED_DIGEST).as_deref(),
@@ -227,11 +254,30 @@ fn refused_annotations_are_said_and_the_job_goes_on() {
         kruise::create(&c, &job(&ns.name, name, reference, every, &node));
     }
     for (name, _, _, word) in &cases {
-        let said = wait_event(&c, &ns.name, name, "FollowTagRefused", Duration::from_secs(60));
-        assert!(said.contains(FOLLOW_TAG) && said.contains(word), "{name}: {said}");
-        kruise::wait_job(&c, IPJ, &ns.name, name, "succeeded=1", Duration::from_secs(120), |j| {
-            count(j, "succeeded") == 1
-        });
-        assert_eq!(annotation(&c, &ns.name, name, FOLLOWED_DIGEST), None, "{name}");
+        let said = wait_event(
+            &c,
+            &ns.name,
+            name,
+            "FollowTagRefused",
+            Duration::from_secs(60),
+        );
+        assert!(
+            said.contains(FOLLOW_TAG) && said.contains(word),
+            "{name}: {said}"
+        );
+        kruise::wait_job(
+            &c,
+            IPJ,
+            &ns.name,
+            name,
+            "succeeded=1",
+            Duration::from_secs(120),
+            |j| count(j, "succeeded") == 1,
+        );
+        assert_eq!(
+            annotation(&c, &ns.name, name, FOLLOWED_DIGEST),
+            None,
+            "{name}"
+        );
     }
 }

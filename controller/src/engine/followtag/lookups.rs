@@ -21,6 +21,8 @@ struct Record {
     attempted: DateTime<Utc>,
     /// The digest last found.
     digest: Option<String>,
+    /// Why the last lookup failed (None: it found the digest).
+    failure: Option<String>,
     /// The shortest interval of the jobs that read it.
     interval: Duration,
     /// When a job last read it.
@@ -34,6 +36,9 @@ pub struct Claim {
     pub look_up: bool,
     /// The digest last found, by any job.
     pub digest: Option<String>,
+    /// Why the last lookup failed, if it did (every job following the tag
+    /// says so, not only the one that looked up).
+    pub failure: Option<String>,
     /// When the next lookup is due for this job.
     pub next: Duration,
 }
@@ -68,6 +73,7 @@ impl Lookups {
         let r = records.entry(key.to_string()).or_insert(Record {
             attempted: DateTime::<Utc>::MIN_UTC,
             digest: None,
+            failure: None,
             interval,
             read: now,
         });
@@ -80,12 +86,14 @@ impl Lookups {
                 Claim {
                     look_up: true,
                     digest: r.digest.clone(),
+                    failure: r.failure.clone(),
                     next: interval,
                 }
             }
             Err(wait) => Claim {
                 look_up: false,
                 digest: r.digest.clone(),
+                failure: r.failure.clone(),
                 next: wait,
             },
         }
@@ -96,6 +104,15 @@ impl Lookups {
         let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = records.get_mut(key) {
             r.digest = Some(digest.to_string());
+            r.failure = None;
+        }
+    }
+
+    /// Records why a lookup of `key` failed (the digest found before stays).
+    pub fn failed(&self, key: &str, why: &str) {
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = records.get_mut(key) {
+            r.failure = Some(why.to_string());
         }
     }
 
@@ -161,6 +178,17 @@ mod tests {
             (other.look_up, other.digest.as_deref()),
             (false, Some("sha256:1"))
         );
+        // A failure is told to every job, the digest kept; a success clears it.
+        assert!(l.claim(&k, MIN, at(60)).look_up);
+        l.failed(&k, "HTTP 429");
+        let other = l.claim(&k, MIN, at(61));
+        assert_eq!(
+            (other.digest.as_deref(), other.failure.as_deref()),
+            (Some("sha256:1"), Some("HTTP 429"))
+        );
+        assert!(l.claim(&k, MIN, at(120)).look_up);
+        l.found(&k, "sha256:2");
+        assert_eq!(l.claim(&k, MIN, at(121)).failure, None);
     }
 
     #[test]

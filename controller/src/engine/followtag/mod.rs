@@ -69,15 +69,18 @@ impl FollowTags {
             let claim = self.lookups.claim(&key, *interval, now);
             next = Some(claim.next);
             seen.digest = claim.digest;
+            seen.failure = claim.failure;
             if claim.look_up {
                 match self.look_up(client, &job, image).await {
                     Ok(digest) => {
                         tracing::info!(tag = %image.pull_ref(), %digest, "followed tag looked up");
                         self.lookups.found(&key, &digest);
                         seen.digest = Some(digest);
+                        seen.failure = None;
                     }
                     Err(why) => {
                         tracing::warn!(tag = %image.pull_ref(), error = %why, "followed tag lookup failed");
+                        self.lookups.failed(&key, &why);
                         seen.failure = Some(why);
                     }
                 }

@@ -94,7 +94,7 @@ pub struct Seen {
     /// The tag's digest at the last successful lookup of anyone's (None:
     /// not known yet).
     pub digest: Option<String>,
-    /// This round's own lookup failed: why.
+    /// The last lookup (this job's or another's) failed: why.
     pub failure: Option<String>,
 }
 
