@@ -76,6 +76,15 @@ pub struct Follow {
     pub pull_again_before: Option<DateTime<Utc>>,
 }
 
+impl From<&crate::engine::followtag::Verdict> for Follow {
+    fn from(v: &crate::engine::followtag::Verdict) -> Self {
+        Follow {
+            on: v.following,
+            pull_again_before: v.pull_again_before,
+        }
+    }
+}
+
 /// What to do.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {

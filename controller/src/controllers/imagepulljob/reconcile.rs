@@ -17,6 +17,9 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use nodeimage_api::ImagePullJob;
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::runtime::context::Context;
 
 /// Finalizer that lets a deleted job take its entries and secrets back.
 pub const FINALIZER: &str = "nodeimage.dev/imagepulljob-cleanup";
@@ -164,17 +167,13 @@ impl JobReconciler for State {
                     refused_secrets: refused,
                     gate_refusal: gate_refusal.clone(),
                     registry_cap,
-                    follow: plan::Follow {
-                        on: followed.following,
-                        pull_again_before: followed.pull_again_before,
-                    },
+                    follow: plan::Follow::from(&followed),
                     now,
                 })
             },
         );
         let (mut p, look_again, events) = paced.split(plan::Plan::look_again);
         p.events.extend(events);
-        p.events.extend(followed.events.iter().cloned());
         let requests: Vec<_> = p.request.iter().cloned().collect();
         jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now)
             .await
@@ -186,19 +185,7 @@ impl JobReconciler for State {
             None
         };
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
-        if let Some(body) = followtag::annotations_patch(&followed) {
-            let params = kube::api::PatchParams::default();
-            api.patch(&job.name_any(), &params, &kube::api::Patch::Merge(&body))
-                .await
-                .map_err(api_err(format!(
-                    "writing follow-tag annotations of {}",
-                    key_path(&job)
-                )))?;
-        }
-        if p.events.iter().any(|e| e.reason == plan::GATE_REFUSED) {
-            tracing::warn!(job = %key, reason = gate_refusal.as_deref().unwrap_or_default(), "start-up gate mark ignored");
-            ctx.metrics.startup_gate_refused("ImagePullJob");
-        }
+        note_gate_refusal(ctx, &key, &p, gate_refusal.as_deref());
         if p.completed_now {
             let status = &p.status;
             tracing::info!(job = %key, succeeded = status.succeeded, failed = status.failed, "job completed");
@@ -211,6 +198,7 @@ impl JobReconciler for State {
             let latest = written.as_ref().unwrap_or(job.as_ref());
             tagwrites::edit_finalizers(&api, latest, None, Self::UPSTREAM_FINALIZERS).await?;
         }
+        self.write_followed(&api, &job, &followed).await?;
         if p.delete {
             let name = job.name_any();
             tracing::info!(job = %key, "deleting job: ttlSecondsAfterFinished passed");
@@ -219,22 +207,55 @@ impl JobReconciler for State {
                 .map_err(api_err(format!("deleting {}", key_path(&job))))?;
             return Ok(Action::await_change());
         }
-        let look_again = match (look_again, follow_next) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Ok(jobshell::after_success(look_again))
+        Ok(jobshell::after_success(earliest(look_again, follow_next)))
+    }
+}
+
+/// Logs and counts a start-up gate mark the plan ignored.
+fn note_gate_refusal(ctx: &Context, key: &str, p: &plan::Plan, why: Option<&str>) {
+    if p.events.iter().any(|e| e.reason == plan::GATE_REFUSED) {
+        tracing::warn!(job = %key, reason = why.unwrap_or_default(), "start-up gate mark ignored");
+        ctx.metrics.startup_gate_refused("ImagePullJob");
+    }
+}
+
+/// The earlier of two due times (None: not due).
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
 impl State {
+    /// Publishes what following the tag says and writes the job's
+    /// follow-tag annotations when they change: after the finalizer edit,
+    /// whose write is guarded by the version the reconcile read.
+    async fn write_followed(
+        &self,
+        api: &Api<ImagePullJob>,
+        job: &ImagePullJob,
+        followed: &followtag::Verdict,
+    ) -> Result<(), Error> {
+        jobshell::publish(&self.shared.ctx, job, &followed.events).await;
+        let Some(body) = followtag::annotations_patch(followed) else {
+            return Ok(());
+        };
+        let params = kube::api::PatchParams::default();
+        let what = format!("writing follow-tag annotations of {}", key_path(job));
+        api.patch(&job.name_any(), &params, &kube::api::Patch::Merge(&body))
+            .await
+            .map_err(api_err(what))?;
+        Ok(())
+    }
+
     /// What following its tag means for `job` now (nothing without the
     /// annotation); when its next lookup is due.
     async fn follow_tag(
         &self,
         job: &ImagePullJob,
         now: chrono::DateTime<Utc>,
-    ) -> (followtag::Verdict, Option<std::time::Duration>) {
+    ) -> (followtag::Verdict, Option<Duration>) {
         let ns = job.namespace().unwrap_or_default();
         let completed = job
             .status

@@ -127,7 +127,6 @@ pub fn judge(
         pull_again_before: moved_at(current),
         ..Default::default()
     };
-    let recorded = current.get(FOLLOWED_DIGEST);
     let status = |v: &mut Verdict, text: String, event: Option<JobEvent>| {
         if current.get(FOLLOW_STATUS) != Some(&text) {
             v.annotations.insert(FOLLOW_STATUS, Some(text));
@@ -156,52 +155,56 @@ pub fn judge(
             let note = "The job has completed; its tag is no longer followed".to_string();
             status(&mut v, text, Some(JobEvent::normal(ENDED, note)));
         }
-        Ask::Follow { image, interval } => {
-            v.following = true;
-            let every = text(*interval);
-            let tag = image.pull_ref();
-            if let Some(why) = &seen.failure {
-                let note = format!("Looking up the digest of {tag} failed: {why}");
-                let text = format!("lookup failed: {why}");
-                status(&mut v, text, Some(JobEvent::warning(LOOKUP_FAILED, note)));
-                return v;
-            }
-            let Some(digest) = &seen.digest else {
-                return v;
-            };
-            let event = match recorded {
-                None => Some(JobEvent::normal(
-                    FOLLOWED,
-                    format!("Following {tag} every {every}: {digest}"),
-                )),
-                Some(old) if old != digest => {
-                    let at = crate::runtime::clock::instant(&crate::runtime::clock::api_time(now));
-                    v.annotations.insert(
-                        MOVED_AT,
-                        Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-                    );
-                    v.pull_again_before = Some(at);
-                    Some(JobEvent::normal(
-                        MOVED,
-                        format!(
-                            "{tag} moved from {old} to {digest}; the job's nodes pull it again"
-                        ),
-                    ))
-                }
-                Some(_) => None,
-            };
-            if recorded != Some(digest) {
-                v.annotations.insert(FOLLOWED_DIGEST, Some(digest.clone()));
-            }
-            status(
-                &mut v,
-                format!("following {tag} every {every}: {digest}"),
-                None,
-            );
-            v.events.extend(event);
-        }
+        Ask::Follow { image, interval } => followed(&mut v, image, *interval, seen, current, now),
     }
     v
+}
+
+/// A followed tag's verdict: a failure said, the first digest recorded, a
+/// new digest a move (its nodes pull again since `now`), the status kept.
+fn followed(
+    v: &mut Verdict,
+    image: &ImageRef,
+    interval: Duration,
+    seen: &Seen,
+    current: &BTreeMap<String, String>,
+    now: DateTime<Utc>,
+) {
+    v.following = true;
+    let (every, tag) = (text(interval), image.pull_ref());
+    let status = |v: &mut Verdict, text: String, event: Option<JobEvent>| {
+        if current.get(FOLLOW_STATUS) != Some(&text) {
+            v.annotations.insert(FOLLOW_STATUS, Some(text));
+            v.events.extend(event);
+        }
+    };
+    if let Some(why) = &seen.failure {
+        let note = format!("Looking up the digest of {tag} failed: {why}");
+        let event = JobEvent::warning(LOOKUP_FAILED, note);
+        return status(v, format!("lookup failed: {why}"), Some(event));
+    }
+    let Some(digest) = &seen.digest else { return };
+    let recorded = current.get(FOLLOWED_DIGEST);
+    let event = match recorded {
+        None => Some(JobEvent::normal(
+            FOLLOWED,
+            format!("Following {tag} every {every}: {digest}"),
+        )),
+        Some(old) if old != digest => {
+            let at = crate::runtime::clock::instant(&crate::runtime::clock::api_time(now));
+            let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            v.annotations.insert(MOVED_AT, Some(stamp));
+            v.pull_again_before = Some(at);
+            let note = format!("{tag} moved from {old} to {digest}; the job's nodes pull it again");
+            Some(JobEvent::normal(MOVED, note))
+        }
+        Some(_) => None,
+    };
+    if recorded != Some(digest) {
+        v.annotations.insert(FOLLOWED_DIGEST, Some(digest.clone()));
+    }
+    status(v, format!("following {tag} every {every}: {digest}"), None);
+    v.events.extend(event);
 }
 
 /// When the tag last moved, as the job's annotation says.
