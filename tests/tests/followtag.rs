@@ -281,3 +281,80 @@ fn refused_annotations_are_said_and_the_job_goes_on() {
         );
     }
 }
+
+/// On the registry that needs Basic auth: a job with a pull secret for it
+/// follows its tag (the lookup answers the challenge with the secret's
+/// credentials); a job without one is told the registry refused the lookup
+/// (401), and still runs (its nodes fail to pull without credentials, as
+/// they would without the annotation).
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn lookups_use_the_jobs_pull_secret_and_say_a_refusal() {
+    let c = Cluster::load();
+    let node = c.nodes()[..1].to_vec();
+    let ns = TestNs::create(&c, "e2e-follow-auth");
+    let reg = kruise::auth_registry(&c);
+    let image = kruise::push_unique(&reg, "follow-auth", 4096);
+    let host = c.var("NODEIMAGE_AUTH_REGISTRY");
+    let payload = kruise::docker_config_json(
+        &[&host],
+        &c.var("NODEIMAGE_AUTH_USER"),
+        &c.var("NODEIMAGE_AUTH_PASSWORD"),
+    );
+    kruise::put_secret(
+        &c,
+        &ns.name,
+        "creds",
+        "kubernetes.io/dockerconfigjson",
+        ".dockerconfigjson",
+        &payload,
+        false,
+    );
+    let mut with = job(&ns.name, "with", &image.reference(), "1m", &node);
+    with["spec"]["pullSecrets"] = json!(["creds"]);
+    kruise::create(&c, &with);
+    kruise::create(
+        &c,
+        &job(&ns.name, "without", &image.reference(), "1m", &node),
+    );
+
+    wait_annotation(
+        &c,
+        &ns.name,
+        "with",
+        FOLLOWED_DIGEST,
+        &image.digest,
+        Duration::from_secs(60),
+    );
+    let said = wait_event(&c, &ns.name, "with", "TagFollowed", Duration::from_secs(10));
+    assert!(said.contains(&image.digest), "{said}");
+    kruise::wait_job(
+        &c,
+        IPJ,
+        &ns.name,
+        "with",
+        "succeeded=1",
+        Duration::from_secs(120),
+        |j| count(j, "succeeded") == 1,
+    );
+
+    let refused = wait_event(
+        &c,
+        &ns.name,
+        "without",
+        "TagLookupFailed",
+        Duration::from_secs(60),
+    );
+    assert!(
+        refused.contains("HTTP 401") && refused.contains("unauthorized"),
+        "{refused}"
+    );
+    assert_eq!(annotation(&c, &ns.name, "without", FOLLOWED_DIGEST), None);
+    let status = annotation(&c, &ns.name, "without", "nodeimage.dev/follow-tag-status");
+    assert!(
+        status
+            .as_deref()
+            .is_some_and(|s| s.starts_with("lookup failed:")),
+        "{status:?}"
+    );
+}
