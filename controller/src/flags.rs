@@ -126,6 +126,13 @@ pub struct Flags {
     /// are one host, docker.io. N=0: no limit on that host.
     #[arg(long, value_delimiter = ',', value_parser = parse_host_limit)]
     pub registry_max_pulls_for: Vec<(String, usize)>,
+
+    /// Registries (HOST:PORT, comma-separated) whose followed tags
+    /// (annotation nodeimage.dev/follow-tag) are looked up over plain HTTP,
+    /// as the nodes' runtimes reach them; loopback hosts always are.
+    /// Default: none (HTTPS, verified against the system's roots).
+    #[arg(long, value_delimiter = ',')]
+    pub follow_tag_http_registries: Vec<String>,
 }
 
 /// Parses `HOST=N` (a registry host, with its port if any, and a limit).

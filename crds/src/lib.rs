@@ -9,7 +9,9 @@
 
 pub mod conditions;
 pub mod crdgen;
+pub mod credentials;
 pub mod defaults;
+pub mod followtag;
 pub mod gate;
 pub mod interned;
 pub mod kruise;

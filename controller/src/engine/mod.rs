@@ -9,6 +9,7 @@
 //! controller.
 
 pub mod conditions;
+pub mod followtag;
 pub mod jobevents;
 pub mod jobshell;
 pub mod nodetasks;

@@ -32,6 +32,9 @@ pub struct EntryRequest {
     pub sandbox: Option<SandboxConfig>,
     /// Node checks before pulling.
     pub check_items: Option<Vec<String>>,
+    /// A tag entry created before this is pulled again (its tag moved
+    /// then: a followed tag, `engine::followtag`).
+    pub pull_again_before: Option<DateTime<Utc>>,
 }
 
 /// The version the node last reported for `image:tag`, if any.
@@ -68,6 +71,9 @@ fn pull_again(tag: &mut ImageTagSpec, now: DateTime<Utc>) {
 ///   the entry was written by OpenKruise with kruise-daemon-config's copy)
 ///   the version is bumped, so a node that failed or is pulling without it
 ///   pulls again with it.
+/// - A tag created before `req.pull_again_before` (the job follows its tag
+///   and the tag moved since) gets a new version too: the same path, so
+///   "pull again" has one home.
 /// - A tag that carries an `upgrade` (a NodeUpgradeJob's) gains the owner
 ///   without a version bump: a bump would run the upgrade again; the node's
 ///   result of the upgrade answers this job too.
@@ -105,7 +111,12 @@ pub fn upsert(
             if new_owner {
                 owners.push(req.owner.clone());
             }
-            if (new_owner || secret_missing) && tag.upgrade.is_none() {
+            let moved = req.pull_again_before.is_some_and(|t| {
+                tag.created_at
+                    .as_ref()
+                    .is_none_or(|c| crate::runtime::clock::instant(c) < t)
+            });
+            if (new_owner || secret_missing || moved) && tag.upgrade.is_none() {
                 pull_again(tag, now);
             }
             tag.pull_policy = Some(req.pull_policy.clone().into());

@@ -36,6 +36,8 @@ pub struct Context {
     pub metrics: crate::runtime::metrics::Metrics,
     /// The stores each controller hands to the others' readers.
     pub stores: std::sync::Arc<crate::runtime::stores::Stores>,
+    /// Registries whose followed tags are looked up over plain HTTP.
+    pub follow_tag_http_registries: Vec<String>,
 }
 
 impl Context {
@@ -60,6 +62,7 @@ impl Context {
             },
             metrics: crate::runtime::metrics::Metrics::default(),
             stores: std::sync::Arc::default(),
+            follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
         })
     }
 

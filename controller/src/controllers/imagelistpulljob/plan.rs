@@ -86,10 +86,20 @@ pub fn child(parent: &ImageListPullJob, image: &str, hash: &str) -> ImagePullJob
     }
 }
 
-/// A child's annotations: its image, and the start-up gate's mark when the
-/// list job carries it (children carry it on; the gate reads ImagePullJobs).
+/// A child's annotations: its image, and the start-up gate's mark and the
+/// follow-tag interval when the list job carries them (children carry them
+/// on: the gate reads ImagePullJobs, and each child follows its own tag).
 fn child_annotations(parent: &ImageListPullJob, image: &str) -> BTreeMap<String, String> {
     let mut a = BTreeMap::from([(IMAGE_ANNOTATION.to_string(), image.to_string())]);
+    if let Some(every) = parent
+        .annotations()
+        .get(nodeimage_api::followtag::FOLLOW_TAG)
+    {
+        a.insert(
+            nodeimage_api::followtag::FOLLOW_TAG.to_string(),
+            every.clone(),
+        );
+    }
     if nodeimage_api::gate::is_gating(parent.annotations()) {
         a.insert(
             nodeimage_api::gate::GATE_NEW_NODES.to_string(),

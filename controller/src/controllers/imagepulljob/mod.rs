@@ -62,7 +62,9 @@ pub async fn run(
     );
     let _ = ctx.stores.image_pull_jobs.set(jobs.clone());
     let _ = ctx.stores.pods.set(pods.clone());
+    let follow = crate::engine::followtag::FollowTags::new(ctx.follow_tag_http_registries.clone());
     let state = Arc::new(reconcile::State {
+        follow,
         shared: crate::engine::jobshell::Shared {
             ctx,
             writer,

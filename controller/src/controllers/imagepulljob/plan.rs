@@ -60,8 +60,29 @@ pub struct Inputs<'a> {
     /// Most nodes that may start now by the registry's free slots
     /// (`None`: the image's registry has no limit).
     pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
+    /// Whether the job follows its tag, and since when its nodes pull it again.
+    pub follow: Follow,
     /// The time.
     pub now: DateTime<Utc>,
+}
+
+/// What following its tag (`engine::followtag`) asks of the job's entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Follow {
+    /// The job follows its tag: its entry pulls with `Always` (a present
+    /// image of a moved tag is not the tag any more).
+    pub on: bool,
+    /// The tag moved then: entries created before pull again.
+    pub pull_again_before: Option<DateTime<Utc>>,
+}
+
+impl From<&crate::engine::followtag::Verdict> for Follow {
+    fn from(v: &crate::engine::followtag::Verdict) -> Self {
+        Follow {
+            on: v.following,
+            pull_again_before: v.pull_again_before,
+        }
+    }
 }
 
 /// What to do.
@@ -259,7 +280,8 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
     let status = status_of(&r, &old, start_time, complete, inp, now);
     Plan {
         status,
-        request: (!r.write_to.is_empty()).then(|| entry::request(job, &entry, &inp.secrets)),
+        request: (!r.write_to.is_empty())
+            .then(|| entry::request(job, &entry, &inp.secrets, inp.follow)),
         write_to: r.write_to,
         starts: r.start,
         events,

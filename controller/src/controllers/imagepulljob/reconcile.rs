@@ -5,6 +5,7 @@
 use super::plan::{self, Inputs, PodInfo};
 use crate::cluster::tagwrites;
 use crate::cluster::watch::Synced;
+use crate::engine::followtag;
 use crate::engine::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
 use crate::engine::pullsecrets;
 use crate::engine::registrypace::PacedJob;
@@ -16,6 +17,9 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use nodeimage_api::ImagePullJob;
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::runtime::context::Context;
 
 /// Finalizer that lets a deleted job take its entries and secrets back.
 pub const FINALIZER: &str = "nodeimage.dev/imagepulljob-cleanup";
@@ -40,6 +44,8 @@ pub struct State {
     pub pods_synced: Synced,
     /// Every ImagePullJob (the controller's own cache).
     pub jobs: Store<ImagePullJob>,
+    /// Followed tags: the lookups' memory and the registry client.
+    pub follow: followtag::FollowTags,
 }
 
 /// Keeps only what node selection and pre-download read of a pod: its
@@ -142,6 +148,7 @@ impl JobReconciler for State {
             .flatten();
         let pods = self.pods_of(&job);
         let now = Utc::now();
+        let (followed, follow_next) = self.follow_tag(&job, now).await;
         // The snapshot goes before any write is awaited: held, it would keep
         // each NodeImage as it was here alive while the cache moves on (a
         // hundred jobs waiting on writes held that many generations).
@@ -160,6 +167,7 @@ impl JobReconciler for State {
                     refused_secrets: refused,
                     gate_refusal: gate_refusal.clone(),
                     registry_cap,
+                    follow: plan::Follow::from(&followed),
                     now,
                 })
             },
@@ -177,10 +185,7 @@ impl JobReconciler for State {
             None
         };
         jobshell::publish(ctx, job.as_ref(), &p.events).await;
-        if p.events.iter().any(|e| e.reason == plan::GATE_REFUSED) {
-            tracing::warn!(job = %key, reason = gate_refusal.as_deref().unwrap_or_default(), "start-up gate mark ignored");
-            ctx.metrics.startup_gate_refused("ImagePullJob");
-        }
+        note_gate_refusal(ctx, &key, &p, gate_refusal.as_deref());
         if p.completed_now {
             let status = &p.status;
             tracing::info!(job = %key, succeeded = status.succeeded, failed = status.failed, "job completed");
@@ -193,6 +198,7 @@ impl JobReconciler for State {
             let latest = written.as_ref().unwrap_or(job.as_ref());
             tagwrites::edit_finalizers(&api, latest, None, Self::UPSTREAM_FINALIZERS).await?;
         }
+        self.write_followed(&api, &job, &followed).await?;
         if p.delete {
             let name = job.name_any();
             tracing::info!(job = %key, "deleting job: ttlSecondsAfterFinished passed");
@@ -201,11 +207,78 @@ impl JobReconciler for State {
                 .map_err(api_err(format!("deleting {}", key_path(&job))))?;
             return Ok(Action::await_change());
         }
-        Ok(jobshell::after_success(look_again))
+        Ok(jobshell::after_success(earliest(look_again, follow_next)))
+    }
+}
+
+/// Logs and counts a start-up gate mark the plan ignored.
+fn note_gate_refusal(ctx: &Context, key: &str, p: &plan::Plan, why: Option<&str>) {
+    if p.events.iter().any(|e| e.reason == plan::GATE_REFUSED) {
+        tracing::warn!(job = %key, reason = why.unwrap_or_default(), "start-up gate mark ignored");
+        ctx.metrics.startup_gate_refused("ImagePullJob");
+    }
+}
+
+/// The earlier of two due times (None: not due).
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
 impl State {
+    /// Publishes what following the tag says and writes the job's
+    /// follow-tag annotations when they change: after the finalizer edit,
+    /// whose write is guarded by the version the reconcile read.
+    async fn write_followed(
+        &self,
+        api: &Api<ImagePullJob>,
+        job: &ImagePullJob,
+        followed: &followtag::Verdict,
+    ) -> Result<(), Error> {
+        jobshell::publish(&self.shared.ctx, job, &followed.events).await;
+        let Some(body) = followtag::annotations_patch(followed) else {
+            return Ok(());
+        };
+        let params = kube::api::PatchParams::default();
+        let what = format!("writing follow-tag annotations of {}", key_path(job));
+        api.patch(&job.name_any(), &params, &kube::api::Patch::Merge(&body))
+            .await
+            .map_err(api_err(what))?;
+        Ok(())
+    }
+
+    /// What following its tag means for `job` now (nothing without the
+    /// annotation); when its next lookup is due.
+    async fn follow_tag(
+        &self,
+        job: &ImagePullJob,
+        now: chrono::DateTime<Utc>,
+    ) -> (followtag::Verdict, Option<Duration>) {
+        let ns = job.namespace().unwrap_or_default();
+        let completed = job
+            .status
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some());
+        let secrets = job
+            .spec
+            .template
+            .pull_secrets
+            .as_deref()
+            .unwrap_or_default();
+        let follows = followtag::Job {
+            namespace: &ns,
+            annotations: job.annotations(),
+            image: &job.spec.image,
+            pull_secrets: secrets,
+            completed,
+        };
+        self.follow
+            .follow(&self.shared.ctx.client, follows, now)
+            .await
+    }
+
     /// The pods of the job's namespace, as the plan reads them (only for
     /// podSelector jobs).
     fn pods_of(&self, job: &ImagePullJob) -> Vec<PodInfo> {

@@ -30,6 +30,7 @@ fn req(uid: &str, timeout: i32) -> EntryRequest {
         }],
         sandbox: None,
         check_items: None,
+        pull_again_before: None,
     }
 }
 
@@ -312,4 +313,50 @@ fn would_change_answers_as_applying_to_the_whole_spec_does() {
         assert_eq!(applied, want, "{name}: applied to the whole spec");
         assert_eq!(would_change(ni, &reqs, upgrade, now(20)), want, "{name}");
     }
+}
+
+#[test]
+fn a_moved_tag_is_pulled_again_once_by_entries_created_before_the_move() {
+    let moved = |at: Option<i64>| {
+        let mut r = req("a", 600);
+        r.pull_again_before = at.map(now);
+        r
+    };
+    // (entry created at, moved at, pulled again?): created before the move
+    // pulls again; created at or after it (the re-pull itself, or a node
+    // that started later) does not; no move, nothing.
+    for (created, at, again) in [
+        (10, Some(20), true),
+        (20, Some(20), false),
+        (30, Some(20), false),
+        (10, None, false),
+    ] {
+        let mut images = BTreeMap::new();
+        upsert(&mut images, &req("a", 600), None, now(created));
+        let changed = upsert(&mut images, &moved(at), None, now(40));
+        let tag = &images["nginx"].tags[0];
+        assert_eq!(
+            (changed, tag.version == Some(1)),
+            (again, again),
+            "{created} {at:?}"
+        );
+        // Written again at once: idempotent (createdAt is now past the move).
+        assert!(
+            !upsert(&mut images, &moved(at), None, now(41)),
+            "{created} {at:?}"
+        );
+    }
+}
+
+#[test]
+fn a_moved_tag_carrying_an_upgrade_keeps_its_version() {
+    let mut images = BTreeMap::new();
+    upsert(&mut images, &req("a", 600), None, now(10));
+    if let Some(t) = images.get_mut("nginx").map(|i| &mut i.tags[0]) {
+        t.upgrade = Some(Box::default());
+    }
+    let mut r = req("a", 600);
+    r.pull_again_before = Some(now(20));
+    upsert(&mut images, &r, None, now(30));
+    assert_eq!(images["nginx"].tags[0].version, Some(0));
 }

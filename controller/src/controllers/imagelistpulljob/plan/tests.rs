@@ -196,3 +196,14 @@ fn children_carry_the_start_up_gate_mark_on() {
         Some("a:1")
     );
 }
+
+#[test]
+fn children_carry_the_follow_tag_interval_on() {
+    use nodeimage_api::followtag::FOLLOW_TAG;
+    let mut j = list(&["a:stable"], CompletionPolicy::default());
+    let hash = template_hash(&j.spec.template);
+    let every = |c: &ImagePullJob| c.annotations().get(FOLLOW_TAG).cloned();
+    assert_eq!(every(&child(&j, "a:stable", &hash)), None);
+    j.metadata.annotations = Some([(FOLLOW_TAG.to_string(), "10m".to_string())].into());
+    assert_eq!(every(&child(&j, "a:stable", &hash)).as_deref(), Some("10m"));
+}

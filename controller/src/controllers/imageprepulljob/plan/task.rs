@@ -51,6 +51,7 @@ impl PrePull<'_> {
                 secrets: secrets.clone(),
                 sandbox: None,
                 check_items: checks.clone(),
+                pull_again_before: None,
             })
             .collect()
     }

@@ -66,20 +66,32 @@ pub fn owner_ref(job: &ImagePullJob) -> ObjectReference {
     }
 }
 
-/// The entry every node of the job gets.
-pub fn request(job: &ImagePullJob, entry: &Entry, secrets: &[ReferenceObject]) -> EntryRequest {
+/// The entry every node of the job gets; a job following its tag pulls
+/// with `Always`, and again when the tag moved.
+pub fn request(
+    job: &ImagePullJob,
+    entry: &Entry,
+    secrets: &[ReferenceObject],
+    follow: super::Follow,
+) -> EntryRequest {
+    let policy = job
+        .spec
+        .template
+        .image_pull_policy
+        .map(|p| format!("{p:?}"));
     EntryRequest {
         image: entry.image.clone(),
         tag: entry.tag.clone(),
         owner: owner_ref(job),
         pull_policy: entry_pull_policy(job),
-        image_pull_policy: job
-            .spec
-            .template
-            .image_pull_policy
-            .map(|p| format!("{p:?}")),
+        image_pull_policy: if follow.on {
+            Some("Always".into())
+        } else {
+            policy
+        },
         secrets: secrets.to_vec(),
         sandbox: job.spec.template.sandbox_config.clone(),
         check_items: None,
+        pull_again_before: follow.pull_again_before,
     }
 }

@@ -82,6 +82,7 @@ fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
         refused_secrets: vec![],
         gate_refusal: None,
         registry_cap: None,
+        follow: Default::default(),
         now: now(at),
     })
 }
@@ -148,6 +149,7 @@ fn registry_cap_cuts_the_starts() {
             refused_secrets: vec![],
             gate_refusal: None,
             registry_cap: cap.map(crate::engine::rollout::Cap::new).as_ref(),
+            follow: Default::default(),
             now: now(200),
         })
     };
@@ -335,6 +337,7 @@ fn missing_secrets_are_named() {
         refused_secrets: vec![],
         gate_refusal: None,
         registry_cap: None,
+        follow: Default::default(),
         now: now(1),
     });
     assert!(
@@ -363,6 +366,7 @@ fn refused_secrets_fail_the_unfinished_nodes_and_start_none() {
         refused_secrets: vec![why.into()],
         gate_refusal: None,
         registry_cap: None,
+        follow: Default::default(),
         now: now(1),
     });
     assert!(p.starts.nodes.is_empty(), "{:?}", p.starts);
@@ -465,6 +469,7 @@ fn a_missing_secret_is_announced_once() {
             refused_secrets: vec![],
             gate_refusal: None,
             registry_cap: None,
+            follow: Default::default(),
             now: now(1),
         })
     };
@@ -508,6 +513,7 @@ fn a_refused_gate_mark_is_said_once_when_the_job_starts() {
             refused_secrets: vec![],
             gate_refusal: why.map(String::from),
             registry_cap: None,
+            follow: Default::default(),
             now: now(1),
         })
     };

@@ -72,6 +72,7 @@ impl<'a> Upgrade<'a> {
                 secrets: vec![],
                 sandbox: None,
                 check_items: checks,
+                pull_again_before: None,
             },
             TagUpgrade {
                 version: self.version.clone(),
