@@ -168,6 +168,7 @@ fn owned_jobs(jobs: &Store<ImagePullJob>, w: &workload::Workload) -> Vec<plan::O
         .map(|j| plan::OwnedJob {
             name: j.name_any(),
             image: j.spec.image.clone(),
+            deleting: j.metadata.deletion_timestamp.is_some(),
         })
         .collect()
 }

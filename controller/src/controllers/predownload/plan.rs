@@ -41,6 +41,8 @@ pub struct OwnedJob {
     pub name: String,
     /// Its image.
     pub image: String,
+    /// Being deleted already (its finalizer is releasing its entries).
+    pub deleting: bool,
 }
 
 /// What to do.
@@ -70,8 +72,11 @@ pub const REASON_REFUSED: &str = "PreDownloadRefused";
 pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) -> Plan {
     let mut p = Plan::default();
     let s = settings::read(&w.annotations);
+    // A job being deleted already is not deleted again (its finalizer
+    // releases its entries meanwhile, and each of its updates wakes the
+    // workload), but still counts as made: no twin.
     let drop_all = |p: &mut Plan, why: &str| {
-        for j in jobs {
+        for j in jobs.iter().filter(|j| !j.deleting) {
             p.delete.push((j.name.clone(), why.to_string()));
         }
     };
@@ -131,7 +136,7 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         (Switch::On, true) => {}
     }
     let pending_images: BTreeSet<&str> = pending.iter().map(|i| i.image.as_str()).collect();
-    for j in jobs {
+    for j in jobs.iter().filter(|j| !j.deleting) {
         if !pending_images.contains(j.image.as_str()) {
             let why = if pending.is_empty() {
                 "every Pod runs the template's images (the rollout is over)"

@@ -55,6 +55,7 @@ fn owned(w: &Workload, image: &str) -> OwnedJob {
     OwnedJob {
         name: job_name(w, image),
         image: image.into(),
+        deleting: false,
     }
 }
 
@@ -169,6 +170,30 @@ fn an_existing_job_is_not_made_twice_and_a_replaced_image_loses_its_job() {
     let p = plan(&w, &pods, &jobs, true);
     assert!(p.create.is_empty());
     assert_eq!(deleted(&p), [jobs[0].name.clone()]);
+}
+
+#[test]
+fn a_job_being_deleted_is_neither_deleted_again_nor_made_twice() {
+    let w = workload(&["reg/app:v2"], &[ON]);
+    let mut off = w.clone();
+    off.annotations.clear();
+    let mut going = owned(&w, "reg/app:v2");
+    going.deleting = true;
+    let (old, new) = (
+        pod("web", &["reg/app:v1"], true),
+        pod("web", &["reg/app:v2"], true),
+    );
+    // (workload, its Pods): the rollout over, the image still pending, pre-download off.
+    for (w, pods) in [(&w, &new), (&w, &old), (&off, &old)] {
+        let p = plan(
+            w,
+            std::slice::from_ref(pods),
+            std::slice::from_ref(&going),
+            true,
+        );
+        assert!(p.delete.is_empty(), "{pods:?}: {:?}", p.delete);
+        assert!(p.create.is_empty() && p.events.is_empty(), "{pods:?}");
+    }
 }
 
 #[test]
