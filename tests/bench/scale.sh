@@ -393,7 +393,7 @@ EOF
 # `ni-sim bind-pods`: the cluster runs no scheduler, and the Pods stay
 # Pending without a kubelet, which is all a podSelector reads), annotated
 # for pre-download with parallelism PARALLELISM and its rollout paused.
-# ROUNDS rounds, each of two runs with a fresh controller:
+# ROUNDS rounds, each of two runs with a fresh controller (in turn first):
 #   workload     `kubectl set image` on the Deployment: pre-download makes
 #                the ImagePullJob; until it is Complete with NODES nodes
 #                succeeded. Then `set image` back to the Pods' image: the
@@ -571,11 +571,15 @@ predownload_job_gone() {
 }
 
 predownload() {
-  local r v
+  local r v order
   declare -gA PD_SECONDS=() PD_CPU=() PD_HWM=() PD_WRITES=()
   predownload_setup
   for ((r = 1; r <= ROUNDS; r++)); do
-    for v in workload handwritten; do predownload_run "$v" "$r"; done
+    # Odd rounds pre-download first, even rounds the handwritten job first,
+    # so a drift of the machine's load favours neither.
+    order=(workload handwritten)
+    ((r % 2)) || order=(handwritten workload)
+    for v in "${order[@]}"; do predownload_run "$v" "$r"; done
   done
   for v in workload handwritten; do
     record "predownload.$v.summary" "to Complete $(tr ' ' '\n' <<<"${PD_SECONDS[$v]}" | grep . | summary) s; controller CPU $(tr ' ' '\n' <<<"${PD_CPU[$v]}" | grep . | summary) s; peak RSS $(tr ' ' '\n' <<<"${PD_HWM[$v]}" | grep . | summary) MiB; NodeImage writes $(tr ' ' '\n' <<<"${PD_WRITES[$v]}" | grep . | summary)"
