@@ -542,6 +542,7 @@ EOD
   writes1=$(nodeimage_writes_split)
   sp=$(($(status_patches imagepulljobs) - sp0))
   posts=$(awk -v a="$posts0" -v b="$(job_posts)" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%d created, %d refused", y[1] - x[1], y[2] - x[2] }')
+  record "$s.complete.seconds" "$done_at (set image or create to the first poll, 1 s apart, that shows the job Complete: the figure to compare)"
   record "$s.job_seen.seconds" "${first_at:-NA} (first poll, 1 s apart, that lists the job)"
   record "$s.simulator_all_succeeded.seconds" "$sim_at (the simulator has marked $NODES more tags Succeeded; its stats file is written every second)"
   record "$s.result" "$(jq -r '"\(.metadata.name): succeeded \(.status.succeeded // 0), failed \(.status.failed // 0), desired \(.status.desired // 0), conditions \([.status.conditions[]? | select(.status == "True") | .type] | join(","))"' <<<"$j"); $(nodes_with "$image") simulated NodeImages report $image Succeeded (expected $NODES)"
