@@ -41,7 +41,9 @@ pub struct OwnedJob {
     pub name: String,
     /// Its image.
     pub image: String,
-    /// Being deleted already (its finalizer is releasing its entries).
+    /// Being deleted already (its finalizer is releasing its entries, and
+    /// its updates wake the workload): the plan does not delete it again,
+    /// but counts it as made (no twin).
     pub deleting: bool,
 }
 
@@ -72,9 +74,6 @@ pub const REASON_REFUSED: &str = "PreDownloadRefused";
 pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) -> Plan {
     let mut p = Plan::default();
     let s = settings::read(&w.annotations);
-    // A job being deleted already is not deleted again (its finalizer
-    // releases its entries meanwhile, and each of its updates wakes the
-    // workload), but still counts as made: no twin.
     let drop_all = |p: &mut Plan, why: &str| {
         for j in jobs.iter().filter(|j| !j.deleting) {
             p.delete.push((j.name.clone(), why.to_string()));
