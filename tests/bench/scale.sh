@@ -51,8 +51,8 @@
 # it with nodeimage's controller (docs/benchmarks.md).
 #
 # Settings: NODES (1000), JOBS (100), PARALLELISM (100), PREPULL_CONCURRENCY
-# (100), ROUNDS (2: predownload's rounds), SIM_CONCURRENCY (64 nodes written at once), PULL_MS (0: simulated
-# pull time; above 0 pulls overlap), REGISTRY_LIMIT (0: nodeimage's
+# (100), ROUNDS (2: predownload's rounds), SIM_CONCURRENCY (64 nodes written
+# at once), PULL_MS (0: simulated pull time; above 0 pulls overlap), REGISTRY_LIMIT (0: nodeimage's
 # --registry-max-pulls; the simulator records the most nodes Pulling from
 # each registry at once, `registry.peak_pulling_nodes`), SETTLE_SECONDS (60:
 # window for the reconcile rate),
