@@ -9,9 +9,16 @@
 #                    simulator, reconciles per second once all is complete;
 #   imageprepulljob  one ImagePrePullJob over all NODES with 2 images and
 #                    concurrency PREPULL_CONCURRENCY: time to finish, status
-#                    object size, controller CPU seconds and peak RSS.
+#                    object size, controller CPU seconds and peak RSS;
+#   predownload      a Deployment of NODES replicas, one Pod on each
+#                    simulated node, annotated for pre-download with
+#                    parallelism PARALLELISM and paused: `kubectl set image`
+#                    to its job Complete on every node, against the
+#                    ImagePullJob a user would write by hand (same
+#                    podSelector and parallelism), ROUNDS rounds of both,
+#                    alternating (see the scenario's own comment below).
 #
-#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob]
+#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [predownload]
 #   NODEIMAGE_STATE=/work/bench-state tests/bench/scale.sh reset   # after an aborted run
 #
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
@@ -44,8 +51,8 @@
 # it with nodeimage's controller (docs/benchmarks.md).
 #
 # Settings: NODES (1000), JOBS (100), PARALLELISM (100), PREPULL_CONCURRENCY
-# (100), SIM_CONCURRENCY (64 nodes written at once), PULL_MS (0: simulated
-# pull time; above 0 pulls overlap), REGISTRY_LIMIT (0: nodeimage's
+# (100), ROUNDS (2: predownload's rounds), SIM_CONCURRENCY (64 nodes written
+# at once), PULL_MS (0: simulated pull time; above 0 pulls overlap), REGISTRY_LIMIT (0: nodeimage's
 # --registry-max-pulls; the simulator records the most nodes Pulling from
 # each registry at once, `registry.peak_pulling_nodes`), SETTLE_SECONDS (60:
 # window for the reconcile rate),
@@ -63,6 +70,7 @@ SIM_CONCURRENCY=${SIM_CONCURRENCY:-64}
 PULL_MS=${PULL_MS:-0}
 REGISTRY_LIMIT=${REGISTRY_LIMIT:-0}
 SETTLE_SECONDS=${SETTLE_SECONDS:-60}
+ROUNDS=${ROUNDS:-2}
 TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-7200}
 PORT_BASE=${BENCH_PORT_BASE:-28000}
 CTRL_HEALTH=127.0.0.1:$((PORT_BASE + 90))
@@ -83,9 +91,11 @@ if [[ ${SCENARIOS[0]} == reset ]]; then
     done
     kc delete "$kind" --all -A --wait=false >/dev/null
   done
+  kc delete deployment predl -n "$NS" --ignore-not-found --wait=false >/dev/null
+  kc delete pods -n "$NS" -l app=predl-bench --grace-period=0 --force >/dev/null 2>&1 || true
   "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" delete-nodes --selector "$SIM_SEL"
   kc delete nodeimages -l "$SIM_SEL" --wait=false >/dev/null
-  log "reset: jobs, simulated Nodes and NodeImages deleted"
+  log "reset: jobs, the pre-download Deployment and its Pods, simulated Nodes and NodeImages deleted"
   exit 0
 fi
 RESULTS_FILE=$RESULTS/scale-$(date -u +%Y%m%dT%H%M%SZ)-$NODES.txt
@@ -182,7 +192,7 @@ sim_stat() { jq -r ".$1" "$SIM_STATS" 2>/dev/null || echo 0; }
 # PATCHes of NodeImages (spec and status) by all clients: "total 409s 422s".
 nodeimage_patches() {
   local text
-  text=$(kc get --raw /metrics | grep '^apiserver_request_total{.*resource="nodeimages".*verb="PATCH"')
+  text=$(kc get --raw /metrics | { grep '^apiserver_request_total{.*resource="nodeimages".*verb="PATCH"' || true; })
   for code in '' 'code="409"' 'code="422"'; do
     v=$(prom_value apiserver_request_total "$code" <<<"$text")
     [[ $v == NA ]] && v=0
@@ -195,7 +205,7 @@ nodeimage_patches() {
 # another updates.
 nodeimage_writes() {
   local v
-  v=$(kc get --raw /metrics | grep '^apiserver_request_total{.*resource="nodeimages".*verb="\(PATCH\|PUT\|APPLY\)"' |
+  v=$(kc get --raw /metrics | { grep '^apiserver_request_total{.*resource="nodeimages".*verb="\(PATCH\|PUT\|APPLY\)"' || true; } |
     awk '{ s += $NF } END { printf "%d", s }')
   echo "${v:-0}"
 }
@@ -203,7 +213,8 @@ nodeimage_writes() {
 # Status PATCHes of a job resource (all codes), as the API server counts them.
 status_patches() {
   local v
-  v=$(kc get --raw /metrics | grep "^apiserver_request_total{.*resource=\"$1\".*subresource=\"status\".*verb=\"PATCH\"" |
+  # (no such series yet is 0, not grep's failure)
+  v=$(kc get --raw /metrics | { grep "^apiserver_request_total{.*resource=\"$1\".*subresource=\"status\".*verb=\"PATCH\"" || true; } |
     awk '{ s += $NF } END { printf "%d", s }')
   echo "${v:-0}"
 }
@@ -375,10 +386,212 @@ EOF
   bench_stop scale-controller
 }
 
+# ---------------------------------------------------------------------------
+# Scenario: pre-download of one Deployment's new image onto its 1,000 nodes
+# ---------------------------------------------------------------------------
+# A Deployment of NODES replicas, one Pod bound to each simulated node (by
+# `ni-sim bind-pods`: the cluster runs no scheduler, and the Pods stay
+# Pending without a kubelet, which is all a podSelector reads), annotated
+# for pre-download with parallelism PARALLELISM and its rollout paused.
+# ROUNDS rounds, each of two runs with a fresh controller (in turn first):
+#   workload     `kubectl set image` on the Deployment: pre-download makes
+#                the ImagePullJob; until it is Complete with NODES nodes
+#                succeeded. Then `set image` back to the Pods' image: the
+#                controller deletes the job (the rollout is "over").
+#   handwritten  the ImagePullJob a user would write without pre-download
+#                (same podSelector, parallelism, a fresh image): `kubectl
+#                create` until Complete with NODES nodes succeeded; then
+#                deleted.
+# Each run pulls a fresh image (so no node holds it yet).
+PREDL=predl
+PREDL_SEL=app=predl-bench
+PREDL_BASE=$REG/bench/predl-base:v1
+
+# Makes the Deployment and binds its Pods, unless it is there with NODES
+# Pods bound; annotates it and pauses its rollout.
+predownload_setup() {
+  local t0 out
+  t0=$(now)
+  kc apply -f - >/dev/null <<EOD
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: $PREDL, namespace: $NS}
+spec:
+  replicas: $NODES
+  selector: {matchLabels: {app: predl-bench}}
+  template:
+    metadata: {labels: {app: predl-bench}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 0
+      containers: [{name: app, image: "$PREDL_BASE"}]
+EOD
+  out=$("$BIN/ni-sim" --kubeconfig "$KUBECONFIG" bind-pods --namespace "$NS" --selector "$PREDL_SEL" \
+    --node-selector "$SIM_SEL" --count "$NODES" --timeout-seconds 1200)
+  record "predownload.setup.seconds" "$(elapsed "$t0" "$(now)") (Deployment of $NODES replicas to every Pod bound, one per simulated node: $out)"
+  kc annotate deployment "$PREDL" -n "$NS" --overwrite nodeimage.dev/image-predownload=true \
+    "apps.kruise.io/image-predownload-parallelism=$PARALLELISM" >/dev/null
+  if [[ $(kc get deployment "$PREDL" -n "$NS" -o jsonpath='{.spec.paused}') != true ]]; then
+    kc rollout pause deployment "$PREDL" -n "$NS" >/dev/null
+  fi
+  kc set image deployment "$PREDL" -n "$NS" "app=$PREDL_BASE" >/dev/null
+  record "predownload.setup.nodes" "$(api_curl "/api/v1/namespaces/$NS/pods?labelSelector=app%3Dpredl-bench" |
+    jq -r '[.items[] | select(.spec.nodeName != null)] | "\(length) Pods bound to \(map(.spec.nodeName) | unique | length) nodes, phases \(map(.status.phase) | group_by(.) | map("\(.[0])=\(length)") | join(","))"')"
+}
+predownload_teardown() {
+  kc delete deployment "$PREDL" -n "$NS" --wait=false >/dev/null 2>&1 || true
+  # Pods bound to a node without a kubelet are never confirmed gone: force.
+  kc delete pods -n "$NS" -l "$PREDL_SEL" --grace-period=0 --force >/dev/null 2>&1 || true
+}
+
+# The ImagePullJobs of NS pulling IMAGE, as one JSON array.
+jobs_of() {
+  api_curl "/apis/apps.kruise.io/v1alpha1/namespaces/$NS/imagepulljobs" | jq -c --arg i "$1" '[.items[] | select(.spec.image == $i)]'
+}
+# ImagePullJob creations (POST) the API server has answered, all clients:
+# "created refused" (201, any other code).
+job_posts() {
+  kc get --raw /metrics | { grep '^apiserver_request_total{.*resource="imagepulljobs".*verb="POST"' || true; } |
+    awk '{ if ($0 ~ /code="201"/) c += $NF; else r += $NF } END { printf "%d %d", c, r }'
+}
+# NodeImage writes (PATCH, PUT, apply; all codes) by target: "spec status".
+nodeimage_writes_split() {
+  kc get --raw /metrics | { grep '^apiserver_request_total{.*resource="nodeimages".*verb="\(PATCH\|PUT\|APPLY\)"' || true; } |
+    awk '{ if ($0 ~ /subresource="status"/) st += $NF; else sp += $NF } END { printf "%d %d", sp, st }'
+}
+# The controller's reconciles of one kind so far.
+reconciles_of() {
+  local v
+  v=$(ctrl_metric nodeimage_controller_reconciles_total "kind=\"$1\"")
+  [[ $v == NA ]] && v=0
+  echo "${v%.*}"
+}
+# Simulated NodeImages whose status has IMAGE Succeeded.
+nodes_with() {
+  api_curl "/apis/apps.kruise.io/v1alpha1/nodeimages?labelSelector=nodeimage.dev%2Fsim%3Dtrue" |
+    jq --arg i "${1%:*}" --arg t "${1##*:}" '[.items[] | select([.status.imageStatuses[$i].tags[]? | select(.tag == $t and .phase == "Succeeded")] | length > 0)] | length'
+}
+
+# Events on the Deployment so far, per type/reason: "Normal/X=3 Warning/Y=1".
+deployment_events() {
+  api_curl "/api/v1/namespaces/$NS/events?fieldSelector=involvedObject.name%3D$PREDL" |
+    jq -r '[.items[] | select(.involvedObject.kind == "Deployment") | {r: "\(.type)/\(.reason)", n: (.count // .series.count // 1)}] | group_by(.r) | map("\(.[0].r)=\(map(.n) | add)") | join(" ")'
+}
+# The events of the second list that the first did not count: "Normal/X 2, …".
+events_diff() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    n = split(a, x, " "); for (i = 1; i <= n; i++) { split(x[i], p, "="); was[p[1]] = p[2] }
+    n = split(b, y, " "); out = ""
+    for (i = 1; i <= n; i++) { split(y[i], q, "="); d = q[2] - was[q[1]]; if (d) out = out (out ? ", " : "") q[1] " " d }
+    print (out ? out : "none") }'
+}
+
+# predownload_run VARIANT ROUND: one measured run (see above).
+predownload_run() {
+  local v=$1 r=$2 s image t j done_at="" first_at="" sim_at="" last=0 sp0 posts0 writes0 pr0 jr0 sim0 ev0 el
+  s=predownload.$v.r$r
+  image=$REG/bench/predl-$v-r$r-$(date -u +%H%M%S):v2
+  measure_begin "$s"
+  sp0=$(status_patches imagepulljobs)
+  posts0=$(job_posts)
+  writes0=$(nodeimage_writes_split)
+  pr0=$(reconciles_of Predownload)
+  jr0=$(reconciles_of ImagePullJob)
+  sim0=$(sim_stat tagsSucceeded)
+  ev0=$(deployment_events)
+  M_T0=$(now)
+  if [[ $v == workload ]]; then
+    kc set image deployment "$PREDL" -n "$NS" "app=$image" >/dev/null
+  else
+    kc create -f - >/dev/null <<EOD
+apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata: {name: predl-handwritten-r$r, namespace: $NS}
+spec:
+  image: "$image"
+  podSelector: {matchLabels: {app: predl-bench}}
+  parallelism: $PARALLELISM
+  completionPolicy: {type: Always}
+EOD
+  fi
+  while :; do
+    el=$(elapsed "$M_T0" "$(now)")
+    t=$(jobs_of "$image")
+    [[ -z $first_at && $(jq length <<<"$t") -gt 0 ]] && first_at=$el
+    [[ -z $sim_at && $(($(sim_stat tagsSucceeded) - sim0)) -ge $NODES ]] && sim_at=$el
+    j=$(jq -c '.[0] // {}' <<<"$t")
+    if [[ $(jq -r '.status.completionTime // ""' <<<"$j") != "" ]]; then
+      done_at=$el
+      break
+    fi
+    if ((${el%.*} >= last + 30)); then
+      last=${el%.*}
+      log "$s: ${last}s: $(jq length <<<"$t") job(s); succeeded $(jq '.status.succeeded // 0' <<<"$j"), active $(jq '.status.active // 0' <<<"$j"); controller RSS $(vmrss_mib "$(ctrl_pid)") MiB; sim $(cat "$SIM_STATS" 2>/dev/null); load $(load_avg)"
+    fi
+    if ((${el%.*} > TIMEOUT_SECONDS)); then
+      record "$s.timeout" "not complete after $TIMEOUT_SECONDS s: $(jq length <<<"$t") job(s), status $(jq -c '.status // {}' <<<"$j")"
+      measure_end "$s"
+      die "$s: not complete after $TIMEOUT_SECONDS s"
+    fi
+    sleep 1
+  done
+  measure_end "$s"
+  PD_CPU[$v]+="$(awk -v a="$M_CPU0" -v b="$(ctrl_metric process_cpu_seconds_total)" 'BEGIN { printf "%.1f", b - a }') "
+  [[ -n $sim_at ]] || sim_at="$(elapsed "$M_T0" "$(now)") (seen after the job)"
+  local writes1 sp posts
+  writes1=$(nodeimage_writes_split)
+  sp=$(($(status_patches imagepulljobs) - sp0))
+  posts=$(awk -v a="$posts0" -v b="$(job_posts)" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%d created, %d refused", y[1] - x[1], y[2] - x[2] }')
+  record "$s.complete.seconds" "$done_at (set image or create to the first poll, 1 s apart, that shows the job Complete: the figure to compare)"
+  record "$s.job_seen.seconds" "${first_at:-NA} (first poll, 1 s apart, that lists the job)"
+  record "$s.simulator_all_succeeded.seconds" "$sim_at (the simulator has marked $NODES more tags Succeeded; its stats file is written every second)"
+  record "$s.result" "$(jq -r '"\(.metadata.name): succeeded \(.status.succeeded // 0), failed \(.status.failed // 0), desired \(.status.desired // 0), conditions \([.status.conditions[]? | select(.status == "True") | .type] | join(","))"' <<<"$j"); $(nodes_with "$image") simulated NodeImages report $image Succeeded (expected $NODES)"
+  record "$s.jobs" "$(jq length <<<"$t") ImagePullJob(s) with the image; ImagePullJob POSTs (all clients): $posts"
+  record "$s.job_status_patches" "$sp"
+  record "$s.apiserver.nodeimage_writes.split" "$(awk -v a="$writes0" -v b="$writes1" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "spec %d (the controller'"'"'s tag entries), status %d (the simulator'"'"'s reports)", y[1] - x[1], y[2] - x[2] }')"
+  record "$s.controller.reconciles.by_kind" "Predownload $(($(reconciles_of Predownload) - pr0)), ImagePullJob $(($(reconciles_of ImagePullJob) - jr0))"
+  PD_SECONDS[$v]+="$done_at "
+  PD_HWM[$v]+="$(vmhwm_mib "$(ctrl_pid)") "
+  PD_WRITES[$v]+="$(awk -v a="$writes0" -v b="$writes1" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%d", y[1] + y[2] - x[1] - x[2] }') "
+  # Back to where the run started: no job, no tag entry.
+  local t0
+  t0=$(now)
+  if [[ $v == workload ]]; then
+    kc set image deployment "$PREDL" -n "$NS" "app=$PREDL_BASE" >/dev/null
+  else
+    kc delete imagepulljob "predl-handwritten-r$r" -n "$NS" --wait=false >/dev/null
+  fi
+  wait_until "$TIMEOUT_SECONDS" "$s: the job gone" scale-controller predownload_job_gone "$image"
+  record "$s.cleanup.seconds" "$(elapsed "$t0" "$(now)") ($([[ $v == workload ]] && echo "set image back: the controller deletes its job" || echo "kubectl delete of the job") until it is gone, its entries released; $(sim_tags) tag entries left)"
+  record "$s.deployment_events" "$(events_diff "$ev0" "$(deployment_events)") (on the Deployment, over the run and its cleanup)"
+  bench_stop scale-controller
+}
+predownload_job_gone() {
+  sleep 1
+  [[ $(jobs_of "$1" | jq length) == 0 ]]
+}
+
+predownload() {
+  local r v order
+  declare -gA PD_SECONDS=() PD_CPU=() PD_HWM=() PD_WRITES=()
+  predownload_setup
+  for ((r = 1; r <= ROUNDS; r++)); do
+    # Odd rounds pre-download first, even rounds the handwritten job first,
+    # so a drift of the machine's load favours neither.
+    order=(workload handwritten)
+    ((r % 2)) || order=(handwritten workload)
+    for v in "${order[@]}"; do predownload_run "$v" "$r"; done
+  done
+  for v in workload handwritten; do
+    record "predownload.$v.summary" "to Complete $(tr ' ' '\n' <<<"${PD_SECONDS[$v]}" | grep . | summary) s; controller CPU $(tr ' ' '\n' <<<"${PD_CPU[$v]}" | grep . | summary) s; peak RSS $(tr ' ' '\n' <<<"${PD_HWM[$v]}" | grep . | summary) MiB; NodeImage writes $(tr ' ' '\n' <<<"${PD_WRITES[$v]}" | grep . | summary)"
+  done
+  [[ ${KEEP_NODES:-0} == 1 ]] || predownload_teardown
+}
+
 for s in "${SCENARIOS[@]}"; do
   case $s in
-    imagepulljob | imageprepulljob) "$s" ;;
-    *) die "unknown scenario $s (imagepulljob, imageprepulljob)" ;;
+    imagepulljob | imageprepulljob | predownload) "$s" ;;
+    *) die "unknown scenario $s (imagepulljob, imageprepulljob, predownload)" ;;
   esac
 done
 record "simulator.stats.end" "$(cat "$SIM_STATS" 2>/dev/null)"

@@ -6,6 +6,8 @@
 //! ni-sim run [--selector nodeimage.dev/sim=true] [--concurrency 64] [--pull-ms 0]
 //!            [--stats-file F]
 //! ni-sim delete-nodes [--selector nodeimage.dev/sim=true]
+//! ni-sim bind-pods --namespace NS --selector app=x --count 1000
+//!            [--node-selector nodeimage.dev/sim=true] [--concurrency 32] [--timeout-seconds 600]
 //! ```
 //!
 //! `create-nodes` creates Ready edge Node objects labelled `nodeimage.dev/sim=true`
@@ -21,6 +23,13 @@
 //! patch, as the daemon coalesces simultaneous changes. At most
 //! `--concurrency` nodes are being written at once. When the guard fails
 //! (the spec moved on) the node is read again and retried.
+//!
+//! `bind-pods` does a scheduler's one write for the Pods of a workload (the
+//! benchmark cluster runs no scheduler): a Binding per unbound Pod matching
+//! `--selector`, each onto a Node matching `--node-selector` that holds none
+//! of those Pods yet (one Pod per node, in name order), until `--count`
+//! are bound. The Pods stay Pending (no kubelet), which is all a
+//! `podSelector` reads: a Pod bound to a node and not finished.
 //!
 //! `run` counts its own requests (patches, gets) and prints them every
 //! `--stats-interval` seconds and at exit (SIGINT/SIGTERM), as one JSON line
@@ -40,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -79,6 +88,24 @@ enum Cmd {
     DeleteNodes {
         #[arg(long, default_value = SIM_SELECTOR)]
         selector: String,
+    },
+    /// Bind unbound Pods matching SELECTOR in NAMESPACE, one per Node
+    /// matching NODE_SELECTOR, until COUNT of them are bound.
+    BindPods {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        selector: String,
+        #[arg(long, default_value = SIM_SELECTOR)]
+        node_selector: String,
+        #[arg(long)]
+        count: usize,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Give up when COUNT Pods are not bound by then.
+        #[arg(long, default_value_t = 600)]
+        timeout_seconds: u64,
     },
     /// Play the daemons of the NodeImages matching SELECTOR until stopped.
     Run {
@@ -120,6 +147,23 @@ async fn main() -> ExitCode {
             concurrency,
         } => create_nodes(client, count, &prefix, concurrency).await,
         Cmd::DeleteNodes { selector } => delete_nodes(client, &selector).await,
+        Cmd::BindPods {
+            namespace,
+            selector,
+            node_selector,
+            count,
+            concurrency,
+            timeout_seconds,
+        } => {
+            let want = Binds {
+                selector,
+                node_selector,
+                count,
+                concurrency,
+                timeout: Duration::from_secs(timeout_seconds),
+            };
+            bind_pods(client, &namespace, &want).await
+        }
         Cmd::Run {
             selector,
             concurrency,
@@ -257,6 +301,144 @@ async fn delete_nodes(client: kube::Client, selector: &str) -> Result<(), Error>
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Pods onto nodes (the scheduler's part)
+// ---------------------------------------------------------------------------
+
+/// What `bind-pods` is asked for.
+struct Binds {
+    selector: String,
+    node_selector: String,
+    count: usize,
+    concurrency: usize,
+    timeout: Duration,
+}
+
+/// A Pod as binding reads it: its name and node, if bound.
+struct PodSeat {
+    name: String,
+    node: Option<String>,
+}
+
+/// Pairs each unbound Pod with a node that holds none of `pods` yet, both
+/// in name order: one Pod per node. Pods left without a free node stay out.
+fn assign(pods: &[PodSeat], nodes: &[String]) -> Vec<(String, String)> {
+    let taken: HashSet<&str> = pods.iter().filter_map(|p| p.node.as_deref()).collect();
+    let mut free: Vec<&String> = nodes
+        .iter()
+        .filter(|n| !taken.contains(n.as_str()))
+        .collect();
+    free.sort();
+    let mut unbound: Vec<&String> = pods
+        .iter()
+        .filter(|p| p.node.is_none())
+        .map(|p| &p.name)
+        .collect();
+    unbound.sort();
+    unbound
+        .into_iter()
+        .zip(free)
+        .map(|(p, n)| (p.clone(), n.clone()))
+        .collect()
+}
+
+/// The selected Pods that are active (not finished, not being deleted).
+async fn pod_seats(api: &Api<Pod>, selector: &str) -> Result<Vec<PodSeat>, Error> {
+    let pods = api.list(&ListParams::default().labels(selector)).await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .map(|p| PodSeat {
+            name: p.metadata.name.unwrap_or_default(),
+            node: p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()),
+        })
+        .collect())
+}
+
+async fn bind_pods(client: kube::Client, namespace: &str, want: &Binds) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let nodes: Api<Node> = Api::all(client);
+    let start = Instant::now();
+    let node_names: Vec<String> = nodes
+        .list_metadata(&ListParams::default().labels(&want.node_selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let (bound_now, requests) = (AtomicU64::new(0), AtomicU64::new(2));
+    loop {
+        let seats = pod_seats(&pods, &want.selector).await?;
+        requests.fetch_add(1, Ordering::Relaxed);
+        let bound = seats.iter().filter(|p| p.node.is_some()).count();
+        if bound >= want.count {
+            println!(
+                "{{\"bound\":{bound},\"boundNow\":{},\"requests\":{},\"seconds\":{:.3}}}",
+                bound_now.load(Ordering::Relaxed),
+                requests.load(Ordering::Relaxed),
+                start.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if start.elapsed() > want.timeout {
+            return Err(format!(
+                "{bound} of {} Pods ({}) bound after {:?}; {} Pods, {} Nodes ({})",
+                want.count,
+                want.selector,
+                want.timeout,
+                seats.len(),
+                node_names.len(),
+                want.node_selector
+            )
+            .into());
+        }
+        let pairs = assign(&seats, &node_names);
+        let tried = pairs.len();
+        futures::stream::iter(pairs)
+            .map(|(pod, node)| {
+                let (pods, bound_now, requests) = (&pods, &bound_now, &requests);
+                async move {
+                    let binding = serde_json::json!({
+                        "apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": pod, "namespace": namespace},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                    });
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    match pods
+                        .create_subresource::<_, serde_json::Value>(
+                            "binding",
+                            &pod,
+                            &PostParams::default(),
+                            &binding,
+                        )
+                        .await
+                    {
+                        Ok(_) => {
+                            bound_now.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        }
+                        // Bound meanwhile, or gone: the next list tells.
+                        Err(kube::Error::Api(ae)) if ae.code == 409 || ae.code == 404 => Ok(()),
+                        Err(e) => Err(Error::from(format!("bind pod {pod} to {node}: {e}"))),
+                    }
+                }
+            })
+            .buffer_unordered(want.concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        // Wait for more Pods (the ReplicaSet controller makes them in
+        // batches) unless this pass bound some and all are there.
+        if tried == 0 || seats.len() < want.count {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -638,6 +820,51 @@ mod tests {
         NodeImageStatus {
             image_statuses: Some(statuses),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_pod_per_free_node_in_name_order() {
+        let seat = |name: &str, node: Option<&str>| PodSeat {
+            name: name.into(),
+            node: node.map(Into::into),
+        };
+        let nodes: Vec<String> = ["n3", "n1", "n2", "n4"].map(String::from).to_vec();
+        let table: Vec<(Vec<PodSeat>, Vec<(&str, &str)>)> = vec![
+            // Nothing bound yet: name order on both sides.
+            (
+                vec![seat("b", None), seat("a", None)],
+                vec![("a", "n1"), ("b", "n2")],
+            ),
+            // A node that holds a Pod is skipped.
+            (
+                vec![seat("a", Some("n1")), seat("b", None), seat("c", None)],
+                vec![("b", "n2"), ("c", "n3")],
+            ),
+            // More Pods than free nodes: the rest stay unbound.
+            (
+                vec![
+                    seat("a", Some("n2")),
+                    seat("b", None),
+                    seat("c", None),
+                    seat("d", None),
+                    seat("e", None),
+                ],
+                vec![("b", "n1"), ("c", "n3"), ("d", "n4")],
+            ),
+            // All bound: nothing to do.
+            (vec![seat("a", Some("n1"))], vec![]),
+            // A Pod bound to a node outside the set takes no free node.
+            (
+                vec![seat("a", Some("elsewhere")), seat("b", None)],
+                vec![("b", "n1")],
+            ),
+        ];
+        for (pods, want) in table {
+            let got = assign(&pods, &nodes);
+            let got: Vec<(&str, &str)> =
+                got.iter().map(|(p, n)| (p.as_str(), n.as_str())).collect();
+            assert_eq!(got, want);
         }
     }
 

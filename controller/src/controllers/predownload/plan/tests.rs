@@ -173,6 +173,30 @@ fn an_existing_job_is_not_made_twice_and_a_replaced_image_loses_its_job() {
 }
 
 #[test]
+fn a_job_being_deleted_is_neither_deleted_again_nor_made_twice() {
+    let w = workload(&["reg/app:v2"], &[ON]);
+    let mut off = w.clone();
+    off.annotations.clear();
+    let mut going = owned(&w, "reg/app:v2");
+    going.deleting = true;
+    let (old, new) = (
+        pod("web", &["reg/app:v1"], true),
+        pod("web", &["reg/app:v2"], true),
+    );
+    // (workload, its Pods): the rollout over, the image still pending, pre-download off.
+    for (w, pods) in [(&w, &new), (&w, &old), (&off, &old)] {
+        let p = plan(
+            w,
+            std::slice::from_ref(pods),
+            std::slice::from_ref(&going),
+            true,
+        );
+        assert!(p.delete.is_empty(), "{pods:?}: {:?}", p.delete);
+        assert!(p.create.is_empty() && p.events.is_empty(), "{pods:?}");
+    }
+}
+
+#[test]
 fn off_refused_or_deleting_removes_every_job() {
     let base = workload(&["reg/app:v2"], &[ON]);
     let jobs = [owned(&base, "reg/app:v2")];
