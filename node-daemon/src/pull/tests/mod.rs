@@ -43,29 +43,7 @@ fn key() -> TagKey {
 
 /// What the pull path shares, over `runtime`, with `slots` pull slots.
 fn deps(runtime: FakeRuntime, slots: usize) -> Arc<Deps<FakeRuntime>> {
-    let uri = "http://127.0.0.1:9".parse().expect("a URI");
-    let client = kube::Client::try_from(kube::Config::new(uri)).expect("a client");
-    Arc::new(Deps {
-        node: "n1".into(),
-        runtime,
-        client,
-        slots: Arc::new(tokio::sync::Semaphore::new(slots)),
-        status: crate::writer::StatusHandle::default(),
-        reporter: kube::runtime::events::Reporter {
-            controller: "test".into(),
-            instance: None,
-        },
-        metrics: crate::metrics::Metrics::new(),
-        thresholds: checks::Thresholds {
-            disk: 100.0,
-            cpu: 100.0,
-            mem: 100.0,
-        },
-        providers: None,
-        leases: Arc::default(),
-        pins: crate::pins::Pins::default(),
-        rate_limits: crate::ratelimit::registries::Registries::new("n1"),
-    })
+    Arc::new(Deps::for_tests(runtime, slots))
 }
 
 /// An Always pull of [`IMAGE`] with `backoff_limit` retries.
