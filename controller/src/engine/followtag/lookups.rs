@@ -14,6 +14,15 @@ use std::time::Duration;
 /// intervals (a following job reads it at least once per interval).
 const FORGET_AFTER_INTERVALS: i32 = 3;
 
+/// How soon a job that found another job's lookup of its tag under way
+/// asks again for the answer (instead of a whole interval later).
+const IN_FLIGHT_POLL: Duration = Duration::from_secs(1);
+
+/// A lookup started this long ago without an answer recorded is taken as
+/// lost (its reconcile was cancelled): the next job looks up again.
+const IN_FLIGHT_LOST: Duration =
+    Duration::from_secs(2 * super::registry::REQUEST_TIMEOUT.as_secs());
+
 /// One followed tag.
 #[derive(Clone, Debug)]
 struct Record {
@@ -23,6 +32,8 @@ struct Record {
     digest: Option<String>,
     /// Why the last lookup failed (None: it found the digest).
     failure: Option<String>,
+    /// The lookup last started has recorded its answer (or none started).
+    answered: bool,
     /// The shortest interval of the jobs that read it.
     interval: Duration,
     /// When a job last read it.
@@ -74,15 +85,23 @@ impl Lookups {
             attempted: DateTime::<Utc>::MIN_UTC,
             digest: None,
             failure: None,
+            answered: true,
             interval,
             read: now,
         });
         r.read = now;
         r.interval = r.interval.min(interval);
         let last = (r.attempted != DateTime::<Utc>::MIN_UTC).then_some(r.attempted);
-        match rule::due(last, interval, now) {
+        let lost = !r.answered && rule::due(last, IN_FLIGHT_LOST, now).is_ok();
+        let due = if lost {
+            Ok(())
+        } else {
+            rule::due(last, interval, now)
+        };
+        match due {
             Ok(()) => {
                 r.attempted = now;
+                r.answered = false;
                 Claim {
                     look_up: true,
                     digest: r.digest.clone(),
@@ -90,11 +109,17 @@ impl Lookups {
                     next: interval,
                 }
             }
+            // Another job's lookup is under way: ask again for its answer
+            // soon, not an interval later.
             Err(wait) => Claim {
                 look_up: false,
                 digest: r.digest.clone(),
                 failure: r.failure.clone(),
-                next: wait,
+                next: if r.answered {
+                    wait
+                } else {
+                    wait.min(IN_FLIGHT_POLL)
+                },
             },
         }
     }
@@ -105,6 +130,7 @@ impl Lookups {
         if let Some(r) = records.get_mut(key) {
             r.digest = Some(digest.to_string());
             r.failure = None;
+            r.answered = true;
         }
     }
 
@@ -113,6 +139,7 @@ impl Lookups {
         let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = records.get_mut(key) {
             r.failure = Some(why.to_string());
+            r.answered = true;
         }
     }
 
@@ -164,7 +191,38 @@ mod tests {
                 (look_up, Duration::from_secs(next)),
                 "at {t}s"
             );
+            if c.look_up {
+                l.found(&k, "sha256:1");
+            }
         }
+    }
+
+    #[test]
+    fn a_job_that_finds_a_lookup_under_way_asks_again_soon() {
+        let l = Lookups::default();
+        let k = key("r/app:stable", "a", &[]);
+        assert!(l.claim(&k, MIN, at(0)).look_up);
+        l.found(&k, "sha256:1");
+        // At 60 one job starts the lookup; the other, a moment later, is
+        // told to come back in a second, not an interval, until the answer
+        // is recorded, and then gets it.
+        assert!(l.claim(&k, MIN, at(60)).look_up);
+        let waiting = l.claim(&k, MIN, at(60));
+        assert_eq!(
+            (waiting.look_up, waiting.next),
+            (false, Duration::from_secs(1))
+        );
+        l.failed(&k, "connection refused");
+        let told = l.claim(&k, MIN, at(61));
+        assert_eq!(
+            (told.look_up, told.next, told.failure.as_deref()),
+            (false, Duration::from_secs(59), Some("connection refused"))
+        );
+        // A lookup never answered (its reconcile cancelled) is lost after
+        // twice the request timeout: the next job looks up again.
+        assert!(l.claim(&k, MIN, at(120)).look_up);
+        assert!(!l.claim(&k, MIN, at(149)).look_up);
+        assert!(l.claim(&k, MIN, at(150)).look_up);
     }
 
     #[test]
