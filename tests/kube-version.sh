@@ -69,8 +69,9 @@ release/release.sh >"$STATE_DIR/logs/release.log" 2>&1 || {
 }
 grep -E 'release: ' "$STATE_DIR/logs/release.log" | tail -n 5
 
-step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, bridge CNI)"
-tests/cluster/real-node.sh >/dev/null
+step "two real nodes: kube-scheduler, kubelet-1 (containerd 2.2) and kubelet-2 (containerd 1.7, layer discard), runc, bridge CNI"
+tests/cluster/real-node.sh 1 >/dev/null
+tests/cluster/real-node.sh 2 >/dev/null
 "$KUBECTL" get node "${NODEIMAGE_REAL_NODE:-kubelet-1}" -o 'jsonpath={.status.nodeInfo.kubeletVersion}{"\n"}'
 
 step "kubelet's image GC and credential checks on the real node"

@@ -152,8 +152,9 @@ tests/chart.sh
 step "alerts: promtool check rules and the alerts' unit tests"
 tests/alerts/test.sh
 
-step "a real node: kube-scheduler and kubelet-1 (kubelet, containerd with runc, bridge CNI)"
-tests/cluster/real-node.sh >/dev/null
+step "two real nodes: kube-scheduler, kubelet-1 (containerd 2.2) and kubelet-2 (containerd 1.7, layer discard), runc, bridge CNI"
+tests/cluster/real-node.sh 1 >/dev/null
+tests/cluster/real-node.sh 2 >/dev/null
 
 step "kubelet's image GC and credential checks on the real node (they restart its kubelet: one at a time)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=1

@@ -106,8 +106,30 @@ API_PORT_FILE=$STATE/real/api-port
 if [[ -f $API_PORT_FILE ]]; then
   api_port=$(cat "$API_PORT_FILE")
   ip link delete "ni-$api_port" 2>/dev/null || true
+  for i in 2 3 4 5 6 7 8 9; do ip link delete "ni-$api_port-$i" 2>/dev/null || true; done
   service_vip_down "$api_port"
 fi
+
+# The real nodes' mount namespaces (real-node.sh): with their processes
+# stopped, unmounting the pin lets each go, with the mounts made in it.
+for f in "$STATE"/real/*/mnt-ns; do
+  [[ -e $f ]] || continue
+  umount "$f" 2>/dev/null || true
+done
+
+# The cgroup roots of real nodes after the first (real-node.sh 2): empty
+# now that their containers are gone, removed deepest first.
+for f in "$STATE"/real/*/cgroup-root; do
+  [[ -f $f ]] || continue
+  rel=$(cat "$f")
+  rel=${rel#/}
+  [[ -n $rel && $rel == nodeimage-* ]] || continue
+  for d in /sys/fs/cgroup/* /sys/fs/cgroup; do
+    [[ -d $d/$rel && ! -L $d ]] || continue
+    find "$d/$rel" -depth -type d -exec rmdir {} + 2>/dev/null ||
+      log "could not remove the cgroup $d/$rel (a process still in it?)"
+  done
+done
 
 # 2. Unmount whatever is still mounted under $STATE (overlay snapshots,
 #    a leftover overlay probe), deepest first.

@@ -157,7 +157,14 @@ start_daemon() {
   printf '\n===== %s starting: %s\n' "$(date -Is)" "$want" >>"$LOGS/$name.log"
   # fd 3 (up.sh's real stdout) is closed so that a caller reading up.sh's
   # output through a pipe is not kept waiting by the daemon.
-  nohup "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- &
+  # START_IN_MOUNT_NS=PIN: in the mount namespace pinned at PIN (a real
+  # node's). nsenter execs the command, so the pid and its command line
+  # are the command's, as recorded.
+  if [[ -n ${START_IN_MOUNT_NS:-} ]]; then
+    nohup nsenter --mount="$START_IN_MOUNT_NS" -- "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- &
+  else
+    nohup "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- &
+  fi
   pid=$!
   echo "$pid" >"$PIDS/$name.pid"
   printf '%s' "$want" >"$PIDS/$name.cmd"
@@ -339,6 +346,9 @@ go_build_stamped() {
 DEFAULT_NODE_RUNTIMES=(containerd/debian/v2 containerd/1.7/v2/discard containerd/2.x/v3)
 # The real kubelet node of real-node.sh: the LTS line.
 REAL_NODE_RUNTIME=containerd/2.2/v3
+# The real nodes of real-node.sh by index: kubelet-1 the LTS line, kubelet-2
+# the 1.7 line with layer discard (as managed clusters still run it).
+REAL_NODE_RUNTIMES=("$REAL_NODE_RUNTIME" containerd/1.7/v2/discard)
 CONTAINERD_MODULES=$TESTS_DIR/containerd
 # No cgo (CGO_ENABLED=0: the btrfs snapshotter, the only cgo user, drops out
 # by itself, and Debian has no btrfs headers installed), and none of the

@@ -28,10 +28,19 @@
 #
 #   . "$(tests/cluster/real-node.sh)"
 #
-# Tunables: NODEIMAGE_REAL_NODE (name, default kubelet-1),
-# NODEIMAGE_KUBELET_PORT (10650), NODEIMAGE_KUBELET_HEALTHZ_PORT (10648),
-# NODEIMAGE_POD_CIDR (10.244.0.0/24), NODEIMAGE_KUBELET_EXTRA_CONFIG (a file
-# of KubeletConfiguration keys that replace the defaults, for a test).
+# A second real node: `real-node.sh 2` starts kubelet-2 beside kubelet-1,
+# on another containerd line (REAL_NODE_RUNTIMES in lib.sh: 1.7 with layer
+# discard, where kubelet-1 has the 2.2 LTS), with its own pod bridge
+# (ni-<api port>-2), pod CIDR (the next /24), healthz port (the next one),
+# cgroup root (/nodeimage-<api port>-kubelet-2, so that neither kubelet
+# takes the other's pod cgroups for orphans) and env file
+# ($STATE/real-node-2.env, the same variables as real-node.env).
+#
+# Tunables: NODEIMAGE_REAL_NODE (node 1's name, default kubelet-1),
+# NODEIMAGE_KUBELET_PORT (10650), NODEIMAGE_KUBELET_HEALTHZ_PORT (10648;
+# node i has this + i - 1), NODEIMAGE_POD_CIDR (10.244.0.0/24; node i the
+# /24 i - 1 after it), NODEIMAGE_KUBELET_EXTRA_CONFIG (a file of
+# KubeletConfiguration keys that replace the defaults, for a test).
 set -Eeuo pipefail
 
 # shellcheck source=lib.sh
@@ -48,10 +57,23 @@ ENV_FILE=$STATE/env.sh
 # shellcheck disable=SC1090
 . "$ENV_FILE"
 
-NAME=${NODEIMAGE_REAL_NODE:-kubelet-1}
+INDEX=${1:-1}
+[[ $INDEX =~ ^[1-9]$ ]] || die "usage: real-node.sh [INDEX] (1-9; default 1), got '$INDEX'"
 KUBELET_PORT=${NODEIMAGE_KUBELET_PORT:-10650}
-HEALTHZ_PORT=${NODEIMAGE_KUBELET_HEALTHZ_PORT:-10648}
+HEALTHZ_PORT=$((${NODEIMAGE_KUBELET_HEALTHZ_PORT:-10648} + INDEX - 1))
 POD_CIDR=${NODEIMAGE_POD_CIDR:-10.244.0.0/24}
+[[ $POD_CIDR =~ ^([0-9]+\.[0-9]+)\.([0-9]+)\.0/24$ ]] || die "NODEIMAGE_POD_CIDR must be a /24 such as 10.244.0.0/24, got $POD_CIDR"
+(( BASH_REMATCH[2] + INDEX - 1 <= 255 )) || die "NODEIMAGE_POD_CIDR $POD_CIDR leaves no /24 for node $INDEX"
+POD_CIDR=${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + INDEX - 1)).0/24
+if ((INDEX == 1)); then
+  NAME=${NODEIMAGE_REAL_NODE:-kubelet-1}
+  REAL_ENV=$STATE/real-node.env
+  CGROUP_ROOT=/
+else
+  NAME=kubelet-$INDEX
+  REAL_ENV=$STATE/real-node-$INDEX.env
+fi
+RUNTIME=${REAL_NODE_RUNTIMES[INDEX - 1]:-$REAL_NODE_RUNTIME}
 # Settings a test sets for a while (tests/tests/real_kubelet.rs): a file of
 # top-level KubeletConfiguration keys that replace or extend the defaults
 # below; kubelet restarts whenever its configuration changes, so running
@@ -67,7 +89,9 @@ D=$STATE/real/$NAME
 SOCK=$D/containerd.sock
 PAUSE_IMAGE=$NODEIMAGE_REGISTRY/pause:3.10
 BRIDGE=ni-$API_PORT
-[[ $POD_CIDR =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/24$ ]] || die "NODEIMAGE_POD_CIDR must be a /24 such as 10.244.0.0/24, got $POD_CIDR"
+((INDEX == 1)) || BRIDGE=$BRIDGE-$INDEX
+((INDEX == 1)) || CGROUP_ROOT=/nodeimage-$API_PORT-$NAME
+[[ $POD_CIDR =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/24$ ]] || die "bad pod CIDR $POD_CIDR"
 # The node's address: the pod bridge's gateway, an interface of this machine
 # that only its own pods reach (kubelet refuses a loopback node IP).
 NODE_IP=${BASH_REMATCH[1]}.1
@@ -141,7 +165,7 @@ cat <<EOF | write_if_changed "$D/cni/net.d/10-nodeimage.conflist" || true
 }
 EOF
 # up.sh built it already; then this is a no-op.
-resolve_runtime "$REAL_NODE_RUNTIME"
+resolve_runtime "$RUNTIME"
 if [[ $RT_LINE != debian ]]; then build_containerd "$RT_LINE"; fi
 # Pods' containers live in this root: a switch of containerd version under
 # them is not something to do in place. (A root of an older real-node.sh,
@@ -151,10 +175,29 @@ if [[ -n $prev && $prev != "$RT_VERSION" && -n "$(ls -A "$D/root" 2>/dev/null)" 
   die "$NAME ran containerd $prev, now $RT_VERSION is wanted: stop the cluster first (tests/cluster/down.sh)"
 fi
 echo "$RT_VERSION" >"$D/containerd-version"
+# The node's own mount namespace, pinned at $D/mnt-ns: there, as on a
+# machine of its own, /run/containerd is this node's directory $D and
+# /var/lib/containerd its containerd root $D/root, so every node has
+# containerd at the paths the chart's DaemonSet mounts by default (one
+# hostPath for every node, as on a real fleet). containerd, its shims, the
+# pods' containers and kubelet run in it; the host reaches the same files
+# under $D (the socket is $D/containerd.sock). down.sh unmounts the pin.
+NS_PIN=$D/mnt-ns
+if ! nsenter --mount="$NS_PIN" true 2>/dev/null; then
+  umount "$NS_PIN" 2>/dev/null || true
+  : >"$NS_PIN"
+  mkdir -p /run/containerd /var/lib/containerd
+  unshare --mount="$NS_PIN" --propagation private true || die "cannot make the mount namespace of $NAME"
+  nsenter --mount="$NS_PIN" -- mount --bind "$D" /run/containerd
+  nsenter --mount="$NS_PIN" -- mount --bind "$D/root" /var/lib/containerd
+  log "$NAME: its own mount namespace ($NS_PIN): /run/containerd is $D, /var/lib/containerd is $D/root"
+fi
 changed=0
-runtime_config "$D" "$NODEIMAGE_SNAPSHOTTER" "$PAUSE_IMAGE" real | write_if_changed "$D/config.toml" && changed=1
+# Paths as the node sees them (in its namespace); the same files as $D/... .
+runtime_config /run/containerd "$NODEIMAGE_SNAPSHOTTER" "$PAUSE_IMAGE" real |
+  sed 's#^root = "/run/containerd/root"#root = "/var/lib/containerd"#' | write_if_changed "$D/config.toml" && changed=1
 ((changed)) && stop_daemon "containerd-$NAME"
-start_daemon "containerd-$NAME" "$RT_DIR/containerd" --config "$D/config.toml"
+START_IN_MOUNT_NS=$NS_PIN start_daemon "containerd-$NAME" "$RT_DIR/containerd" --config "$D/config.toml"
 wait_until 30 "containerd of $NAME to answer CRI" "containerd-$NAME" "$NODEIMAGE_CRI" --socket "$SOCK" --timeout 5 version
 read -r rt_name rt_version _ <<<"$("$NODEIMAGE_CRI" --socket "$SOCK" --timeout 10 version)"
 [[ $rt_version == "$RT_VERSION" ]] || die "$NAME: CRI reports $rt_name $rt_version, expected $RT_VERSION ($RT_SPEC)"
@@ -211,6 +254,29 @@ kubelet_config() {
        !skip' "$1" -
   cat "$1"
 }
+# make_cgroup_root PATH: the cgroup kubelet's cgroupRoot names, in every
+# hierarchy (cgroup v1) or the unified one (v2); kubelet refuses a root that
+# does not exist. A v1 cpuset gets its parent's CPUs and memory nodes (a
+# new cpuset has none, and no task could join it).
+make_cgroup_root() {
+  local rel=${1#/} d f
+  [[ -n $rel ]] || return 0
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    mkdir -p "/sys/fs/cgroup/$rel"
+    return
+  fi
+  for d in /sys/fs/cgroup/*; do
+    [[ -d $d && ! -L $d ]] && mountpoint -q "$d" || continue
+    mkdir -p "$d/$rel"
+    for f in cpuset.cpus cpuset.mems; do
+      if [[ -f $d/$f && -z "$(tr -d '[:space:]' <"$d/$rel/$f")" ]]; then
+        cat "$d/$f" >"$d/$rel/$f"
+      fi
+    done
+  done
+}
+make_cgroup_root "$CGROUP_ROOT"
+echo "$CGROUP_ROOT" >"$D/cgroup-root" # for down.sh
 kubelet_changed=0
 cat <<EOF | kubelet_config "$KUBELET_EXTRA" | write_if_changed "$D/kubelet.yaml" && kubelet_changed=1
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -226,6 +292,7 @@ authentication:
   x509: {clientCAFile: $KUBE_DIR/pki/ca.crt}
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
+cgroupRoot: $CGROUP_ROOT
 # This machine may run cgroup v1, which kubelet refuses by default from 1.35
 # on (failCgroupV1 defaults to true there; false before).
 failCgroupV1: false
@@ -252,7 +319,7 @@ if ((kubelet_changed)) && daemon_alive "kubelet-$NAME"; then
   log "kubelet-$NAME: configuration changed${KUBELET_EXTRA:+ (with $KUBELET_EXTRA)}; restarting it"
   stop_daemon "kubelet-$NAME"
 fi
-start_daemon "kubelet-$NAME" "$BIN/kubelocal" kubelet \
+START_IN_MOUNT_NS=$NS_PIN start_daemon "kubelet-$NAME" "$BIN/kubelocal" kubelet \
   --config="$D/kubelet.yaml" --kubeconfig="$D/kubeconfig" \
   --hostname-override="$NAME" --node-ip="$NODE_IP" \
   --root-dir="$D/kubelet" --cert-dir="$D/pki/serving" \
@@ -275,12 +342,15 @@ log "node $NAME Ready in $((SECONDS - START_TIME)) s"
 # ---------------------------------------------------------------------------
 # 5. Env file
 # ---------------------------------------------------------------------------
-REAL_ENV=$STATE/real-node.env
 {
-  echo "# Generated by tests/cluster/real-node.sh on $(date -Is). Source it after env.sh."
+  echo "# Generated by tests/cluster/real-node.sh $INDEX on $(date -Is). Source it after env.sh."
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE "$NAME"
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CONTAINERD "$SOCK"
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CONTAINERD_ROOT "$D/root"
+  # The node's mount namespace: a process run in it (nsenter --mount=...)
+  # sees the node's /run/containerd and /var/lib/containerd.
+  printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_MOUNT_NS "$NS_PIN"
+  printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_CGROUP_ROOT "$CGROUP_ROOT"
   # containerd/VERSION/vCONFIG[/discard], as NODEIMAGE_NODE_RUNTIMES in env.sh
   printf "export %s='%s'\n" NODEIMAGE_REAL_NODE_RUNTIME "$RT_SPEC"
   printf "export %s='%s'\n" NODEIMAGE_PAUSE_IMAGE "$PAUSE_IMAGE"

@@ -115,8 +115,10 @@ pub struct Install {
     pub release_dir: PathBuf,
     /// The helm binary (`NODEIMAGE_HELM`, else `$NODEIMAGE_STATE/bin/helm`).
     pub helm: PathBuf,
-    /// The real node's name.
+    /// The first real node's name (kubelet-1).
     pub node: String,
+    /// Every real node of the stack (kubelet-1, kubelet-2).
+    pub nodes: Vec<crate::realnodes::RealNodeEnv>,
     /// A scratch directory, removed at the end.
     pub work: tempfile::TempDir,
     kubectl: String,
@@ -126,6 +128,11 @@ pub struct Install {
 }
 
 impl Install {
+    /// The real nodes' names, in order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
     /// Reads the environment; panics naming what is missing and what makes it.
     pub fn load() -> Install {
         let mut c = Cluster::load();
@@ -161,8 +168,10 @@ impl Install {
             .prefix("nodeimage-install.")
             .tempdir()
             .expect("create a scratch directory under the temporary directory");
+        let nodes = crate::realnodes::RealNodeEnv::all(&state);
         Install {
             node: c.var("NODEIMAGE_REAL_NODE"),
+            nodes,
             kubectl: c.var("KUBECTL"),
             kubeconfig: c.var("KUBECONFIG"),
             c,

@@ -28,6 +28,7 @@ pub mod nodeimage;
 pub mod prepull;
 pub mod process;
 pub mod proxy;
+pub mod realnodes;
 pub mod registry;
 pub mod tenant;
 

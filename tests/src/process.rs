@@ -55,6 +55,8 @@ pub struct Daemon {
     bin: PathBuf,
     args: Vec<String>,
     starts: usize,
+    /// The mount namespace it runs in (a real node's), None: the host's.
+    mount_ns: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -67,6 +69,20 @@ impl Daemon {
         socket: &Path,
         log_dir: &Path,
         extra: &[&str],
+    ) -> Daemon {
+        Self::start_in(c, node_name, socket, log_dir, extra, None)
+    }
+
+    /// As [`Daemon::start`], run in the mount namespace pinned at
+    /// `mount_ns` (a real node's, where containerd's paths are the node's,
+    /// as in the chart's daemon pod) when given.
+    pub fn start_in(
+        c: &Cluster,
+        node_name: &str,
+        socket: &Path,
+        log_dir: &Path,
+        extra: &[&str],
+        mount_ns: Option<&Path>,
     ) -> Daemon {
         let health_port = crate::free_port();
         let mut args: Vec<String> = vec![
@@ -93,6 +109,7 @@ impl Daemon {
             bin: c.nodeimage_bin().join("nodeimage-daemon"),
             args,
             starts: 0,
+            mount_ns: mount_ns.map(Path::to_path_buf),
         };
         d.spawn();
         d
@@ -102,7 +119,17 @@ impl Daemon {
         self.starts += 1;
         let (out, err) = log_file(&self.log, &format!("start {}", self.starts))
             .expect("open the test daemon's log");
-        let child = Command::new(&self.bin)
+        let mut cmd = match &self.mount_ns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--mount={}", ns.display()))
+                    .arg("--")
+                    .arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = cmd
             .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

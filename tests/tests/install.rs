@@ -1,6 +1,9 @@
 //! nodeimage installed as a platform team installs it: the Helm chart with
 //! `helm install`, its images from the local registry, pods on the local
-//! cluster's real kubelet node. The steps are the ones docs/install.md gives
+//! cluster's two real kubelet nodes (kubelet-1 on containerd 2.2, kubelet-2
+//! on 1.7 with layer discard; each with containerd at the chart's default
+//! paths in its own mount namespace, so the chart's containerd values stay
+//! at their defaults). The steps are the ones docs/install.md gives
 //! ("On your cluster"); keep the two in step.
 //!
 //!   1. the process-run nodeimage of the e2e tests is stopped (two controllers
@@ -9,15 +12,15 @@
 //!   2. the release namespace is created with the Pod Security label the
 //!      daemon's hostPath needs, and `helm install --wait` of the *previous*
 //!      chart (tests/fixtures: what users run before they upgrade) runs the
-//!      controller (2 replicas, one leader) and the daemon (on the real
-//!      node); the local API server admits critical priority classes only
+//!      controller (2 replicas, one leader) and the daemon (a pod on each
+//!      real node); the local API server admits critical priority classes only
 //!      under a quota, as GKE does, so the quota that chart needed is made by
 //!      hand first, as its users had to;
 //!   3. an ImagePullJob in a tenant namespace pulls an image of the auth
-//!      registry with the tenant's pull secret, through the daemon pod and the
-//!      node's containerd;
+//!      registry with the tenant's pull secret, through both daemon pods and
+//!      the nodes' containerds;
 //!   4. with the auth registry stopped, a Pod of that image
-//!      (imagePullPolicy: IfNotPresent) reaches Running on the real node:
+//!      (imagePullPolicy: IfNotPresent) reaches Running on each real node:
 //!      kubelet uses what nodeimage pulled;
 //!   5. the README's CRD upgrade command works on CRDs that Helm installed;
 //!   6. the release (release/release.sh, `make release`, run before this):
@@ -26,17 +29,23 @@
 //!      the release's registry, version and digests (its CRDs, then `helm
 //!      upgrade --install --reset-then-reuse-values` to the released chart
 //!      from its OCI reference with both images by digest),
-//!      rolls the daemon while a slow pull is in flight, and the job still
-//!      completes; the hand-made quota then goes and a new daemon pod is
-//!      admitted under the chart's own (daemon.priorityQuota);
-//!   7. uninstall in the documented order (jobs first, then `helm uninstall`):
+//!      rolls the daemon across both nodes while a slow pull is in flight
+//!      on both, and the job still completes; the hand-made quota then goes
+//!      and a new daemon pod is admitted under the chart's own
+//!      (daemon.priorityQuota);
+//!   7. the leader's node is cordoned and the controller's pods there
+//!      deleted: a pod on the other node leads and a new job completes;
+//!   8. the node pool replaced: both Nodes leave and join again with the
+//!      start-up taint while the controller's pods are gone; the controller
+//!      comes back on a gated node and opens both;
+//!   9. uninstall in the documented order (jobs first, then `helm uninstall`):
 //!      nothing is left stuck on a finalizer and the CRDs stay.
 //!
 //! One test, its steps in order (they share the release): it runs alone and
 //! last in tests/run-all.sh, since it replaces the e2e tests' nodeimage and
 //! deletes every nodeimage object; its name starts with `install_`, which
-//! the main e2e step skips. Needs the cluster with its real node
-//! (tests/cluster/real-node.sh), the release (release/release.sh: images,
+//! the main e2e step skips. Needs the cluster with its two real nodes
+//! (tests/cluster/real-node.sh 1 and 2), the release (release/release.sh: images,
 //! signatures, the chart in the registry; `RELEASE_DIR`, default dist/), and
 //! helm (tests/chart.sh installs it; `NODEIMAGE_HELM`). Support code:
 //! tests/src/install.rs. `KEEP_INSTALL_TEST=1` leaves the release and the
@@ -49,12 +58,14 @@ use std::time::Instant;
 /// The chart users upgrade from (tests/fixtures/README.md).
 const PREVIOUS_CHART: &str = "tests/fixtures/nodeimage-chart-28f48b6.tgz";
 const CHART: &str = "charts/nodeimage";
+/// The label real-node.sh gives the real nodes (the simulated ones run no
+/// Pod), escaped for `helm --set`.
+const REAL_NODE_LABEL: &str = "nodeimage\\.dev/real-node";
 
-/// What `helm install` made: the workloads' names and the daemon pod.
+/// What `helm install` made: the workloads' names.
 struct Installed {
     controller: String,
     daemon: String,
-    dpod: String,
 }
 
 #[test]
@@ -73,9 +84,9 @@ fn install_with_helm_on_the_real_node() {
         "an ImagePullJob with a pull secret, pulled by the daemon pod",
         pull_with_a_secret,
     );
-    let node = t.node.clone();
+    let nodes = t.node_names().join(" and ");
     t.step(
-        &format!("the registry stopped, a Pod of that image starts on {node}"),
+        &format!("the registry stopped, a Pod of that image starts on {nodes}"),
         |t| pod_without_the_registry(t, &app),
     );
     t.step(
@@ -91,7 +102,11 @@ fn install_with_helm_on_the_real_node() {
         |t| upgrade_during_a_pull(t, installed),
     );
     t.step(
-        "every node gated and the controller's pods gone: the controller comes back on the gated node and opens it",
+        "the leader's node cordoned and its pod deleted: the controller moves to the other node",
+        controller_moves,
+    );
+    t.step(
+        "the node pool replaced: every node leaves and joins again with the start-up taint, the controller's pods gone; the controller comes back on a gated node and opens them all",
         every_node_gated,
     );
     t.step(
@@ -166,9 +181,9 @@ fn clean_slate(t: &mut Install) {
     t.pass("nodeimage CRDs removed; no nodeimage process running");
 }
 
-/// The daemon pod on the real node (`""` when there is none).
-fn daemon_pod(t: &Install) -> String {
-    let selector = format!("spec.nodeName={}", t.node);
+/// The daemon pod on real node `node` (`""` when there is none).
+fn daemon_pod(t: &Install, node: &str) -> String {
+    let selector = format!("spec.nodeName={node}");
     t.kc_out(&[
         "get",
         "pods",
@@ -232,9 +247,10 @@ spec:
       - {{scopeName: PriorityClass, operator: In, values: [system-node-critical]}}
 "#
     ));
-    // The local cluster's specifics: its real node's containerd lives under
-    // the state directory, and pods go to the real node only (the simulated
-    // nodes have no kubelet).
+    // The local cluster's specifics: pods go to the real nodes only (the
+    // simulated nodes have no kubelet). Each real node has its containerd
+    // at the chart's default paths (in its own mount namespace), so the
+    // DaemonSet mounts the same hostPaths on every node, as on a fleet.
     let prefix = t.var("NODEIMAGE_IMAGE_PREFIX");
     let tag = t.var("NODEIMAGE_IMAGE_TAG");
     let values = [
@@ -242,23 +258,22 @@ spec:
         format!("controller.image.tag={tag}"),
         format!("daemon.image.repository={prefix}/daemon"),
         format!("daemon.image.tag={tag}"),
-        format!(
-            "daemon.containerdSocket={}",
-            t.var("NODEIMAGE_REAL_NODE_CONTAINERD")
-        ),
-        format!(
-            "daemon.containerdRoot={}",
-            t.var("NODEIMAGE_REAL_NODE_CONTAINERD_ROOT")
-        ),
-        format!("controller.nodeSelector.kubernetes\\.io/hostname={node}"),
-        format!("daemon.nodeSelector.kubernetes\\.io/hostname={node}"),
         format!("secretsNamespace={SECRETS_NS}"),
         "logFormat=text".to_string(),
+    ];
+    // Label values are strings (the chart's schema says so; `--set` would
+    // make `true` a boolean).
+    let selectors = [
+        format!("controller.nodeSelector.{REAL_NODE_LABEL}=true"),
+        format!("daemon.nodeSelector.{REAL_NODE_LABEL}=true"),
     ];
     let previous = Install::show(&t.repo_path(PREVIOUS_CHART));
     let mut args = vec!["install", RELEASE, &previous, "-n", NS];
     for v in &values {
         args.extend(["--set", v.as_str()]);
+    }
+    for v in &selectors {
+        args.extend(["--set-string", v.as_str()]);
     }
     args.extend(["--wait", "--timeout", "5m"]);
     let t0 = Instant::now();
@@ -316,10 +331,15 @@ spec:
         t.rollout_status(NS, &format!("ds/{daemon}"), "180s"),
         "the daemon DaemonSet did not become ready"
     );
-    let dpod = daemon_pod(t);
-    assert!(!dpod.is_empty(), "no daemon pod on {node}");
+    let mut pods = vec![];
+    for n in &t.nodes {
+        let p = daemon_pod(t, &n.name);
+        assert!(!p.is_empty(), "no daemon pod on {}", n.describe());
+        pods.push(format!("{p} on {}", n.describe()));
+    }
     t.pass(&format!(
-        "controller 2/2 ready, daemon pod {dpod} ready on {node} (system-node-critical, under the hand-made quota)"
+        "controller 2/2 ready; daemon pods ready: {} (system-node-critical, under the hand-made quota)",
+        pods.join(", ")
     ));
 
     let holder = |t: &Install| {
@@ -359,11 +379,7 @@ spec:
     t.pass(&format!(
         "NodeImage {node} exists (the controller in a pod reaches the API server)"
     ));
-    Installed {
-        controller,
-        daemon,
-        dpod,
-    }
+    Installed { controller, daemon }
 }
 
 /// An ImagePullJob's `.status`, for messages.
@@ -371,8 +387,8 @@ fn job_status(t: &Install, name: &str) -> String {
     text(&t.kc(&["get", "ipj", "-n", TENANT, name, "-o", "jsonpath={.status}"]))
 }
 
-/// Waits up to `timeout` for ImagePullJob `name` to be Complete with one
-/// node succeeded; `what` starts the failure messages.
+/// Waits up to `timeout` for ImagePullJob `name` to be Complete with every
+/// real node succeeded; `what` starts the failure messages.
 fn wait_complete(t: &Install, name: &str, timeout: &str, incomplete: &str, what: &str) {
     let job = format!("ipj/{name}");
     let timeout = format!("--timeout={timeout}");
@@ -397,16 +413,16 @@ fn wait_complete(t: &Install, name: &str, timeout: &str, incomplete: &str, what:
         "-o",
         "jsonpath={.status.succeeded}",
     ]);
+    let want = t.nodes.len().to_string();
     assert!(
-        succeeded == "1",
-        "{what}: succeeded={succeeded}, want 1: {}",
+        succeeded == want,
+        "{what}: succeeded={succeeded}, want {want}: {}",
         job_status(t, name)
     );
 }
 
 fn pull_with_a_secret(t: &mut Install) -> String {
     let t: &Install = t;
-    let node = t.node.clone();
     let auth = t.var("NODEIMAGE_AUTH_REGISTRY");
     let (user, password) = (
         t.var("NODEIMAGE_AUTH_USER"),
@@ -428,8 +444,10 @@ fn pull_with_a_secret(t: &mut Install) -> String {
     );
     assert!(push.success, "pushing {app} failed: {}", text(&push));
     let cri = t.var("NODEIMAGE_CRI");
-    let socket = t.var("NODEIMAGE_REAL_NODE_CONTAINERD");
-    t.tool(&cri, &["--socket", &socket, "rmi", &app]);
+    for n in &t.nodes {
+        t.tool(&cri, &["--socket", &Install::show(&n.socket), "rmi", &app]);
+    }
+    let names = t.node_names().join(", ");
     t.create_or_apply(&["namespace", TENANT]);
     t.create_or_apply(&[
         "secret",
@@ -451,7 +469,7 @@ spec:
   image: {app}
   pullSecrets: [regcred]
   selector:
-    names: [{node}]
+    names: [{names}]
   completionPolicy:
     type: Always
     activeDeadlineSeconds: 600
@@ -464,22 +482,25 @@ spec:
         "the ImagePullJob did not complete",
         "ImagePullJob",
     );
-    let status = t.tool(&cri, &["--socket", &socket, "status", &app]);
-    if !status.stderr.is_empty() {
-        nodeimage_tests::install::say(status.stderr.trim_end());
+    for n in &t.nodes {
+        let socket = Install::show(&n.socket);
+        let status = t.tool(&cri, &["--socket", &socket, "status", &app]);
+        if !status.stderr.is_empty() {
+            nodeimage_tests::install::say(status.stderr.trim_end());
+        }
+        assert!(
+            status.success,
+            "{app} is not in the containerd of {} although the job succeeded",
+            n.describe()
+        );
     }
-    assert!(
-        status.success,
-        "{app} is not in {node}'s containerd although the job succeeded"
-    );
     t.pass(&format!(
-        "ImagePullJob app Complete; {app} is in {node}'s containerd"
+        "ImagePullJob app Complete; {app} is in the containerd of {names}"
     ));
     app
 }
 
 fn pod_without_the_registry(t: &mut Install, app: &str) {
-    let node = t.node.clone();
     let auth = t.var("NODEIMAGE_AUTH_REGISTRY");
     let port = auth.rsplit(':').next().unwrap_or(&auth);
     let registry = format!("registry-{port}");
@@ -510,11 +531,13 @@ fn pod_without_the_registry(t: &mut Install, app: &str) {
         code == "000",
         "the auth registry still answers (HTTP {code})"
     );
-    t.apply(&format!(
-        r#"apiVersion: v1
+    for n in &t.nodes {
+        let (node, pod) = (&n.name, format!("app-{}", n.index));
+        t.apply(&format!(
+            r#"apiVersion: v1
 kind: Pod
 metadata:
-  name: app
+  name: {pod}
   namespace: {TENANT}
 spec:
   nodeSelector:
@@ -525,38 +548,35 @@ spec:
       image: {app}
       imagePullPolicy: IfNotPresent
 "#
-    ));
-    assert!(
-        t.kc_quiet(&[
-            "wait",
-            "-n",
-            TENANT,
-            "pod/app",
-            "--for=jsonpath={.status.phase}=Running",
-            "--timeout=120s"
-        ]),
-        "the Pod did not reach Running: {}",
-        text(&t.kc(&[
-            "get",
-            "pod",
-            "-n",
-            TENANT,
-            "app",
-            "-o",
-            "jsonpath={.status}"
-        ]))
-    );
-    t.pass(&format!("Pod app Running on {node} with the registry down"));
+        ));
+        assert!(
+            t.kc_quiet(&[
+                "wait",
+                "-n",
+                TENANT,
+                &format!("pod/{pod}"),
+                "--for=jsonpath={.status.phase}=Running",
+                "--timeout=120s"
+            ]),
+            "Pod {pod} did not reach Running on {}: {}",
+            n.describe(),
+            text(&t.kc(&["get", "pod", "-n", TENANT, &pod, "-o", "jsonpath={.status}"]))
+        );
+        t.pass(&format!(
+            "Pod {pod} Running on {} with the registry down",
+            n.describe()
+        ));
+    }
     t.start_stopped_daemon();
     let t: &Install = t;
     t.wait_for("the auth registry to answer again", 30, || {
         let r = t.tool("curl", &["-s", "-o", "/dev/null", "--max-time", "2", &url]);
         if r.success { Ok(()) } else { Err(r.text()) }
     });
-    t.kc_ok(
-        &["delete", "pod", "-n", TENANT, "app", "--wait=false"],
-        None,
-    );
+    for n in &t.nodes {
+        let pod = format!("app-{}", n.index);
+        t.kc_ok(&["delete", "pod", "-n", TENANT, &pod, "--wait=false"], None);
+    }
 }
 
 fn crd_upgrade_command(t: &mut Install) {
@@ -694,11 +714,9 @@ fn release_install_script(t: &Install, chart: &str, version: &str) -> String {
 
 fn upgrade_during_a_pull(t: &mut Install, installed: Installed) {
     let node = t.node.clone();
-    let Installed {
-        controller,
-        daemon,
-        dpod,
-    } = installed;
+    let names = t.node_names();
+    let Installed { controller, daemon } = installed;
+    let old_pods: Vec<String> = names.iter().map(|n| daemon_pod(t, n)).collect();
     let chart = t.var("NODEIMAGE_CHART");
     let version = t.var("NODEIMAGE_VERSION");
     let work = Install::show(t.work.path());
@@ -732,13 +750,14 @@ metadata:
 spec:
   image: {big}
   selector:
-    names: [{node}]
+    names: [{}]
   pullPolicy:
     timeoutSeconds: 300
   completionPolicy:
     type: Always
     activeDeadlineSeconds: 900
-"#
+"#,
+        names.join(", ")
     ));
     t.wait_for(&format!("the daemon starts pulling {big}"), 60, || {
         let r = t.kc(&[
@@ -751,7 +770,6 @@ spec:
         let pulling: i64 = r.stdout.trim().parse().unwrap_or(0);
         if pulling >= 1 { Ok(()) } else { Err(r.text()) }
     });
-    let old_pod = dpod;
     // docs/release.md's "Installing a release", as written: the CRDs of the
     // released chart, then `helm upgrade --install --reset-then-reuse-values`
     // with both images by digest (the values given at install are kept, the
@@ -786,11 +804,16 @@ spec:
             && args.contains(&format!("--secrets-namespace={SECRETS_NS}")),
         "after the upgrade the controller lacks the new chart's default or the value given at install: {args}"
     );
-    let dpod = daemon_pod(t);
-    assert!(
-        dpod != old_pod,
-        "the daemon pod was not replaced by helm upgrade"
-    );
+    let mut rolled = vec![];
+    for (n, old) in names.iter().zip(&old_pods) {
+        let new = daemon_pod(t, n);
+        assert!(
+            !new.is_empty() && new != *old,
+            "the daemon pod on {n} was not replaced by helm upgrade ({old} -> {new:?})"
+        );
+        rolled.push(format!("{n}: {old} -> {new}"));
+    }
+    let dpod = daemon_pod(t, &node);
     let img = t.kc_out(&[
         "get",
         "pod",
@@ -818,7 +841,8 @@ spec:
         "the controller runs {cimg}, not {controller_image}"
     );
     t.pass(&format!(
-        "helm upgrade rolled the daemon ({old_pod} -> {dpod}, {img})"
+        "helm upgrade rolled the daemon across the nodes during the pull ({}; {img})",
+        rolled.join(", ")
     ));
     wait_complete(
         t,
@@ -828,7 +852,8 @@ spec:
         "in-flight job",
     );
     t.pass(&format!(
-        "the pull in flight during the rollout completed (ImagePullJob big Succeeded on {node})"
+        "the pull in flight during the rollout completed (ImagePullJob big Succeeded on {})",
+        names.join(" and ")
     ));
     assert!(
         t.kc_silent(&[
@@ -884,19 +909,134 @@ spec:
     t.pass("the hand-made quota gone, a new system-node-critical daemon pod runs under the chart's quota");
 }
 
-/// kubelet's setting that makes the real node register with the start-up taint.
+/// The leader's pod and the node it runs on (empty when it does not run).
+fn leader(t: &Install) -> (String, String) {
+    let pod = t.kc_out(&[
+        "get",
+        "lease",
+        "-n",
+        NS,
+        "nodeimage-controller",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    if pod.is_empty() {
+        return (pod, String::new());
+    }
+    // The Lease names a deleted pod until another takes it: not an error.
+    let quiet = |field: &str| {
+        let jsonpath = format!("jsonpath={field}");
+        let r = t.kc(&["get", "pod", "-n", NS, &pod, "-o", &jsonpath]);
+        r.stdout.trim().to_string()
+    };
+    let (node, phase) = (quiet("{.spec.nodeName}"), quiet("{.status.phase}"));
+    let node = if phase == "Running" {
+        node
+    } else {
+        String::new()
+    };
+    (pod, node)
+}
+
+/// The controller moves between the real nodes: the leader's node is
+/// cordoned and the controller's pods there deleted; the leader is then a pod on the
+/// other node, which still does the work (a new job completes there and
+/// on the cordoned node, whose daemon pod stays).
+fn controller_moves(t: &mut Install) {
+    let t: &Install = t;
+    let (pod, from) = leader(t);
+    assert!(
+        !pod.is_empty() && !from.is_empty(),
+        "no leader pod: {pod:?} on {from:?}"
+    );
+    t.kc_ok(&["cordon", &from], None);
+    // Every controller pod there: a replica left on the cordoned node could
+    // take the lease and keep the controller where it was.
+    let on_from = format!("spec.nodeName={from}");
+    t.kc_ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            NS,
+            "-l",
+            "app.kubernetes.io/component=controller",
+            "--field-selector",
+            &on_from,
+            "--wait=false",
+        ],
+        None,
+    );
+    let mut to = String::new();
+    t.wait_for(&format!("a controller pod off {from} to lead"), 180, || {
+        let (p, n) = leader(t);
+        if p != pod && !n.is_empty() && n != from {
+            to = n;
+            Ok(())
+        } else {
+            Err(format!("leader {p:?} on {n:?}"))
+        }
+    });
+    let names = t.node_names().join(", ");
+    t.apply(&format!(
+        r#"apiVersion: apps.kruise.io/v1alpha1
+kind: ImagePullJob
+metadata:
+  name: after-the-move
+  namespace: {TENANT}
+spec:
+  image: {}
+  selector:
+    names: [{names}]
+  completionPolicy:
+    type: Always
+    activeDeadlineSeconds: 600
+"#,
+        t.var("NODEIMAGE_PAUSE_IMAGE")
+    ));
+    wait_complete(
+        t,
+        "after-the-move",
+        "180s",
+        "a job made after the controller moved did not complete",
+        "after the move",
+    );
+    t.kc_ok(&["uncordon", &from], None);
+    t.pass(&format!(
+        "the leader moved from {pod} on {from} to a pod on {to}; a job after the move completed on {names}"
+    ));
+}
+
+/// kubelet's setting that makes a real node register with the start-up taint.
 const REGISTER_GATED: &str =
     "registerWithTaints: [{key: \"nodeimage.dev/images-pending\", effect: NoSchedule}]\n";
 
-/// Issue 39: the real node, the only one that runs Pods, registers again
-/// with the start-up taint, and the controller's pods are deleted: every
-/// schedulable node is gated. The chart's controller tolerates the taint,
-/// so it comes back on that node and opens the gate (no job gates it) long
-/// before the bound (10 minutes: the daemon's own act comes a minute
-/// later). Without the toleration it stays Pending and the node closed.
+/// Runs tests/cluster/real-node.sh for real node `index` with the kubelet
+/// settings in `extra` (None: the defaults back).
+fn real_node(t: &Install, index: usize, extra: Option<&std::path::Path>) {
+    let mut cmd = std::process::Command::new(t.repo_path("tests/cluster/real-node.sh"));
+    cmd.arg(index.to_string()).env("NODEIMAGE_STATE", &t.state);
+    if let Some(e) = extra {
+        cmd.env("NODEIMAGE_KUBELET_EXTRA_CONFIG", e);
+    }
+    let out = cmd.output().expect("run tests/cluster/real-node.sh");
+    assert!(
+        out.status.success(),
+        "real-node.sh {index}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 39, on every real node (a node pool replaced): each node leaves
+/// (its Node deleted) and registers again with the start-up taint, and the
+/// controller's pods are deleted: every schedulable node is gated. The
+/// chart's controller tolerates the taint, so it comes back on a gated node
+/// and opens them all (no job gates them) long before the bound (10
+/// minutes: the daemon's own act comes a minute later). Without the
+/// toleration it stays Pending and the nodes closed.
 fn every_node_gated(t: &mut Install) {
-    let node = t.node.clone();
-    let opened = |t: &Install| {
+    let t: &Install = t;
+    let opened = |node: &str| {
         let events = t.kc_out(&[
             "get",
             "events",
@@ -909,36 +1049,34 @@ fn every_node_gated(t: &mut Install) {
         ]);
         events.lines().count()
     };
-    let before = opened(t);
+    let before: Vec<usize> = t.nodes.iter().map(|n| opened(&n.name)).collect();
     let selector = "app.kubernetes.io/component=controller";
     t.kc_ok(
         &["delete", "pod", "-n", NS, "-l", selector, "--wait=false"],
         None,
     );
-    t.kc_ok(
-        &["delete", "node", &node, "--wait=true", "--timeout=60s"],
-        None,
-    );
+    for n in &t.nodes {
+        t.kc_ok(
+            &["delete", "node", &n.name, "--wait=true", "--timeout=60s"],
+            None,
+        );
+    }
     let extra = t.work_path("kubelet-register-gated.yaml");
     std::fs::write(&extra, REGISTER_GATED).expect("write the kubelet settings");
-    let real_node = |extra: Option<&std::path::Path>| {
-        let mut cmd = std::process::Command::new(t.repo_path("tests/cluster/real-node.sh"));
-        cmd.env("NODEIMAGE_STATE", &t.state);
-        if let Some(e) = extra {
-            cmd.env("NODEIMAGE_KUBELET_EXTRA_CONFIG", e);
-        }
-        let out = cmd.output().expect("run tests/cluster/real-node.sh");
-        assert!(
-            out.status.success(),
-            "real-node.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    real_node(Some(&extra));
-    t.pass(&format!("{node} registered again with the start-up taint"));
+    for n in &t.nodes {
+        real_node(t, n.index, Some(&extra));
+    }
+    let names = t.node_names().join(" and ");
+    t.pass(&format!("{names} registered again with the start-up taint"));
     let t0 = Instant::now();
-    t.wait_for("the controller to open the gated node", 240, || {
-        let taints = t.kc_out(&["get", "node", &node, "-o", "jsonpath={.spec.taints}"]);
+    t.wait_for("the controller to open every gated node", 240, || {
+        let mut state = vec![];
+        for (n, before) in t.nodes.iter().zip(&before) {
+            let taints = t.kc_out(&["get", "node", &n.name, "-o", "jsonpath={.spec.taints}"]);
+            if taints.contains("images-pending") || opened(&n.name) <= *before {
+                state.push(format!("{}: still gated ({taints})", n.name));
+            }
+        }
         let running = t.kc_out(&[
             "get",
             "pods",
@@ -947,47 +1085,57 @@ fn every_node_gated(t: &mut Install) {
             "-l",
             selector,
             "--field-selector",
-            &format!("spec.nodeName={node},status.phase=Running"),
+            "status.phase=Running",
             "-o",
-            "name",
+            "jsonpath={.items[*].spec.nodeName}",
         ]);
-        match (
-            taints.contains("images-pending"),
-            running.is_empty(),
-            opened(t) > before,
-        ) {
-            (false, false, true) => Ok(()),
-            state => Err(format!(
-                "tainted, no controller Running, not opened yet: {state:?}"
-            )),
+        if running.is_empty() {
+            state.push("no controller pod Running".into());
+        }
+        if state.is_empty() {
+            Ok(())
+        } else {
+            Err(state.join("; "))
         }
     });
+    let on = t.kc_out(&[
+        "get",
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        selector,
+        "--field-selector",
+        "status.phase=Running",
+        "-o",
+        "jsonpath={.items[*].spec.nodeName}",
+    ]);
     t.pass(&format!(
-        "a controller pod runs on the gated node and opened it (StartupGateOpened) {}s after it registered",
+        "controller pods run on the gated nodes ({on}) and opened {names} (StartupGateOpened) {}s after they registered",
         t0.elapsed().as_secs()
     ));
-    // kubelet's defaults back (the Node keeps no taint).
-    real_node(None);
+    // kubelet's defaults back (the Nodes keep no taint).
+    for n in &t.nodes {
+        real_node(t, n.index, None);
+    }
     for what in ["deploy", "daemonset"] {
-        let name = format!(
-            "{what}/{RELEASE}-{}",
-            if what == "deploy" {
-                "controller"
-            } else {
-                "daemon"
-            }
-        );
-        let fallback = format!(
-            "{what}/{RELEASE}-nodeimage-{}",
-            if what == "deploy" {
-                "controller"
-            } else {
-                "daemon"
-            }
-        );
+        let part = if what == "deploy" {
+            "controller"
+        } else {
+            "daemon"
+        };
+        let name = format!("{what}/{RELEASE}-{part}");
+        let fallback = format!("{what}/{RELEASE}-nodeimage-{part}");
         assert!(
             t.rollout_status(NS, &name, "180s") || t.rollout_status(NS, &fallback, "180s"),
             "{what} did not become available again"
+        );
+    }
+    for n in &t.nodes {
+        assert!(
+            !daemon_pod(t, &n.name).is_empty(),
+            "no daemon pod on {} after it joined again",
+            n.describe()
         );
     }
 }

@@ -1,9 +1,11 @@
 //! What a real kubelet does with the images nodeimage pre-pulled: its image
 //! garbage collector, and its credential verification (KEP-2535). They run
-//! on the stack's real node (tests/cluster/real-node.sh: kubelet 1.37 over
-//! containerd 2.2, which honours pins; or the kubelet of the version
-//! `make test-kube-version` runs), served by a nodeimage daemon of the
-//! test's own.
+//! on the stack's two real nodes (tests/cluster/real-node.sh 1 and 2:
+//! kubelet 1.37 over containerd 2.2 on kubelet-1, over containerd 1.7 with
+//! layer discard on kubelet-2, both honouring pins; or the kubelet of the
+//! version `make test-kube-version` runs), each test on the node it names
+//! (and says in the run's log), served by a nodeimage daemon of the test's
+//! own in that node's mount namespace.
 //!
 //! kubelet's image GC is made to run within seconds, not at its 5-minute
 //! period: a hard eviction threshold that the node always passes
@@ -22,9 +24,10 @@
 
 use nodeimage_tests::nodeimage::{self as ni, Tag};
 use nodeimage_tests::process::{Daemon, TestRegistry};
+use nodeimage_tests::realnodes::RealNodeEnv;
 use nodeimage_tests::registry::{PushedImage, Registry};
 use nodeimage_tests::tenant::Tenant;
-use nodeimage_tests::{Cleanup, Cluster, cri, http, kruise, parse_env_file, unique, wait_for};
+use nodeimage_tests::{Cleanup, Cluster, cri, http, kruise, unique, wait_for};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,34 +51,36 @@ const ALWAYS_VERIFY: &str = "featureGates: {KubeletEnsureSecretPulledImages: tru
 /// The first kubelet minor version with KEP-2535's feature gate (alpha).
 const ALWAYS_VERIFY_SINCE: u32 = 33;
 
-/// The real node: the cluster's variables with real-node.env's added.
+/// A real node: the cluster's variables with its env file's added.
 struct RealNode {
     c: Cluster,
     name: String,
+    /// 1 for kubelet-1, 2 for kubelet-2 (real-node.sh's argument).
+    index: usize,
     socket: PathBuf,
+    mount_ns: PathBuf,
     kubelet_log: PathBuf,
     state: PathBuf,
 }
 
 impl RealNode {
-    fn load() -> RealNode {
+    /// Real node `index` (1: kubelet-1 on containerd 2.2; 2: kubelet-2 on
+    /// containerd 1.7 with layer discard); says which, outside the test
+    /// harness's capture, so the run's log names the node of each test.
+    fn load(index: usize, test: &str) -> RealNode {
         let mut c = Cluster::load();
         let state = PathBuf::from(c.var("NODEIMAGE_STATE"));
-        let env = state.join("real-node.env");
-        let text = std::fs::read_to_string(&env).unwrap_or_else(|e| {
-            panic!(
-                "no {}: {e}; start the real node first (tests/cluster/real-node.sh)",
-                env.display()
-            )
-        });
-        for (k, v) in parse_env_file(&text) {
-            c = c.with_var(&k, &v);
+        let env = RealNodeEnv::load(&state, index).unwrap_or_else(|e| panic!("{e}"));
+        for (k, v) in &env.vars {
+            c = c.with_var(k, v);
         }
-        let name = c.var("NODEIMAGE_REAL_NODE");
+        nodeimage_tests::install::say(&format!("{test}: on {}", env.describe()));
         RealNode {
-            socket: PathBuf::from(c.var("NODEIMAGE_REAL_NODE_CONTAINERD")),
-            kubelet_log: state.join("logs").join(format!("kubelet-{name}.log")),
-            name,
+            kubelet_log: state.join("logs").join(format!("kubelet-{}.log", env.name)),
+            name: env.name,
+            index,
+            socket: env.socket,
+            mount_ns: env.mount_ns,
             state,
             c,
         }
@@ -86,7 +91,8 @@ impl RealNode {
     fn kubelet_settings(&self, extra: Option<&str>) {
         let file = self.state.join("real").join("kubelet-extra-test.yaml");
         let mut cmd = Command::new(nodeimage_tests::repo_root().join("tests/cluster/real-node.sh"));
-        cmd.env("NODEIMAGE_STATE", &self.state);
+        cmd.arg(self.index.to_string())
+            .env("NODEIMAGE_STATE", &self.state);
         if let Some(extra) = extra {
             std::fs::write(&file, extra).expect("write the kubelet settings");
             cmd.env("NODEIMAGE_KUBELET_EXTRA_CONFIG", &file);
@@ -164,7 +170,10 @@ impl RealNode {
     fn daemon(&self, dir: &Path, flags: &[&str]) -> Daemon {
         let mut all = vec!["--presence-check-seconds", "2"];
         all.extend_from_slice(flags);
-        let mut d = Daemon::start(&self.c, &self.name, &self.socket, dir, &all);
+        // In the node's mount namespace, as the chart's daemon pod would be:
+        // containerd's paths (its image filesystem) are the node's there.
+        let ns = Some(self.mount_ns.as_path());
+        let mut d = Daemon::start_in(&self.c, &self.name, &self.socket, dir, &all, ns);
         d.wait_readyz(200, TIMEOUT);
         d
     }
@@ -323,7 +332,16 @@ fn forget(cleanup: &mut Cleanup, rn: &RealNode, images: &[&PushedImage]) {
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_gc_collects_what_no_entry_wants_and_keeps_the_rest() {
-    let rn = RealNode::load();
+    // On both real nodes: containerd 2.2 and 1.7 with layer discard keep
+    // pins their own way (a label on the image record, read at GC time).
+    for index in 1..=nodeimage_tests::realnodes::COUNT {
+        let test = "real_kubelet_gc_collects_what_no_entry_wants_and_keeps_the_rest";
+        gc_collects_and_keeps(RealNode::load(index, test));
+    }
+}
+
+/// The test above, on real node `rn`.
+fn gc_collects_and_keeps(rn: RealNode) {
     let dir = temp_dir(&rn);
     let mut reg = TestRegistry::start(dir.path());
     let registry = Registry::new(&reg.host());
@@ -438,7 +456,10 @@ fn real_kubelet_gc_collects_what_no_entry_wants_and_keeps_the_rest() {
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_gc_without_pins_the_tag_is_pulled_again_then_fails() {
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        2,
+        "real_kubelet_gc_without_pins_the_tag_is_pulled_again_then_fails",
+    );
     let dir = temp_dir(&rn);
     let reg = TestRegistry::start(dir.path());
     let image = Registry::new(&reg.host())
@@ -533,7 +554,10 @@ fn real_kubelet_gc_without_pins_the_tag_is_pulled_again_then_fails() {
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenants() {
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        1,
+        "real_kubelet_always_verify_keeps_a_pre_pulled_private_image_from_other_tenants",
+    );
     let dir = temp_dir(&rn);
     let auth = rn.c.var("NODEIMAGE_AUTH_REGISTRY");
     let (user, password) = (
@@ -802,7 +826,10 @@ fn runnable(rn: &RealNode, registry: &Registry, name: &str) -> PushedImage {
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there() {
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        2,
+        "real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there",
+    );
     let dir = temp_dir(&rn);
     let mut reg = TestRegistry::start(dir.path());
     let image = runnable(&rn, &Registry::new(&reg.host()), "gate-image");
@@ -897,7 +924,10 @@ fn real_kubelet_startup_gate_holds_pods_until_the_gating_image_is_there() {
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() {
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        1,
+        "real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come",
+    );
     let dir = temp_dir(&rn);
     let mut reg = TestRegistry::start(dir.path());
     let image = Registry::new(&reg.host())
@@ -948,7 +978,10 @@ fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() 
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_startup_gate_opens_without_a_controller_after_the_bound() {
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        2,
+        "real_kubelet_startup_gate_opens_without_a_controller_after_the_bound",
+    );
     let dir = temp_dir(&rn);
     let controller = kruise::SharedController::attach(&rn.c);
     controller.kill();
@@ -1021,7 +1054,10 @@ fn real_kubelet_startup_gate_opens_without_a_controller_after_the_bound() {
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_collects_the_image_left_out_of_the_pin_budget() {
     use nodeimage_api::kruise::nodeimage::pins::NOT_PINNED_PREFIX;
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        2,
+        "real_kubelet_collects_the_image_left_out_of_the_pin_budget",
+    );
     let dir = temp_dir(&rn);
     let reg = TestRegistry::start(dir.path());
     let registry = Registry::new(&reg.host());
@@ -1238,7 +1274,10 @@ const IMAGE_VOLUMES_SINCE: u32 = 35;
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_predownload_follows_a_deployment_and_a_daemonset_rollout() {
-    let rn = RealNode::load();
+    let rn = RealNode::load(
+        1,
+        "real_kubelet_predownload_follows_a_deployment_and_a_daemonset_rollout",
+    );
     let dir = temp_dir(&rn);
     let mut reg = TestRegistry::start(dir.path());
     let registry = Registry::new(&reg.host());
