@@ -112,10 +112,11 @@ fi
 
 # The real nodes' mount namespaces (real-node.sh): with their processes
 # stopped, unmounting the pin lets each go, with the mounts made in it.
-for f in "$STATE"/real/*/mnt-ns; do
+for f in "$STATE"/real/ns/*; do
   [[ -e $f ]] || continue
   umount "$f" 2>/dev/null || true
 done
+umount "$STATE/real/ns" 2>/dev/null || true
 
 # The cgroup roots of real nodes after the first (real-node.sh 2): empty
 # now that their containers are gone, removed deepest first.

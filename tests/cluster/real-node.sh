@@ -175,14 +175,23 @@ if [[ -n $prev && $prev != "$RT_VERSION" && -n "$(ls -A "$D/root" 2>/dev/null)" 
   die "$NAME ran containerd $prev, now $RT_VERSION is wanted: stop the cluster first (tests/cluster/down.sh)"
 fi
 echo "$RT_VERSION" >"$D/containerd-version"
-# The node's own mount namespace, pinned at $D/mnt-ns: there, as on a
+# The node's own mount namespace, pinned at $STATE/real/ns/$NAME: there, as on a
 # machine of its own, /run/containerd is this node's directory $D and
 # /var/lib/containerd its containerd root $D/root, so every node has
 # containerd at the paths the chart's DaemonSet mounts by default (one
 # hostPath for every node, as on a real fleet). containerd, its shims, the
 # pods' containers and kubelet run in it; the host reaches the same files
-# under $D (the socket is $D/containerd.sock). down.sh unmounts the pin.
-NS_PIN=$D/mnt-ns
+# under $D (the socket is $D/containerd.sock). The pins live in
+# $STATE/real/ns, a private bind mount of its own (a namespace cannot be
+# pinned on a mount that propagates, as / does on systemd hosts). down.sh
+# unmounts them.
+NS_DIR=$STATE/real/ns
+mkdir -p "$NS_DIR"
+if ! mountpoint -q "$NS_DIR"; then
+  mount --bind "$NS_DIR" "$NS_DIR" && mount --make-private "$NS_DIR" ||
+    die "cannot make $NS_DIR a private mount for the nodes' mount namespaces"
+fi
+NS_PIN=$NS_DIR/$NAME
 if ! nsenter --mount="$NS_PIN" true 2>/dev/null; then
   umount "$NS_PIN" 2>/dev/null || true
   : >"$NS_PIN"
