@@ -156,7 +156,7 @@ step "two real nodes: kube-scheduler, kubelet-1 (containerd 2.2) and kubelet-2 (
 tests/cluster/real-node.sh 1 >/dev/null
 tests/cluster/real-node.sh 2 >/dev/null
 
-step "kubelet's image GC and credential checks on the real node (they restart its kubelet: one at a time)"
+step "kubelet's image GC and credential checks on the real nodes (they restart a kubelet: one at a time)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=1
 
 step "waiting for the release (make release)"
