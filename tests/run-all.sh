@@ -163,7 +163,7 @@ step "waiting for the release (make release)"
 wait_background "$RELEASE_PID" release
 grep -E '^  ok:|release: ' "$STATE/logs/release.log" | tail -n 40
 
-step "the chart installed with helm onto the real node, as docs/install.md says"
+step "the chart installed with helm onto the real nodes, as docs/install.md says"
 # Alone and last: it replaces the e2e tests' nodeimage and deletes every
 # nodeimage object (tests/tests/install.rs). The helm that tests/chart.sh
 # installed, as chart.sh passes it.
