@@ -1051,6 +1051,21 @@ fn every_node_gated(t: &mut Install) {
     };
     let before: Vec<usize> = t.nodes.iter().map(|n| opened(&n.name)).collect();
     let selector = "app.kubernetes.io/component=controller";
+    // The nodes the controller's Running pods are on.
+    let running_on = || {
+        t.kc_out(&[
+            "get",
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            selector,
+            "--field-selector",
+            "status.phase=Running",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ])
+    };
     t.kc_ok(
         &["delete", "pod", "-n", NS, "-l", selector, "--wait=false"],
         None,
@@ -1077,19 +1092,7 @@ fn every_node_gated(t: &mut Install) {
                 state.push(format!("{}: still gated ({taints})", n.name));
             }
         }
-        let running = t.kc_out(&[
-            "get",
-            "pods",
-            "-n",
-            NS,
-            "-l",
-            selector,
-            "--field-selector",
-            "status.phase=Running",
-            "-o",
-            "jsonpath={.items[*].spec.nodeName}",
-        ]);
-        if running.is_empty() {
+        if running_on().is_empty() {
             state.push("no controller pod Running".into());
         }
         if state.is_empty() {
@@ -1098,18 +1101,7 @@ fn every_node_gated(t: &mut Install) {
             Err(state.join("; "))
         }
     });
-    let on = t.kc_out(&[
-        "get",
-        "pods",
-        "-n",
-        NS,
-        "-l",
-        selector,
-        "--field-selector",
-        "status.phase=Running",
-        "-o",
-        "jsonpath={.items[*].spec.nodeName}",
-    ]);
+    let on = running_on();
     t.pass(&format!(
         "controller pods run on the gated nodes ({on}) and opened {names} (StartupGateOpened) {}s after they registered",
         t0.elapsed().as_secs()
