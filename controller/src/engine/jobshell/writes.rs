@@ -15,8 +15,15 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use nodeimage_api::kruise::TagUpgrade;
 
-/// Entry writes in flight at once per job.
-const WRITE_CONCURRENCY: usize = 16;
+/// A job's entry edits handed to the shared writer at once. All of a plan's
+/// nodes (a plan starts at most its parallelism), so that the jobs planning
+/// on one NodeImage event reach each node within one gather window and share
+/// its write: handed 16 at a time, each batch waiting for its write, a
+/// hundred jobs' edits for a node came seconds apart in separate writes
+/// (docs/benchmarks.md, "100 ImagePullJobs × 1,000 nodes"). The writer
+/// bounds the API writes (`tagwrites::WRITES_IN_FLIGHT`); this bound only
+/// caps the edits one job holds waiting.
+const WRITE_CONCURRENCY: usize = 1024;
 /// Longest event note (the API refuses notes above 1 KB).
 const MAX_NOTE_CHARS: usize = 1000;
 

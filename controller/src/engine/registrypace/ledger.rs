@@ -1,5 +1,5 @@
 //! What registry pacing remembers between plans, and the shell that runs a
-//! job's plan under the rule. Two stores, one owner (this module):
+//! job's plan under the rule. Its stores, one owner (this module):
 //! - reservations: entries a plan started that the NodeImage cache does not
 //!   show yet (without them, two jobs planning one after the other both see
 //!   the same free slot). Dropped when the cache shows the entry owned by
@@ -12,6 +12,10 @@
 //! - last loads: each limited registry's pulling nodes as the last plan
 //!   (or reservation) saw them, so that a NodeImage change can tell a freed
 //!   slot (`handoff`). Replaced at each plan of a job on the registry.
+//! - node loads (`load::LoadMemo`): what each NodeImage showed of the
+//!   registries at its resourceVersion, so a plan reads only the NodeImages
+//!   that changed. Replaced when a node's resourceVersion moves, dropped at
+//!   the first plan whose snapshot lacks the node.
 //!
 //! A plan of a job with a limited registry runs under one lock, from
 //! counting the slots to recording its reservations; plans of jobs without
@@ -93,6 +97,7 @@ pub(super) struct Ledger {
     served: BTreeMap<String, BTreeMap<String, u64>>,
     serves: u64,
     pub(super) last: BTreeMap<String, Load>,
+    memo: load::LoadMemo,
 }
 
 #[derive(Debug, Clone)]
@@ -310,7 +315,7 @@ impl RegistryPacing {
         // reservation dropped because a later read shows its entry, while
         // the loads come from an earlier one, would count that node nowhere.
         let snapshot = self.nodeimages.state();
-        let mut loads = load::loads(snapshot.iter().map(|n| n.as_ref()), &keep);
+        let mut loads = ledger.memo.loads(&snapshot, &keep);
         let reserved: BTreeSet<&str> = ledger.reserved.iter().map(|r| r.node.as_str()).collect();
         let by_name: BTreeMap<&str, &NodeImage> = snapshot
             .iter()

@@ -2,12 +2,14 @@
 //! on it whose answering status is not finished (hand-written entries
 //! included; an upgrade only until its image is pulled), and whether a tag
 //! waits because the registry rate-limited it, and for which tenants
-//! (namespaces, or cluster-scoped kinds) each node pulls. Pure.
+//! (namespaces, or cluster-scoped kinds) each node pulls. Pure, but for
+//! [`LoadMemo`], which remembers each NodeImage's share between plans.
 
 use super::rule::tenant;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage, UpgradeState};
 use nodeimage_api::reference::{ImageRef, canonical_registry};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// One registry as the NodeImages show it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,43 +51,116 @@ pub fn registry_of(image: &str) -> Option<String> {
 }
 
 /// Each registry's [`Load`] over `nodeimages`, keeping only the registries
-/// `keep` accepts (each image key is parsed once per call).
+/// `keep` accepts.
 pub fn loads<'a>(
     nodeimages: impl IntoIterator<Item = &'a NodeImage>,
     keep: impl Fn(&str) -> bool,
 ) -> BTreeMap<String, Load> {
-    let mut registries: BTreeMap<&'a str, Option<String>> = BTreeMap::new();
-    let mut out: BTreeMap<String, Load> = BTreeMap::new();
+    let mut out = BTreeMap::new();
     for ni in nodeimages {
         let name = ni.metadata.name.as_deref().unwrap_or_default();
-        let status = ni.status.as_ref();
-        for (image, spec) in ni.spec.images.iter().flatten() {
-            let registry = registries
-                .entry(image.as_str())
-                .or_insert_with(|| registry_of(image).filter(|r| keep(r.as_str())));
-            for tag in &spec.tags {
-                let answer = status.and_then(|s| s.entry_for(image, tag));
-                if let Some(host) = answer.and_then(|a| a.rate_limited_by()) {
-                    let host = canonical_registry(host);
-                    if keep(host) {
-                        out.entry(host.to_string()).or_default().rate_limited = true;
-                    }
-                }
-                let Some(registry) = registry.as_ref() else {
-                    continue;
-                };
-                if may_pull(answer) {
-                    let load = out.entry(registry.clone()).or_default();
-                    load.add(name, None);
-                    for o in tag.owner_references.iter().flatten() {
-                        let kind = o.kind.as_deref().unwrap_or_default();
-                        load.add(name, Some(&tenant(o.namespace.as_deref(), kind)));
-                    }
+        node_load(ni).add_to(name, &mut out, &keep);
+    }
+    out
+}
+
+/// What one NodeImage shows of every registry: the registries it may still
+/// pull from, each with the tenants it pulls for, and the registry hosts
+/// that rate-limited one of its tags.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    pulling: BTreeMap<String, BTreeSet<String>>,
+    rate_limited: BTreeSet<String>,
+}
+
+impl NodeLoad {
+    /// Adds this node (named `node`) to `out`, for the registries `keep`
+    /// accepts.
+    fn add_to(&self, node: &str, out: &mut BTreeMap<String, Load>, keep: impl Fn(&str) -> bool) {
+        for host in self.rate_limited.iter().filter(|h| keep(h)) {
+            out.entry(host.clone()).or_default().rate_limited = true;
+        }
+        for (registry, tenants) in self.pulling.iter().filter(|(r, _)| keep(r)) {
+            let load = out.entry(registry.clone()).or_default();
+            load.add(node, None);
+            for t in tenants {
+                load.add(node, Some(t));
+            }
+        }
+    }
+}
+
+/// What `ni` shows of every registry (see [`NodeLoad`]).
+pub fn node_load(ni: &NodeImage) -> NodeLoad {
+    let mut out = NodeLoad::default();
+    let status = ni.status.as_ref();
+    for (image, spec) in ni.spec.images.iter().flatten() {
+        let registry = registry_of(image);
+        for tag in &spec.tags {
+            let answer = status.and_then(|s| s.entry_for(image, tag));
+            if let Some(host) = answer.and_then(|a| a.rate_limited_by()) {
+                out.rate_limited
+                    .insert(canonical_registry(host).to_string());
+            }
+            let Some(registry) = registry.as_ref() else {
+                continue;
+            };
+            if may_pull(answer) {
+                let tenants = out.pulling.entry(registry.clone()).or_default();
+                for o in tag.owner_references.iter().flatten() {
+                    let kind = o.kind.as_deref().unwrap_or_default();
+                    tenants.insert(tenant(o.namespace.as_deref(), kind));
                 }
             }
         }
     }
     out
+}
+
+/// Each NodeImage's [`NodeLoad`] as of its resourceVersion, so that a plan
+/// reads again only the NodeImages that changed since the last one. Owned
+/// by the pacing ledger; a node's entry is replaced when its
+/// resourceVersion changes and dropped by the first read whose snapshot
+/// no longer holds it.
+#[derive(Debug, Default)]
+pub struct LoadMemo {
+    nodes: HashMap<String, (String, Arc<NodeLoad>)>,
+}
+
+impl LoadMemo {
+    /// Each registry's [`Load`] over `snapshot` (see [`loads`]).
+    pub fn loads(
+        &mut self,
+        snapshot: &[Arc<NodeImage>],
+        keep: impl Fn(&str) -> bool,
+    ) -> BTreeMap<String, Load> {
+        let mut out = BTreeMap::new();
+        let mut kept = HashMap::with_capacity(snapshot.len());
+        for ni in snapshot {
+            let name = ni.metadata.name.as_deref().unwrap_or_default();
+            let load = match ni.metadata.resource_version.as_deref() {
+                Some(rv) => {
+                    let load = match self.nodes.remove(name) {
+                        Some((seen, load)) if seen == rv => load,
+                        _ => Arc::new(node_load(ni)),
+                    };
+                    kept.insert(name.to_string(), (rv.to_string(), load.clone()));
+                    load
+                }
+                // Nothing to tell versions apart by: read it every time.
+                None => Arc::new(node_load(ni)),
+            };
+            load.add_to(name, &mut out, &keep);
+        }
+        self.nodes = kept;
+        out
+    }
+
+    /// How many NodeImages it remembers.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
 }
 
 /// Whether the node may still pull for a tag entry answered by `answer`:

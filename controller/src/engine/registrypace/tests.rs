@@ -134,6 +134,53 @@ fn loads_count_unfinished_entries_per_node() {
     assert_eq!(only.keys().collect::<Vec<_>>(), vec![REG]);
 }
 
+/// The memo reads again only the NodeImages whose resourceVersion moved,
+/// gives what a full read gives, and forgets the nodes that left.
+#[test]
+fn the_load_memo_matches_a_full_read_and_forgets_nodes_that_left() {
+    use super::load::LoadMemo;
+    use std::sync::Arc;
+    let image = format!("{REG}/app");
+    let versioned = |mut ni: NodeImage, rv: &str| {
+        ni.metadata.resource_version = Some(rv.into());
+        Arc::new(ni)
+    };
+    let pulling = |n: &str, rv: &str| {
+        let st = status("v1", ImagePullPhase::Pulling, None);
+        versioned(node(n, &image, Some("j"), Some(st)), rv)
+    };
+    let done = |n: &str, rv: &str| {
+        let st = status("v1", ImagePullPhase::Succeeded, None);
+        versioned(node(n, &image, Some("j"), Some(st)), rv)
+    };
+    let mut memo = LoadMemo::default();
+    let rounds = [
+        vec![pulling("n1", "1"), pulling("n2", "2")],
+        // n1 finished at a new version: read again, no longer pulling.
+        vec![done("n1", "3"), pulling("n2", "2")],
+        // The same version with other content is not read again (a
+        // resourceVersion names one content), so the memo's answer stands.
+        vec![done("n1", "3"), done("n2", "2")],
+        // n2 left.
+        vec![done("n1", "3")],
+    ];
+    let expected: [&[&str]; 4] = [&["n1", "n2"], &["n2"], &["n2"], &[]];
+    for (snapshot, want) in rounds.iter().zip(expected) {
+        let got = memo.loads(snapshot, |_| true);
+        let names: Vec<&str> = got
+            .get(REG)
+            .map(|l| l.pulling.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(names, want);
+        assert_eq!(memo.len(), snapshot.len());
+    }
+    // Where versions are fresh, the memo and a full read agree.
+    let snapshot = [pulling("n1", "7"), done("n2", "8")];
+    let full = loads(snapshot.iter().map(|n| n.as_ref()), |_| true);
+    assert_eq!(memo.loads(&snapshot, |_| true), full);
+    assert!(memo.loads(&snapshot, |r| r == "docker.io").is_empty());
+}
+
 #[test]
 fn limits_per_host_with_aliases() {
     let l = Limits::new(0, &[("index.docker.io".into(), 2), (REG.into(), 1)]);
