@@ -114,6 +114,14 @@ pub struct Flags {
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub predownload_namespaces: Vec<String>,
 
+    /// Most nodes a Deployment's or StatefulSet's pre-download pulls onto
+    /// beyond the nodes of its Pods: nodes its new pod template can be
+    /// scheduled on (node selector, required node affinity, tolerations),
+    /// where new Pods of a rollout or a scale-up may land. 0: the nodes of
+    /// its Pods only (OpenKruise's rule).
+    #[arg(long, default_value_t = 100)]
+    pub predownload_max_extra_nodes: u32,
+
     /// Most nodes pulling from one registry host at once, across every job
     /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
     /// hand-written NodeImage entries count but are not held back. Jobs

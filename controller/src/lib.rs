@@ -126,7 +126,8 @@ fn serve_health(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let mut registry = nodeimage_ops::metrics::registry("controller");
-    ctx.metrics.register(&mut registry, ctx.stores.clone());
+    ctx.metrics
+        .register(&mut registry, ctx.stores.clone(), &flags.startup_gate_taint);
     let registry = std::sync::Arc::new(registry);
     let render: health::MetricsFn =
         std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
@@ -182,20 +183,12 @@ async fn controllers(
     let pacing = registry_pacing(&ctx, limits, &nodeimages, stop.clone());
     let _ = ctx.stores.nodeimages.set(nodeimages.store.clone());
     let for_writer = nodeimages.subscribe();
-    let (for_housekeeping, for_pull, for_prepull, for_upgrade) = (
-        nodeimages.subscribe(),
-        nodeimages.subscribe(),
-        nodeimages.subscribe(),
-        nodeimages.subscribe(),
-    );
+    let [for_housekeeping, for_pull, for_prepull, for_upgrade] =
+        std::array::from_fn(|_| nodeimages.subscribe());
     let mut nodes = nodecache::Nodes::new();
-    let [
-        nodes_mirror,
-        nodes_housekeeping,
-        nodes_prepull,
-        nodes_upgrade,
-        nodes_gate,
-    ] = std::array::from_fn(|_| nodes.subscribe());
+    let [n_mirror, n_housekeeping, n_prepull, n_upgrade, n_gate] =
+        std::array::from_fn(|_| nodes.subscribe());
+    let node_store = nodes.store();
     let nodeimages_for_gate = (nodeimages.store.clone(), nodeimages.synced.clone());
     let writes_seen = for_writer
         .changes
@@ -204,13 +197,13 @@ async fn controllers(
         nodeimages.run(ctx.clone(), readiness.clone(), stop.clone()),
         nodes.run(ctx.client.clone(), readiness.clone(), stop.clone()),
         writer.clone().follow(writes_seen.boxed()),
-        nodemirror::run(ctx.clone(), readiness.clone(), stop.clone(), nodes_mirror),
+        nodemirror::run(ctx.clone(), readiness.clone(), stop.clone(), n_mirror),
         housekeeping::run(
             ctx.clone(),
             readiness.clone(),
             stop.clone(),
             for_housekeeping,
-            nodes_housekeeping
+            n_housekeeping
         ),
         imagepulljob::run(
             ctx.clone(),
@@ -218,7 +211,8 @@ async fn controllers(
             pacing.clone(),
             readiness.clone(),
             stop.clone(),
-            for_pull
+            for_pull,
+            node_store.clone()
         ),
         jobshell::run_node_tasks(
             imageprepulljob::WIRING,
@@ -227,17 +221,16 @@ async fn controllers(
             pacing.clone(),
             stop.clone(),
             for_prepull,
-            nodes_prepull
+            n_prepull
         ),
         imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone()),
-        predownload::run(ctx.clone(), readiness.clone(), stop.clone()),
-        startupgate::run(
+        predownload::run(
             ctx.clone(),
-            gate,
+            readiness.clone(),
             stop.clone(),
-            nodes_gate,
-            nodeimages_for_gate
+            node_store.clone()
         ),
+        startupgate::run(ctx.clone(), gate, stop.clone(), n_gate, nodeimages_for_gate),
         jobshell::run_node_tasks(
             nodeupgradejob::WIRING,
             ctx,
@@ -245,7 +238,7 @@ async fn controllers(
             pacing,
             stop,
             for_upgrade,
-            nodes_upgrade
+            n_upgrade
         ),
     );
 }

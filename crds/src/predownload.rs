@@ -26,3 +26,9 @@ pub const WORKLOAD_UID_LABEL: &str = "nodeimage.dev/predownload-for";
 /// On a pre-download ImagePullJob: `Kind/name` of the workload it serves,
 /// for people reading `kubectl get imagepulljob -o yaml`.
 pub const WORKLOAD_ANNOTATION: &str = "nodeimage.dev/predownload-workload";
+
+/// On a pre-download ImagePullJob: where its workload's pod template can be
+/// scheduled (`nodeSelector`, required node affinity, tolerations) and how
+/// many nodes beyond those of its Pods to pull onto, as JSON; the job
+/// selects those nodes too, so new Pods find the image wherever they land.
+pub const PLACEMENT_ANNOTATION: &str = "nodeimage.dev/predownload-placement";

@@ -17,8 +17,19 @@
 #                    ImagePullJob a user would write by hand (same
 #                    podSelector and parallelism), ROUNDS rounds of both,
 #                    alternating (see the scenario's own comment below).
+#   landing          where a rollout's new Pods land (issue 49): a
+#                    Deployment of LANDING_REPLICAS (100) Pods bound one per
+#                    node to the first simulated nodes, annotated for
+#                    pre-download and paused; `kubectl set image`, its job
+#                    Complete, the rollout resumed (maxSurge 100%) and its new
+#                    Pods bound one per node onto nodes holding no Pod of it
+#                    (as a surge lands on empty nodes): the share of new Pods
+#                    whose node reported the new image Succeeded when it was
+#                    bound. Once per --predownload-max-extra-nodes value of
+#                    LANDING_EXTRA ("0 100 1000"; 0 is the rule before issue
+#                    49: the nodes of its Pods only), in one session.
 #
-#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [predownload]
+#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [predownload] [landing]
 #   NODEIMAGE_STATE=/work/bench-state tests/bench/scale.sh reset   # after an aborted run
 #
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
@@ -103,6 +114,8 @@ trap bench_cleanup EXIT
 
 CONTROLLER_BIN=${CONTROLLER_BIN:-$BIN/nodeimage-controller}
 CONTROLLER_ARGS=${CONTROLLER_ARGS:-"--kubeconfig {kubeconfig} --health-addr {health} --log-format json --registry-max-pulls $REGISTRY_LIMIT"}
+# Flags one scenario adds to the controller's (landing: the bound on extra nodes).
+CONTROLLER_EXTRA_ARGS=""
 CONTROLLER_CRDS=${CONTROLLER_CRDS:-$SRC/crds/yaml}
 CONTROLLER_METRICS=${CONTROLLER_METRICS:-"http://{health}/metrics"}
 CONTROLLER_READY=${CONTROLLER_READY:-"curl -fsS http://{health}/readyz"}
@@ -144,7 +157,7 @@ start_controller() {
   if curl -fsS -o /dev/null --max-time 2 "http://$CTRL_HEALTH/healthz" 2>/dev/null; then
     die "something already answers on $CTRL_HEALTH (a controller left running?); stop it first"
   fi
-  read -r -a args <<<"$(fill "$CONTROLLER_ARGS")"
+  read -r -a args <<<"$(fill "$CONTROLLER_ARGS $CONTROLLER_EXTRA_ARGS")"
   bench_start scale-controller "$CONTROLLER_BIN" "${args[@]}"
   wait_until "$CONTROLLER_READY_TIMEOUT" "controller ready" scale-controller bash -c "$(fill "$CONTROLLER_READY")"
 }
@@ -588,10 +601,83 @@ predownload() {
   [[ ${KEEP_NODES:-0} == 1 ]] || predownload_teardown
 }
 
+# ---------------------------------------------------------------------------
+# landing: where a rollout's new Pods land (see the top of this file)
+# ---------------------------------------------------------------------------
+LANDING_REPLICAS=${LANDING_REPLICAS:-100}
+LANDING_EXTRA=${LANDING_EXTRA:-"0 100 1000"}
+LANDING_SEL=app=landing-bench
+
+# landing_run EXTRA: one run with --predownload-max-extra-nodes EXTRA.
+landing_run() {
+  local extra=$1 s image t0 job share nodes
+  s=landing.extra$extra
+  image=$REG/bench/landing-$extra-$(date -u +%H%M%S):v2
+  CONTROLLER_EXTRA_ARGS="--predownload-max-extra-nodes $extra"
+  measure_begin "$s"
+  M_T0=$(now)
+  kc apply -f - >/dev/null <<EOD
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: landing
+  namespace: $NS
+  annotations: {nodeimage.dev/image-predownload: "true"}
+spec:
+  replicas: $LANDING_REPLICAS
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: "100%", maxUnavailable: 0}}
+  selector: {matchLabels: {app: landing-bench}}
+  template:
+    metadata: {labels: {app: landing-bench}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {nodeimage.dev/sim: "true"}
+      containers: [{name: app, image: "$PREDL_BASE"}]
+EOD
+  "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" bind-pods --namespace "$NS" --selector "$LANDING_SEL" \
+    --node-selector "$SIM_SEL" --count "$LANDING_REPLICAS" --timeout-seconds 1200 >/dev/null
+  kc rollout pause deployment landing -n "$NS" >/dev/null
+  kc set image deployment landing -n "$NS" "app=$image" >/dev/null
+  wait_until "$TIMEOUT_SECONDS" "$s: its job Complete" scale-controller landing_job_complete "$image"
+  job=$(jobs_of "$image" | jq -c '.[0]')
+  record "$s.job" "$(jq -r '"succeeded \(.status.succeeded // 0) of desired \(.status.desired // 0), parallelism \(.spec.parallelism)"' <<<"$job") after $(elapsed "$M_T0" "$(now)") s"
+  kc rollout resume deployment landing -n "$NS" >/dev/null
+  t0=$(now)
+  "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" bind-pods --namespace "$NS" --selector "$LANDING_SEL" \
+    --node-selector "$SIM_SEL" --count "$((2 * LANDING_REPLICAS))" --timeout-seconds 1200 >/dev/null
+  # The new Pods' nodes, and the simulated NodeImages that report the new
+  # image Succeeded (they did before the rollout resumed: the job had
+  # completed, and nothing removes the image while the job lives).
+  nodes=$(api_curl "/api/v1/namespaces/$NS/pods?labelSelector=app%3Dlanding-bench" |
+    jq -c --arg i "$image" '[.items[] | select(.spec.containers[0].image == $i and .spec.nodeName != null) | .spec.nodeName]')
+  share=$(api_curl "/apis/apps.kruise.io/v1alpha1/nodeimages?labelSelector=nodeimage.dev%2Fsim%3Dtrue" |
+    jq -r --argjson n "$nodes" --arg i "${image%:*}" --arg t "${image##*:}" '
+      [.items[] | select(.metadata.name as $m | $n | index($m)) |
+       select([.status.imageStatuses[$i].tags[]? | select(.tag == $t and .phase == "Succeeded")] | length > 0)] | length as $held |
+      "\($held) of \($n | length) new Pods (\(if ($n | length) > 0 then ($held * 1000 / ($n | length) | floor) / 10 else 0 end)%)"')
+  record "$s.share" "$share were bound to a node holding $image (bound within $(elapsed "$t0" "$(now)") s of the resume)"
+  measure_end "$s"
+  kc delete deployment landing -n "$NS" --wait=false >/dev/null
+  kc delete pods -n "$NS" -l "$LANDING_SEL" --grace-period=0 --force >/dev/null 2>&1 || true
+  wait_until "$TIMEOUT_SECONDS" "$s: the job gone" scale-controller predownload_job_gone "$image"
+  wait_until 600 "$s: no tag entries left" scale-controller bash -c '[[ $('"$KUBECTL"' get nodeimages -l '"$SIM_SEL"' -o json | jq "[.items[] | (.spec.images // {}) | to_entries[] | .value.tags | length] | add // 0") == 0 ]]'
+  bench_stop scale-controller
+  CONTROLLER_EXTRA_ARGS=""
+}
+landing_job_complete() {
+  sleep 1
+  [[ $(jobs_of "$1" | jq -r '.[0].status.completionTime // ""') != "" ]]
+}
+landing() {
+  local extra
+  for extra in $LANDING_EXTRA; do landing_run "$extra"; done
+}
+
 for s in "${SCENARIOS[@]}"; do
   case $s in
-    imagepulljob | imageprepulljob | predownload) "$s" ;;
-    *) die "unknown scenario $s (imagepulljob, imageprepulljob, predownload)" ;;
+    imagepulljob | imageprepulljob | predownload | landing) "$s" ;;
+    *) die "unknown scenario $s (imagepulljob, imageprepulljob, predownload, landing)" ;;
   esac
 done
 record "simulator.stats.end" "$(cat "$SIM_STATS" 2>/dev/null)"

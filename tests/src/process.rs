@@ -225,6 +225,16 @@ pub struct TestRegistry {
 impl TestRegistry {
     /// Starts a registry storing under `dir` and waits until it answers.
     pub fn start(dir: &Path) -> TestRegistry {
+        Self::start_with(dir, None)
+    }
+
+    /// The same, refusing requests without the basic-auth credentials of
+    /// `htpasswd` (a bcrypt htpasswd file, such as the auth registry's).
+    pub fn start_with_auth(dir: &Path, htpasswd: &Path) -> TestRegistry {
+        Self::start_with(dir, Some(htpasswd))
+    }
+
+    fn start_with(dir: &Path, htpasswd: Option<&Path>) -> TestRegistry {
         let port = crate::free_port();
         let config = dir.join("registry.yml");
         let storage = dir.join("registry-data");
@@ -238,6 +248,15 @@ impl TestRegistry {
             ),
         )
         .expect("write registry config");
+        if let Some(file) = htpasswd {
+            let auth = format!(
+                "auth:\n  htpasswd:\n    realm: nodeimage-test-registry\n    path: {}\n",
+                file.display()
+            );
+            let mut text = std::fs::read_to_string(&config).expect("read registry config");
+            text.push_str(&auth);
+            std::fs::write(&config, text).expect("write registry config");
+        }
         let mut r = TestRegistry {
             child: None,
             port,
@@ -270,7 +289,7 @@ impl TestRegistry {
         crate::wait_for(
             &format!("test registry {} to answer", self.host()),
             Duration::from_secs(30),
-            || (http::status_of(&url) == Some(200)).then_some(()),
+            || matches!(http::status_of(&url), Some(200 | 401)).then_some(()),
         );
     }
 

@@ -1214,6 +1214,11 @@ fn chart_rbac_node_identity_and_the_real_daemon() {
         checks.push(("no", vec!["patch", r, "-A"]));
         checks.push(("no", vec!["update", r, "-A"]));
     }
+    // ...and a workload's ServiceAccount (its Pods' pull secrets), never
+    // writing or listing them.
+    checks.push(("yes", vec!["get", "serviceaccounts", "-n", "default"]));
+    checks.push(("no", vec!["list", "serviceaccounts", "-A"]));
+    checks.push(("no", vec!["patch", "serviceaccounts", "-A"]));
     for (want, args) in checks {
         can_i(&c, &controller, "controller", want, &args);
     }

@@ -1427,3 +1427,180 @@ fn real_kubelet_predownload_follows_a_deployment_and_a_daemonset_rollout() {
     );
     drop(cleanup);
 }
+
+/// Issue 49: a Deployment of one replica on kubelet-1, annotated for
+/// pre-download, pulling from a registry that needs credentials, whose
+/// secret is attached only to its ServiceAccount (as most teams wire
+/// private registries). Its template may run on either real node, and one
+/// replica per node (required anti-affinity), so the rolling update's new
+/// Pod must land on kubelet-2, where no Pod of it ever ran. After `kubectl
+/// set image` (the rollout paused), the pre-download job pulls the new
+/// image onto kubelet-2 too, with the ServiceAccount's secret; with the
+/// registry stopped, the resumed rollout's new Pod starts there from it.
+#[test]
+#[ignore = "needs the local cluster's real nodes (make test)"]
+fn real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on() {
+    let test = "real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on";
+    let (one, two) = (RealNode::load(1, test), RealNode::load(2, test));
+    let (dir_one, dir_two) = (temp_dir(&one), temp_dir(&two));
+    let (user, password) = (
+        one.c.var("NODEIMAGE_AUTH_USER"),
+        one.c.var("NODEIMAGE_AUTH_PASSWORD"),
+    );
+    let htpasswd = one.state.join("registry").join("htpasswd");
+    let mut reg = TestRegistry::start_with_auth(dir_one.path(), &htpasswd);
+    let private = Registry::with_basic_auth(&reg.host(), &user, &password);
+    let pause = one.c.var("NODEIMAGE_PAUSE_IMAGE");
+    let (pause_repo, pause_tag) = pause
+        .split_once('/')
+        .and_then(|(_, rest)| rest.split_once(':'))
+        .expect("NODEIMAGE_PAUSE_IMAGE is host/repository:tag");
+    let push = |name: &str| {
+        private
+            .push_runnable_copy(
+                &Registry::new(&one.c.var("NODEIMAGE_REGISTRY")),
+                pause_repo,
+                pause_tag,
+                &unique(name),
+                "v1",
+            )
+            .expect("push a runnable image")
+    };
+    let (old_img, new_img) = (push("pd-sa-old"), push("pd-sa-new"));
+    let (old, new) = (old_img.reference(), new_img.reference());
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &one, &[&old_img, &new_img]);
+    forget(&mut cleanup, &two, &[&old_img, &new_img]);
+    assert!(two.image(&new).is_none(), "a fresh image");
+    let ns = one.namespace(&mut cleanup, "predownload-sa");
+    one.c.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            "-n",
+            &ns,
+            &format!("--docker-server={}", reg.host()),
+            &format!("--docker-username={user}"),
+            &format!("--docker-password={password}"),
+        ],
+        None,
+    );
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "puller", "namespace": ns},
+                         "imagePullSecrets": [{"name": "regcred"}]});
+    one.c
+        .kubectl_ok(&["apply", "-f", "-"], Some(&account.to_string()));
+    let _daemons = (
+        one.daemon(dir_one.path(), &[]),
+        two.daemon(dir_two.path(), &[]),
+    );
+
+    // One replica, on kubelet-1 to begin with: kubelet-2 is not in its
+    // affinity until the rollout is paused.
+    let affinity = |nodes: &[&str]| {
+        json!({
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]},
+        })
+    };
+    let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "web", "namespace": ns,
+                 "annotations": {nodeimage_api::predownload::ENABLED: "true"}},
+    "spec": {
+        "replicas": 1,
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {
+                "serviceAccountName": "puller",
+                "affinity": affinity(&[&one.name]),
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": old, "imagePullPolicy": "IfNotPresent"}],
+            }}}});
+    one.c
+        .kubectl_ok(&["apply", "-f", "-"], Some(&deploy.to_string()));
+    wait_all_run(&one, &ns, "web", &old);
+    let first = pods_of(&one, &ns, "web");
+    assert_eq!(first[0]["spec"]["nodeName"], one.name.as_str(), "{first:?}");
+
+    one.c
+        .kubectl_ok(&["rollout", "pause", "-n", &ns, "deployment/web"], None);
+    let edit = json!({"spec": {"template": {"spec": {
+        "affinity": affinity(&[&one.name, &two.name]),
+        "containers": [{"name": "app", "image": new}]}}}});
+    one.c.kubectl_ok(
+        &[
+            "patch",
+            "deployment",
+            "-n",
+            &ns,
+            "web",
+            "--type=strategic",
+            "-p",
+            &edit.to_string(),
+        ],
+        None,
+    );
+    // Both nodes: kubelet-1 runs its Pod, kubelet-2 is where the new one
+    // may land; the ServiceAccount's secret pulls.
+    let mut last = Vec::new();
+    let job = wait_for_or(TIMEOUT, || {
+        last = predownload_jobs(&one, &ns);
+        last.iter()
+            .find(|j| {
+                j["spec"]["image"] == new.as_str()
+                    && j["status"]["succeeded"] == 2
+                    && !j["status"]["completionTime"].is_null()
+            })
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("no pre-download job of {new} completed on both nodes: {last:?}"));
+    assert_eq!(
+        job["spec"]["pullSecrets"],
+        json!(["regcred"]),
+        "the ServiceAccount's secret: {job}"
+    );
+    assert!(
+        job["metadata"]["annotations"][nodeimage_api::predownload::PLACEMENT_ANNOTATION]
+            .is_string(),
+        "{job}"
+    );
+    assert!(
+        two.image(&new).is_some(),
+        "the new image is on {} before any Pod",
+        two.name
+    );
+
+    reg.stop();
+    one.c
+        .kubectl_ok(&["rollout", "resume", "-n", &ns, "deployment/web"], None);
+    wait_all_run(&one, &ns, "web", &new);
+    let now = pods_of(&one, &ns, "web");
+    assert_eq!(
+        now[0]["spec"]["nodeName"],
+        two.name.as_str(),
+        "the new Pod landed on the other node and started there with the registry stopped: {now:?}"
+    );
+    wait_for(
+        "the Deployment's job to go once its rollout is over",
+        TIMEOUT,
+        || predownload_jobs(&one, &ns).is_empty().then_some(()),
+    );
+    one.c.kubectl_ok(
+        &[
+            "delete",
+            "-n",
+            &ns,
+            "deployment/web",
+            "--wait=true",
+            "--timeout=120s",
+        ],
+        None,
+    );
+    drop(cleanup);
+}

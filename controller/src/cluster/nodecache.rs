@@ -71,6 +71,12 @@ impl Nodes {
         }
     }
 
+    /// The store alone, for a reader that needs no events (it reads the
+    /// Nodes when its own wake-ups come).
+    pub fn store(&self) -> Store<Node> {
+        self.store.clone()
+    }
+
     /// Watches Nodes into the store until `stop` turns true, passing every
     /// event on to each subscriber.
     pub async fn run(

@@ -3,7 +3,8 @@
 //! engine (`nodetasks`), the job shell that runs a kind's plan and applies
 //! its effects with one retry policy (`jobshell`), job conditions and events
 //! (`conditions`, `jobevents`), the status write pace (`pace`), the images a
-//! pod spec runs (`podimages`), pull-secret
+//! pod spec runs (`podimages`), where a pod template can be scheduled
+//! (`placement`, pure), pull-secret
 //! copies (`pullsecrets`), the registry pacing across jobs
 //! (`registrypace`). No kind imports another; nothing here imports a
 //! controller.
@@ -14,6 +15,7 @@ pub mod jobevents;
 pub mod jobshell;
 pub mod nodetasks;
 pub mod pace;
+pub mod placement;
 pub mod podimages;
 pub mod pullsecrets;
 pub mod registrypace;

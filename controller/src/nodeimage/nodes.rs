@@ -146,19 +146,30 @@ pub fn kubeedge_version(n: &Node) -> Option<String> {
 
 /// Keeps only what the plans read of a Node: labels, deletion, creation
 /// time, the Ready condition's status, `nodeInfo.kubeletVersion` (where
-/// KubeEdge nodes report their version) and the start-up gate's taint.
+/// KubeEdge nodes report their version), whether it is cordoned, and the
+/// taints that keep Pods off it (NoSchedule and NoExecute: the start-up
+/// gate's, and those pre-download's placement reads; `engine::placement`).
 pub fn trim_node(n: &mut Node) {
     n.metadata.managed_fields = None;
     n.metadata.annotations = None;
     n.metadata.owner_references = None;
-    let gated = is_gated(n);
-    n.spec = gated.then(|| NodeSpec {
-        taints: Some(vec![k8s_openapi::api::core::v1::Taint {
-            key: gate_taint().to_string(),
-            effect: nodeimage_api::gate::TAINT_EFFECT.to_string(),
+    n.spec = n.spec.take().and_then(|s| {
+        let taints: Vec<_> = s
+            .taints
+            .into_iter()
+            .flatten()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .map(|t| k8s_openapi::api::core::v1::Taint {
+                time_added: None,
+                ..t
+            })
+            .collect();
+        let cordoned = s.unschedulable.filter(|u| *u);
+        (!taints.is_empty() || cordoned.is_some()).then(|| NodeSpec {
+            taints: (!taints.is_empty()).then_some(taints),
+            unschedulable: cordoned,
             ..Default::default()
-        }]),
-        ..Default::default()
+        })
     });
     if let Some(st) = n.status.as_mut() {
         let ready: Vec<_> = st
@@ -444,8 +455,14 @@ mod tests {
                 "{name}"
             );
             // What trimming is for: the parts no decision reads are gone.
-            let spec_kept = trimmed.spec.as_ref().map(|s| s.pod_cidr.is_none());
-            assert_eq!(spec_kept, is_gated(&full).then_some(true), "{name}");
+            let spec = trimmed.spec.as_ref().expect("the taints are kept");
+            assert!(spec.pod_cidr.is_none(), "{name}");
+            let placement = crate::engine::placement::Placement::default();
+            assert_eq!(
+                placement.misfit(&trimmed),
+                placement.misfit(&full),
+                "{name}"
+            );
             assert!(trimmed.metadata.managed_fields.is_none());
             let status = trimmed.status.as_ref().expect("status kept");
             assert!(status.images.is_none() && status.addresses.is_none());

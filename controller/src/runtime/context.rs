@@ -38,6 +38,8 @@ pub struct Context {
     pub stores: std::sync::Arc<crate::runtime::stores::Stores>,
     /// Registries whose followed tags are looked up over plain HTTP.
     pub follow_tag_http_registries: Vec<String>,
+    /// Most nodes a workload's pre-download adds beyond those of its Pods.
+    pub predownload_max_extra_nodes: u32,
 }
 
 impl Context {
@@ -63,6 +65,7 @@ impl Context {
             metrics: crate::runtime::metrics::Metrics::default(),
             stores: std::sync::Arc::default(),
             follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
+            predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
         })
     }
 

@@ -4,7 +4,6 @@
 //! vanish with their job because they are computed from the current cache.
 
 use crate::runtime::stores::Stores;
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nodeimage_api::kruise::ImagePullJob;
 use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
@@ -20,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+pub mod predownload;
 mod registries;
 
 /// Labels naming a reconciled kind.
@@ -66,6 +66,7 @@ pub const RECONCILED_KINDS: &[&str] = &[
     "ImageListPullJob",
     "ImagePrePullJob",
     "NodeUpgradeJob",
+    "Predownload",
 ];
 
 /// Reconcile metrics, shared by every controller of the binary.
@@ -84,6 +85,8 @@ pub struct Metrics {
     startup_gates_opened: Family<GateLabels, Counter>,
     /// Jobs whose mark to gate new nodes was ignored (namespace not allowed).
     startup_gates_refused: Family<KindLabels, Counter>,
+    /// Pre-download's jobs and refusals.
+    pub predownload: predownload::PredownloadMetrics,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -104,6 +107,7 @@ impl Default for Metrics {
             leader: Gauge::default(),
             startup_gates_opened: Family::default(),
             startup_gates_refused: Family::default(),
+            predownload: Default::default(),
         }
     }
 }
@@ -134,7 +138,7 @@ impl Metrics {
     /// Registers everything under `nodeimage_controller` / `nodeimage`,
     /// with the per-kind counters of every reconciled kind present at 0;
     /// the scrape-time metrics read `stores` (they never write them).
-    pub fn register(&self, r: &mut Registry, stores: Arc<Stores>) {
+    pub fn register(&self, r: &mut Registry, stores: Arc<Stores>, gate_taint: &str) {
         for kind in RECONCILED_KINDS {
             let l = KindLabels {
                 kind: (*kind).into(),
@@ -190,7 +194,8 @@ impl Metrics {
             "Jobs annotated nodeimage.dev/gate-new-nodes whose namespace may not gate new nodes (they gate nothing), by kind",
             self.startup_gates_refused.clone(),
         );
-        r.register_collector(Box::new(CacheCollector(stores)));
+        self.predownload.register(r);
+        r.register_collector(Box::new(CacheCollector(stores, gate_taint.to_string())));
     }
 
     /// Starts timing a reconcile of `kind`.
@@ -348,16 +353,22 @@ pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
     }
 }
 
-/// Whether a cached (trimmed) Node has taints: only the gate's is kept.
-fn has_taints(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| !t.is_empty())
+/// How many cached Nodes carry the start-up gate's taint `key` (none when
+/// the gate is off, `key` empty).
+fn gated_nodes(
+    store: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+    key: &str,
+) -> usize {
+    let gated = |n: &std::sync::Arc<k8s_openapi::api::core::v1::Node>| {
+        let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref());
+        !key.is_empty() && nodeimage_api::gate::has_taint(taints, key)
+    };
+    store.state().iter().filter(|n| gated(n)).count()
 }
 
+/// The shared stores, and the start-up gate's taint key (empty: off).
 #[derive(Debug)]
-struct CacheCollector(Arc<Stores>);
+struct CacheCollector(Arc<Stores>, String);
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -372,7 +383,7 @@ impl Collector for CacheCollector {
             )?)?;
         }
         if let Some(store) = c.nodes.get() {
-            let gated = store.state().iter().filter(|n| has_taints(n)).count();
+            let gated = gated_nodes(store, &self.1);
             let g = ConstGauge::new(i64::try_from(gated).unwrap_or(i64::MAX));
             g.encode(encoder.encode_descriptor(
                 "nodeimage_startup_gated_nodes",

@@ -40,6 +40,7 @@ pub async fn run(
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
+    nodes: Store<k8s_openapi::api::core::v1::Node>,
 ) {
     jobshell::ensure_secrets_namespace(&ctx, "pull secrets").await;
     let client = ctx.client.clone();
@@ -74,6 +75,7 @@ pub async fn run(
         },
         pods,
         pods_synced,
+        nodes,
         jobs: jobs.clone(),
     });
     let relabelled = LabelChanges::new(state.shared.nodeimages.clone());

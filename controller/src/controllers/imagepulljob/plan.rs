@@ -47,6 +47,8 @@ pub struct Inputs<'a> {
     pub nodeimages: &'a [Arc<NodeImage>],
     /// Pods of the job's namespace (used with podSelector).
     pub pods: &'a [PodInfo],
+    /// Every Node, trimmed (used with a pre-download's placement).
+    pub nodes: &'a [Arc<k8s_openapi::api::core::v1::Node>],
     /// Copies of the job's pull secrets the daemons may read.
     pub secrets: Vec<ReferenceObject>,
     /// Pull secrets named by the job that do not exist.
@@ -296,7 +298,7 @@ fn nodes_of(inp: &Inputs<'_>) -> Result<(Entry, Vec<(String, NodeState)>), Strin
     let job = inp.job;
     let entry = rollout::entry_for(&job.spec.image)
         .map_err(|e| format!("cannot pull {}: {e}", job.spec.image))?;
-    let selected = select_nodes(job, inp.nodeimages, inp.pods)?;
+    let selected = select_nodes(job, inp.nodeimages, inp.pods, inp.nodes)?;
     let uid = job.uid().unwrap_or_default();
     let by_name: BTreeMap<String, &Arc<NodeImage>> =
         inp.nodeimages.iter().map(|n| (n.name_any(), n)).collect();

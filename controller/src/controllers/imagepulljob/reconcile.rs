@@ -42,6 +42,9 @@ pub struct State {
     pub pods: Store<Pod>,
     /// Set once `pods` holds a complete list.
     pub pods_synced: Synced,
+    /// Every Node, trimmed (the shared Node cache; read for a
+    /// pre-download's placement).
+    pub nodes: Store<k8s_openapi::api::core::v1::Node>,
     /// Every ImagePullJob (the controller's own cache).
     pub jobs: Store<ImagePullJob>,
     /// Followed tags: the lookups' memory and the registry client.
@@ -142,8 +145,7 @@ impl JobReconciler for State {
             pullsecrets::sync(client, &ctx.secrets_namespace, &ns, names, &key).await?
         };
         let refused = synced.refused.iter().map(ToString::to_string).collect();
-        let gating = nodeimage_api::gate::is_gating(job.annotations());
-        let gate_refusal = gating
+        let gate_refusal = nodeimage_api::gate::is_gating(job.annotations())
             .then(|| ctx.policy.gate_refusal(job.namespace().as_deref()))
             .flatten();
         let pods = self.pods_of(&job);
@@ -162,6 +164,7 @@ impl JobReconciler for State {
                     job: &job,
                     nodeimages: &self.shared.nodeimages.state(),
                     pods: &pods,
+                    nodes: &self.nodes_of(&job),
                     secrets: synced.refs,
                     missing_secrets: synced.missing,
                     refused_secrets: refused,
@@ -277,6 +280,19 @@ impl State {
         self.follow
             .follow(&self.shared.ctx.client, follows, now)
             .await
+    }
+
+    /// The Nodes, for a job whose selection reads them (a pre-download's
+    /// placement); none for the others.
+    fn nodes_of(&self, job: &ImagePullJob) -> Vec<Arc<k8s_openapi::api::core::v1::Node>> {
+        let placed = job
+            .annotations()
+            .contains_key(nodeimage_api::predownload::PLACEMENT_ANNOTATION);
+        if plan::reads_pods(job) && placed {
+            self.nodes.state()
+        } else {
+            vec![]
+        }
     }
 
     /// The pods of the job's namespace, as the plan reads them (only for

@@ -1,11 +1,14 @@
 //! Pre-download for native workloads: a Deployment, StatefulSet or
 //! DaemonSet annotated `nodeimage.dev/image-predownload: "true"` gets one
 //! ImagePullJob per image of its pod template that some of its Pods do not
-//! run yet, onto the nodes of its Pods; the jobs go when every Pod runs the
+//! run yet, onto the nodes of its Pods and (Deployment, StatefulSet) the
+//! nodes its new Pods may land on; the jobs go when every Pod runs the
 //! template's images, when the annotation goes, or with the workload.
 //! Decisions in `plan` (settings from annotations in `settings`, the
-//! workload's shape in `workload`); this shell reads the workload, its Pods
-//! (the ImagePullJob controller's Pod cache) and its jobs, and writes.
+//! workload's shape in `workload`, where a template fits in
+//! `engine::placement`); this shell reads the workload, its Pods (the
+//! ImagePullJob controller's Pod cache), the shared Node cache, its
+//! ServiceAccount and its jobs, and writes.
 //!
 //! A workload is woken when it changes (its status too: a rollout's
 //! progress shows there), when one of its jobs changes, and every
@@ -22,8 +25,8 @@ use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -46,11 +49,18 @@ struct State {
     ctx: Context,
     /// This kind's pre-download jobs (labelled with their workload's UID).
     jobs: Store<ImagePullJob>,
+    /// Every Node, trimmed (the shared Node cache).
+    nodes: Store<Node>,
 }
 
 /// Runs pre-download for the three kinds until `stop` turns true; does
 /// nothing when the controller allows it in no namespace.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodes: Store<Node>,
+) {
     if ctx.policy.predownload_namespaces
         == crate::runtime::policy::Namespaces::Only(Default::default())
     {
@@ -58,14 +68,18 @@ pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool
         return;
     }
     tokio::join!(
-        run_kind::<Deployment>(ctx.clone(), readiness.clone(), stop.clone()),
-        run_kind::<StatefulSet>(ctx.clone(), readiness.clone(), stop.clone()),
-        run_kind::<DaemonSet>(ctx, readiness, stop),
+        run_kind::<Deployment>(ctx.clone(), readiness.clone(), stop.clone(), nodes.clone()),
+        run_kind::<StatefulSet>(ctx.clone(), readiness.clone(), stop.clone(), nodes.clone()),
+        run_kind::<DaemonSet>(ctx, readiness, stop, nodes),
     );
 }
 
-async fn run_kind<K>(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>)
-where
+async fn run_kind<K>(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    nodes: Store<Node>,
+) where
     K: AsWorkload
         + Resource<DynamicType = ()>
         + Clone
@@ -109,7 +123,7 @@ where
     });
     let controller = Controller::for_stream(trigger, workloads).owns_stream(job_events);
     ready.set(true);
-    let state = Arc::new(State { ctx, jobs });
+    let state = Arc::new(State { ctx, jobs, nodes });
     lifecycle::run_controller(
         "predownload",
         controller,
@@ -146,9 +160,20 @@ where
         .map(|p| pod_view(p))
         .collect();
     let allowed = ctx.policy.predownload_namespaces.contains(&w.namespace);
-    let p = plan::plan(&w, &views, &jobs, allowed);
+    let account = service_account(ctx, &w).await;
+    let nodes = state.nodes.state();
+    let p = plan::plan(&plan::Inputs {
+        workload: &w,
+        pods: &views,
+        jobs: &jobs,
+        allowed,
+        account: &account,
+        nodes: &nodes,
+        max_extra_nodes: ctx.predownload_max_extra_nodes,
+    });
     let mut events = p.events.clone();
     let written = apply(ctx, &w, &p, &mut events).await;
+    count_refusals(ctx, &events);
     publish_on(ctx, &obj.object_ref(&()), "PreDownload", &events).await;
     written?;
     let live = jobs.iter().filter(|j| !j.deleting).count();
@@ -158,6 +183,54 @@ where
     } else {
         Action::await_change()
     })
+}
+
+/// The pull secrets of the workload's ServiceAccount, read only when its
+/// template names none (the API server gives its Pods the account's then).
+async fn service_account(ctx: &Context, w: &workload::Workload) -> plan::Account {
+    let spec = w.pod_spec.as_ref();
+    let own = spec
+        .and_then(|s| s.image_pull_secrets.as_ref())
+        .is_some_and(|l| l.iter().any(|r| !r.name.is_empty()));
+    if own {
+        return plan::Account::Unread;
+    }
+    let name = spec
+        .and_then(|s| s.service_account_name.clone().or(s.service_account.clone()))
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &w.namespace);
+    match api.get_opt(&name).await {
+        Ok(Some(sa)) => plan::Account::Secrets(
+            sa.image_pull_secrets
+                .into_iter()
+                .flatten()
+                .map(|r| r.name)
+                .filter(|n| !n.is_empty())
+                .collect(),
+        ),
+        Ok(None) => {
+            plan::Account::Unknown(format!("ServiceAccount {}/{name} not found", w.namespace))
+        }
+        Err(e) => {
+            tracing::warn!(workload = %w.describe(), namespace = %w.namespace, account = %name, error = %e, "reading the workload's ServiceAccount failed");
+            plan::Account::Unknown(format!(
+                "reading ServiceAccount {}/{name}: {e}",
+                w.namespace
+            ))
+        }
+    }
+}
+
+/// Counts the refusals among the events about to be published.
+fn count_refusals(ctx: &Context, events: &[JobEvent]) {
+    for e in events {
+        match e.reason {
+            plan::REASON_REFUSED => ctx.metrics.predownload.refusal("refused"),
+            plan::REASON_INVALID => ctx.metrics.predownload.refusal("invalid"),
+            _ => {}
+        }
+    }
 }
 
 /// The pre-download jobs `w` owns, from this kind's job cache.
@@ -170,6 +243,9 @@ fn owned_jobs(jobs: &Store<ImagePullJob>, w: &workload::Workload) -> Vec<plan::O
             name: j.name_any(),
             image: j.spec.image.clone(),
             deleting: j.metadata.deletion_timestamp.is_some(),
+            pull_secrets: j.spec.template.pull_secrets.clone().unwrap_or_default(),
+            parallelism: j.spec.template.parallelism.clone(),
+            placement: j.annotations().get(names::PLACEMENT_ANNOTATION).cloned(),
         })
         .collect()
 }
@@ -189,6 +265,7 @@ async fn apply(
         let (name, image) = (job.name_any(), job.spec.image.as_str());
         match api.create(&PostParams::default(), job).await {
             Ok(_) => {
+                ctx.metrics.predownload.job("created", 1);
                 tracing::info!(workload = %who, namespace = %ns, job = %name, %image, "pre-download job created")
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -209,6 +286,7 @@ async fn apply(
     for (name, why) in &p.delete {
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => {
+                ctx.metrics.predownload.job("deleted", 1);
                 tracing::info!(workload = %who, namespace = %ns, job = %name, reason = %why, "pre-download job deleted");
                 events.push(JobEvent::normal(
                     plan::REASON_DELETED,
@@ -219,6 +297,40 @@ async fn apply(
             Err(e) => {
                 return Err(api_err(format!(
                     "deleting pre-download job {ns}/{name} of {who}"
+                ))(e));
+            }
+        }
+    }
+    update(ctx, &api, w, &p.update).await
+}
+
+/// Brings live jobs in step with their workload: parallelism and placement.
+async fn update(
+    ctx: &Context,
+    api: &Api<ImagePullJob>,
+    w: &workload::Workload,
+    updates: &[plan::JobUpdate],
+) -> Result<(), Error> {
+    for u in updates {
+        let body = serde_json::json!({
+            "metadata": {"annotations": {names::PLACEMENT_ANNOTATION: u.placement}},
+            "spec": {"parallelism": u.parallelism},
+        });
+        match api
+            .patch(&u.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => {
+                ctx.metrics.predownload.job("updated", 1);
+                tracing::info!(workload = %w.describe(), namespace = %w.namespace, job = %u.name, parallelism = u.parallelism, "pre-download job follows its workload");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                return Err(api_err(format!(
+                    "updating pre-download job {}/{} of {}",
+                    w.namespace,
+                    u.name,
+                    w.describe()
                 ))(e));
             }
         }
@@ -242,13 +354,27 @@ fn pod_view(p: &Pod) -> plan::PodView {
             .as_ref()
             .map(crate::engine::podimages::used)
             .unwrap_or_default(),
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
     }
 }
 
-fn error_policy<K>(obj: Arc<K>, error: &Error, _state: Arc<State>) -> Action
+/// The one failure policy of every controller (`jobshell::requeue`).
+fn error_policy<K>(obj: Arc<K>, error: &Error, state: Arc<State>) -> Action
 where
     K: AsWorkload + Resource<DynamicType = ()>,
 {
-    tracing::warn!(kind = K::KIND.name(), workload = %obj.name_any(), namespace = ?obj.namespace(), error = %error, "pre-download reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(15))
+    use crate::engine::jobshell::requeue::{self, Classify};
+    let what = format!(
+        "{} {}/{}",
+        K::KIND.name(),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    );
+    requeue::after_failure(
+        &state.ctx.metrics,
+        "Predownload",
+        &what,
+        error,
+        error.failure(),
+    )
 }

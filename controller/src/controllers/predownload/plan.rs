@@ -1,15 +1,19 @@
 //! What a workload annotated for pre-download needs next: one ImagePullJob
 //! per image of its pod template that some of its Pods do not run yet,
-//! onto the nodes running its Pods (its selector as the job's podSelector);
-//! none once every Pod runs the template's images (the rollout is over),
-//! when the annotation goes, or when the platform team does not allow its
-//! namespace. Pure.
+//! onto the nodes running its Pods (its selector as the job's podSelector)
+//! and, for a Deployment or StatefulSet, the nodes its new Pods may land on
+//! (its template's placement, bounded); with the pull secrets its new Pods
+//! will carry; kept in step with the workload's edits; none once every Pod
+//! runs the template's images (the rollout is over), when the annotation
+//! goes, or when the platform team does not allow its namespace. Pure.
 
 use super::settings::{self, Settings, Switch};
-use super::workload::Workload;
+use super::workload::{Kind, Workload};
 use crate::engine::jobevents::JobEvent;
+use crate::engine::placement::{self, Placement};
 use crate::engine::podimages::{self as images, Wanted};
 use crate::engine::rollout;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::SelectorExt;
@@ -20,6 +24,7 @@ use nodeimage_api::kruise::{
 use nodeimage_api::predownload as names;
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A Pod of the workload's namespace, as far as pre-download cares.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -32,6 +37,8 @@ pub struct PodView {
     pub ready: bool,
     /// The images it runs or mounts.
     pub images: BTreeSet<String>,
+    /// The node it is bound to, if any.
+    pub node: Option<String>,
 }
 
 /// A pre-download job the workload owns.
@@ -43,6 +50,56 @@ pub struct OwnedJob {
     pub image: String,
     /// Already being deleted (its cleanup finalizer still holds it).
     pub deleting: bool,
+    /// Its `pullSecrets` (immutable: a change makes the job again).
+    pub pull_secrets: Vec<String>,
+    /// Its `parallelism`.
+    pub parallelism: Option<IntOrString>,
+    /// Its placement annotation, if any.
+    pub placement: Option<String>,
+}
+
+/// The workload's ServiceAccount, as far as its new Pods' pull secrets go
+/// (the API server gives a Pod its ServiceAccount's `imagePullSecrets`
+/// only when the Pod names none itself).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Account {
+    /// Not read: the template names its own pull secrets.
+    #[default]
+    Unread,
+    /// Its `imagePullSecrets`.
+    Secrets(Vec<String>),
+    /// It could not be read, with why.
+    Unknown(String),
+}
+
+/// What the plan reads.
+pub struct Inputs<'a> {
+    /// The workload.
+    pub workload: &'a Workload,
+    /// The Pods of its namespace.
+    pub pods: &'a [PodView],
+    /// The pre-download jobs it owns.
+    pub jobs: &'a [OwnedJob],
+    /// Whether the platform team lets this namespace's workloads pre-download.
+    pub allowed: bool,
+    /// Its ServiceAccount's pull secrets.
+    pub account: &'a Account,
+    /// Every Node, trimmed (where a new Pod may land).
+    pub nodes: &'a [Arc<Node>],
+    /// At most this many nodes beyond those of its Pods
+    /// (`--predownload-max-extra-nodes`).
+    pub max_extra_nodes: u32,
+}
+
+/// A live job brought in step with its workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobUpdate {
+    /// The job.
+    pub name: String,
+    /// Its new `parallelism`.
+    pub parallelism: i32,
+    /// Its new placement annotation (None: removed).
+    pub placement: Option<String>,
 }
 
 /// What to do.
@@ -52,6 +109,8 @@ pub struct Plan {
     pub create: Vec<ImagePullJob>,
     /// Jobs to delete, with why (for the log and the event).
     pub delete: Vec<(String, String)>,
+    /// Jobs whose parallelism or placement follow the workload's edits.
+    pub update: Vec<JobUpdate>,
     /// Events on the workload.
     pub events: Vec<JobEvent>,
     /// Some image waits for ready Pods of the new template.
@@ -67,9 +126,9 @@ pub const REASON_INVALID: &str = "PreDownloadInvalid";
 /// Event reason when the platform team does not allow the namespace.
 pub const REASON_REFUSED: &str = "PreDownloadRefused";
 
-/// Decides the workload's pre-download jobs. `allowed`: whether the
-/// platform team lets this namespace's workloads pre-download.
-pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) -> Plan {
+/// Decides the workload's pre-download jobs.
+pub fn plan(inp: &Inputs<'_>) -> Plan {
+    let (w, jobs) = (inp.workload, inp.jobs);
     let mut p = Plan::default();
     let s = settings::read(&w.annotations);
     if w.deleting {
@@ -77,7 +136,7 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         return p;
     }
     let wanted = w.pod_spec.as_ref().map(images::wanted).unwrap_or_default();
-    let selected = match selected_pods(w, pods) {
+    let selected = match selected_pods(w, inp.pods) {
         Ok(s) => s,
         Err(e) => {
             drop_all(&mut p, jobs, "its selector is invalid");
@@ -91,7 +150,7 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         .iter()
         .filter(|i| selected.iter().any(|pod| !pod.images.contains(&i.image)))
         .collect();
-    if let Some((why, event)) = switched_off(w, &s, allowed) {
+    if let Some((why, event)) = switched_off(w, &s, inp.allowed) {
         drop_all(&mut p, jobs, why);
         // Said only while a rollout is pending, when it matters.
         p.events.extend(event.filter(|_| !pending.is_empty()));
@@ -100,10 +159,6 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
     drop_done(&mut p, jobs, &pending);
     if pending.is_empty() {
         return p;
-    }
-    if !s.problems.is_empty() {
-        p.events
-            .push(JobEvent::warning(REASON_INVALID, s.problems.join("; ")));
     }
     let needed = s.min_updated_ready.of(w.desired);
     let ready_new = selected
@@ -114,8 +169,113 @@ pub fn plan(w: &Workload, pods: &[PodView], jobs: &[OwnedJob], allowed: bool) ->
         p.waiting = true;
         return p;
     }
-    create_missing(&mut p, w, &s, jobs, pending);
+    let desired = Desired::of(inp, &s, &selected);
+    follow_edits(&mut p, jobs, &pending, &desired);
+    create_missing(&mut p, w, &s, &desired, jobs, pending);
+    if !p.create.is_empty() || !p.update.is_empty() {
+        // Said with the change they affect, not on every look.
+        let mut said = problems(&s, inp.account, w);
+        said.append(&mut p.events);
+        p.events = said;
+    }
     p
+}
+
+/// What every pending image's job should look like now.
+struct Desired {
+    /// The pull secrets the new Pods will carry.
+    secrets: Vec<String>,
+    /// Where new Pods may land (None for a DaemonSet: its own nodes).
+    placement: Option<Placement>,
+    /// Nodes pulling at once.
+    parallelism: i32,
+}
+
+impl Desired {
+    fn of(inp: &Inputs<'_>, s: &Settings, selected: &[&PodView]) -> Self {
+        let w = inp.workload;
+        let own: Vec<String> = w
+            .pod_spec
+            .iter()
+            .flat_map(|spec| spec.image_pull_secrets.iter().flatten())
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let secrets = match (own.is_empty(), inp.account) {
+            (true, Account::Secrets(sa)) => sa.clone(),
+            _ => own,
+        };
+        let placement = match (w.kind, &w.pod_spec) {
+            (Some(Kind::Deployment | Kind::StatefulSet), Some(spec)) => {
+                Some(Placement::of(spec, inp.max_extra_nodes))
+            }
+            _ => None,
+        };
+        let taken: BTreeSet<String> = selected.iter().filter_map(|p| p.node.clone()).collect();
+        let extra = placement.as_ref().map_or(0, |pl| {
+            let nodes = inp
+                .nodes
+                .iter()
+                .filter(|n| crate::nodeimage::nodes::wants_nodeimage(&n.metadata))
+                .map(AsRef::as_ref);
+            placement::extra_nodes(pl, &w.uid, nodes, &taken).len()
+        });
+        Desired {
+            secrets,
+            parallelism: s.parallelism.of(taken.len() + extra),
+            placement,
+        }
+    }
+
+    fn placement_annotation(&self) -> Option<String> {
+        self.placement.as_ref().map(Placement::to_annotation)
+    }
+}
+
+/// Jobs whose pull secrets no longer match are made again (the field is
+/// immutable); the others take the workload's parallelism and placement.
+fn follow_edits(p: &mut Plan, jobs: &[OwnedJob], pending: &[&Wanted], d: &Desired) {
+    let pending: BTreeSet<&str> = pending.iter().map(|i| i.image.as_str()).collect();
+    let placement = d.placement_annotation();
+    for j in jobs
+        .iter()
+        .filter(|j| !j.deleting && pending.contains(j.image.as_str()))
+    {
+        if j.pull_secrets != d.secrets {
+            p.delete.push((
+                j.name.clone(),
+                format!(
+                    "the pull secrets its new Pods carry changed to [{}]; it is made again with them",
+                    d.secrets.join(", ")
+                ),
+            ));
+        } else if j.parallelism != Some(IntOrString::Int(d.parallelism)) || j.placement != placement
+        {
+            p.update.push(JobUpdate {
+                name: j.name.clone(),
+                parallelism: d.parallelism,
+                placement: placement.clone(),
+            });
+        }
+    }
+}
+
+/// Warnings about the workload's settings and ServiceAccount.
+fn problems(s: &Settings, account: &Account, w: &Workload) -> Vec<JobEvent> {
+    let mut out = Vec::new();
+    if !s.problems.is_empty() {
+        out.push(JobEvent::warning(REASON_INVALID, s.problems.join("; ")));
+    }
+    if let Account::Unknown(why) = account {
+        out.push(JobEvent::warning(
+            REASON_INVALID,
+            format!(
+                "the ServiceAccount of {} could not be read ({why}); its jobs pull without its pull secrets",
+                w.describe()
+            ),
+        ));
+    }
+    out
 }
 
 /// Deletes every job not already going.
@@ -180,6 +340,7 @@ fn create_missing(
     p: &mut Plan,
     w: &Workload,
     s: &Settings,
+    d: &Desired,
     jobs: &[OwnedJob],
     pending: Vec<&Wanted>,
 ) {
@@ -195,11 +356,16 @@ fn create_missing(
             ));
             continue;
         }
-        let job = job_for(w, image, s);
+        let job = job_for(w, image, s, d);
+        let onto = if d.placement.is_some() {
+            "onto the nodes of its Pods and the nodes its new Pods may land on"
+        } else {
+            "onto the nodes of its Pods"
+        };
         p.events.push(JobEvent::normal(
             REASON_CREATED,
             format!(
-                "created ImagePullJob {} to pre-download {} onto the nodes of its Pods",
+                "created ImagePullJob {} to pre-download {} {onto}",
                 job.metadata.name.as_deref().unwrap_or_default(),
                 image.image
             ),
@@ -228,17 +394,15 @@ fn selected_pods<'a>(w: &Workload, pods: &'a [PodView]) -> Result<Vec<&'a PodVie
         .collect())
 }
 
-/// The job pre-downloading `image` for `w`: onto the nodes of its Pods,
-/// with its pull secrets and OpenKruise's settings for workload jobs, and
-/// no TTL (it goes when the rollout is over, or with the workload).
-pub fn job_for(w: &Workload, image: &Wanted, s: &Settings) -> ImagePullJob {
-    let pull_secrets: Vec<String> = w
-        .pod_spec
-        .iter()
-        .flat_map(|spec| spec.image_pull_secrets.iter().flatten())
-        .map(|r| r.name.clone())
-        .filter(|n| !n.is_empty())
-        .collect();
+/// The job pre-downloading `image` for `w`: onto the nodes of its Pods
+/// (and where its new Pods may land), with the pull secrets its new Pods
+/// carry and OpenKruise's settings for workload jobs, and no TTL (it goes
+/// when the rollout is over, or with the workload).
+fn job_for(w: &Workload, image: &Wanted, s: &Settings, d: &Desired) -> ImagePullJob {
+    let mut annotations = BTreeMap::from([(names::WORKLOAD_ANNOTATION.to_string(), w.describe())]);
+    if let Some(p) = d.placement_annotation() {
+        annotations.insert(names::PLACEMENT_ANNOTATION.to_string(), p);
+    }
     ImagePullJob {
         metadata: ObjectMeta {
             name: Some(job_name(w, &image.image)),
@@ -247,19 +411,16 @@ pub fn job_for(w: &Workload, image: &Wanted, s: &Settings) -> ImagePullJob {
                 names::WORKLOAD_UID_LABEL.to_string(),
                 w.uid.clone(),
             )])),
-            annotations: Some(BTreeMap::from([(
-                names::WORKLOAD_ANNOTATION.to_string(),
-                w.describe(),
-            )])),
+            annotations: Some(annotations),
             owner_references: Some(vec![w.owner_reference()]),
             ..Default::default()
         },
         spec: ImagePullJobSpec {
             image: image.image.clone(),
             template: ImagePullJobTemplate {
-                pull_secrets: (!pull_secrets.is_empty()).then_some(pull_secrets),
+                pull_secrets: (!d.secrets.is_empty()).then(|| d.secrets.clone()),
                 pod_selector: w.selector.clone(),
-                parallelism: Some(IntOrString::Int(s.parallelism)),
+                parallelism: Some(IntOrString::Int(d.parallelism)),
                 pull_policy: Some(PullPolicy {
                     timeout_seconds: Some(s.timeout_seconds),
                     backoff_limit: Some(settings::BACKOFF_LIMIT),

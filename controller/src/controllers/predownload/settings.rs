@@ -5,8 +5,10 @@
 use nodeimage_api::predownload as names;
 use std::collections::BTreeMap;
 
-/// Nodes pulling at once when the workload does not say (OpenKruise's).
-pub const DEFAULT_PARALLELISM: i32 = 1;
+/// Nodes pulling at once when the workload does not say: half of the
+/// job's nodes (OpenKruise's 1 lets any rollout outrun its pre-download;
+/// docs/api.md says why half keeps ahead of a default rolling update).
+pub const DEFAULT_PARALLELISM: Parallelism = Parallelism::Percent(50);
 /// Seconds one pull may take when the workload does not say (OpenKruise's).
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
 /// Attempts after the first on a node (OpenKruise's workload jobs use 1).
@@ -29,13 +31,37 @@ pub struct Settings {
     /// Whether it is on.
     pub switch: Switch,
     /// Nodes pulling at once.
-    pub parallelism: i32,
+    pub parallelism: Parallelism,
     /// Seconds one pull may take.
     pub timeout_seconds: i32,
     /// Ready Pods of the new template needed before it starts.
     pub min_updated_ready: MinReady,
     /// Annotations that did not parse, with why (their defaults apply).
     pub problems: Vec<String>,
+}
+
+/// `image-predownload-parallelism`: a count of nodes, or a percentage of
+/// the nodes the job selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parallelism {
+    /// This many nodes.
+    Count(i32),
+    /// This percentage of the job's nodes, rounded up, at least 1.
+    Percent(i32),
+}
+
+impl Parallelism {
+    /// The number of nodes pulling at once, for a job of `nodes` nodes.
+    pub fn of(self, nodes: usize) -> i32 {
+        match self {
+            Parallelism::Count(n) => n,
+            Parallelism::Percent(p) => {
+                let n = i64::try_from(nodes).unwrap_or(i64::MAX);
+                let scaled = n.saturating_mul(i64::from(p)).saturating_add(99) / 100;
+                i32::try_from(scaled).unwrap_or(i32::MAX).max(1)
+            }
+        }
+    }
 }
 
 /// `min-updated-ready-pods`: a count or a percentage of the desired Pods.
@@ -81,8 +107,17 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Settings {
             }
         },
     };
-    let parallelism = positive(names::PARALLELISM, DEFAULT_PARALLELISM);
     let timeout_seconds = positive(names::TIMEOUT_SECONDS, DEFAULT_TIMEOUT_SECONDS);
+    let parallelism = match annotations.get(names::PARALLELISM) {
+        None => DEFAULT_PARALLELISM,
+        Some(v) => parse_parallelism(v).unwrap_or_else(|| {
+            problems.push(format!(
+                "{}: {v:?} is neither a whole number of at least 1 nor a percentage from 1% to 100%; using 50%",
+                names::PARALLELISM
+            ));
+            DEFAULT_PARALLELISM
+        }),
+    };
     let min_updated_ready = match annotations.get(names::MIN_UPDATED_READY_PODS) {
         None => MinReady::Count(0),
         Some(v) => parse_min_ready(v).unwrap_or_else(|| {
@@ -99,6 +134,23 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Settings {
         timeout_seconds,
         min_updated_ready,
         problems,
+    }
+}
+
+fn parse_parallelism(v: &str) -> Option<Parallelism> {
+    let v = v.trim();
+    match v.strip_suffix('%') {
+        Some(p) => p
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|p| (1..=100).contains(p))
+            .map(Parallelism::Percent),
+        None => v
+            .parse::<i32>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .map(Parallelism::Count),
     }
 }
 

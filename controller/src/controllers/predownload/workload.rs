@@ -2,7 +2,7 @@
 //! shape for the three kinds, and how their cached copies are trimmed to it.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use std::collections::BTreeMap;
 
@@ -208,13 +208,37 @@ pub fn is_predownload_annotation(key: &str) -> bool {
     .contains(&key)
 }
 
-/// A pod template trimmed to what pre-download reads
-/// (`engine::podimages::slim`); emptied when the workload does not ask for
-/// pre-download (`keep` false).
+/// A pod template trimmed to what pre-download reads: its images
+/// (`engine::podimages::slim`), its ServiceAccount, and where it may be
+/// scheduled (node selector, required node affinity, tolerations);
+/// emptied when the workload does not ask for pre-download (`keep` false).
 pub fn trim_template(t: &mut PodTemplateSpec, keep: bool) {
     t.metadata = None;
     t.spec = if keep {
-        t.spec.as_ref().map(crate::engine::podimages::slim)
+        t.spec.as_ref().map(|spec| {
+            let required = spec
+                .affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| {
+                    n.required_during_scheduling_ignored_during_execution
+                        .clone()
+                });
+            PodSpec {
+                service_account_name: spec.service_account_name.clone(),
+                service_account: spec.service_account.clone(),
+                node_selector: spec.node_selector.clone(),
+                tolerations: spec.tolerations.clone(),
+                affinity: required.map(|r| Affinity {
+                    node_affinity: Some(NodeAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(r),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..crate::engine::podimages::slim(spec)
+            }
+        })
     } else {
         None
     };

@@ -65,7 +65,11 @@ fn renders_without_caches_and_counts_reconciles() {
     let m = Metrics::default();
     let stores = Arc::new(Stores::default());
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(&mut r, stores.clone());
+    m.register(
+        &mut r,
+        stores.clone(),
+        nodeimage_api::gate::DEFAULT_TAINT_KEY,
+    );
     drop(m.reconcile("ImagePullJob"));
     m.error("ImagePullJob");
     m.response_timeouts.inc();
@@ -102,7 +106,11 @@ fn populated_render() -> String {
     let m = Metrics::default();
     let stores = Arc::new(Stores::default());
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(&mut r, stores.clone());
+    m.register(
+        &mut r,
+        stores.clone(),
+        nodeimage_api::gate::DEFAULT_TAINT_KEY,
+    );
     for kind in ["ImagePullJob", "NodeImage"] {
         drop(m.reconcile(kind));
         m.error(kind);
@@ -147,6 +155,7 @@ fn ours(q: &str) -> bool {
         || q.starts_with("nodeimage_nodeimages")
         || q.starts_with("nodeimage_registry_")
         || q.starts_with("nodeimage_startup_")
+        || q.starts_with("nodeimage_predownload_")
 }
 
 /// docs/metrics.md's "Controller" table lists exactly the controller's own
@@ -207,7 +216,11 @@ fn registry_gauges_per_registry() {
     let m = Metrics::default();
     let stores = Arc::new(Stores::default());
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(&mut r, stores.clone());
+    m.register(
+        &mut r,
+        stores.clone(),
+        nodeimage_api::gate::DEFAULT_TAINT_KEY,
+    );
     let text = nodeimage_ops::metrics::render(&r);
     assert!(
         !text.contains("nodeimage_registry_"),

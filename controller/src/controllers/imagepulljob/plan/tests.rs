@@ -77,6 +77,7 @@ fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
         job: j,
         nodeimages: nodes,
         pods: &[],
+        nodes: &[],
         secrets: vec![],
         missing_secrets: vec![],
         refused_secrets: vec![],
@@ -96,7 +97,7 @@ fn selection_table() {
     ];
     let mut j = job(1, CompletionPolicy::default());
     assert_eq!(
-        select_nodes(&j, &nodes, &[]),
+        select_nodes(&j, &nodes, &[], &[]),
         Ok(vec!["n1".into(), "n2".into(), "n3".into()])
     );
     j.spec.template.selector = Some(ImagePullJobNodeSelector {
@@ -104,14 +105,14 @@ fn selection_table() {
         ..Default::default()
     });
     assert_eq!(
-        select_nodes(&j, &nodes, &[]),
+        select_nodes(&j, &nodes, &[], &[]),
         Ok(vec!["n1".into(), "n3".into()])
     );
     j.spec.template.selector = Some(ImagePullJobNodeSelector {
         match_labels: Some(BTreeMap::from([("zone".into(), "b".into())])),
         ..Default::default()
     });
-    assert_eq!(select_nodes(&j, &nodes, &[]), Ok(vec!["n2".into()]));
+    assert_eq!(select_nodes(&j, &nodes, &[], &[]), Ok(vec!["n2".into()]));
     j.spec.template.selector = None;
     j.spec.template.pod_selector = Some(LabelSelector {
         match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
@@ -132,7 +133,61 @@ fn selection_table() {
         pod(&[("app", "db")], Some("n2"), true),
         pod(&[("app", "web")], Some("gone"), true),
     ];
-    assert_eq!(select_nodes(&j, &nodes, &pods), Ok(vec!["n3".into()]));
+    assert_eq!(select_nodes(&j, &nodes, &pods, &[]), Ok(vec!["n3".into()]));
+
+    // A pre-download's placement adds the nodes its template fits: the
+    // Pods' nodes first, then the others (with a NodeImage, Ready, not
+    // tainted against it), at most its bound.
+    use crate::engine::placement::Placement;
+    use nodeimage_api::predownload::{PLACEMENT_ANNOTATION, WORKLOAD_UID_LABEL};
+    let mut with_n4 = nodes.clone();
+    with_n4.push(node("n4", &[], None));
+    let kube_node = |name: &str, pool: &str, taint: bool| {
+        Arc::new(
+            serde_json::from_value::<k8s_openapi::api::core::v1::Node>(serde_json::json!({
+                "metadata": {"name": name, "labels": {"pool": pool}},
+                "spec": {"taints": if taint { serde_json::json!([{"key": "k", "effect": "NoSchedule"}]) } else { serde_json::json!([]) }},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .expect("a Node"),
+        )
+    };
+    let cluster = vec![
+        kube_node("n1", "a", false),
+        kube_node("n2", "a", true),
+        kube_node("n3", "a", false),
+        kube_node("n4", "b", false),
+        kube_node("no-nodeimage", "a", false),
+    ];
+    let mut placed = j.clone();
+    let placement = Placement {
+        node_selector: [("pool".to_string(), "a".to_string())].into(),
+        max_extra_nodes: 5,
+        ..Default::default()
+    };
+    placed.metadata.annotations =
+        Some([(PLACEMENT_ANNOTATION.to_string(), placement.to_annotation())].into());
+    placed.metadata.labels = Some([(WORKLOAD_UID_LABEL.to_string(), "w".to_string())].into());
+    assert_eq!(
+        select_nodes(&placed, &with_n4, &pods, &cluster),
+        Ok(vec!["n3".into(), "n1".into()]),
+        "n3 runs a Pod; n1 fits; n2 is tainted, n4 in another pool, one node has no NodeImage"
+    );
+    let none = Placement {
+        max_extra_nodes: 0,
+        ..placement.clone()
+    };
+    placed.metadata.annotations =
+        Some([(PLACEMENT_ANNOTATION.to_string(), none.to_annotation())].into());
+    assert_eq!(
+        select_nodes(&placed, &with_n4, &pods, &cluster),
+        Ok(vec!["n3".into()]),
+        "a bound of 0 keeps to the Pods' nodes"
+    );
+    placed.metadata.annotations =
+        Some([(PLACEMENT_ANNOTATION.to_string(), "{".to_string())].into());
+    let err = select_nodes(&placed, &with_n4, &pods, &cluster).expect_err("a bad annotation");
+    assert!(err.contains(PLACEMENT_ANNOTATION), "{err}");
 }
 
 #[test]
@@ -144,6 +199,7 @@ fn registry_cap_cuts_the_starts() {
             job: &j,
             nodeimages: &fresh,
             pods: &[],
+            nodes: &[],
             secrets: vec![],
             missing_secrets: vec![],
             refused_secrets: vec![],
@@ -332,6 +388,7 @@ fn missing_secrets_are_named() {
         job: &j,
         nodeimages: &[node("n1", &[], None)],
         pods: &[],
+        nodes: &[],
         secrets: vec![],
         missing_secrets: vec!["ns/absent".into()],
         refused_secrets: vec![],
@@ -361,6 +418,7 @@ fn refused_secrets_fail_the_unfinished_nodes_and_start_none() {
         job: &j,
         nodeimages: &nodes,
         pods: &[],
+        nodes: &[],
         secrets: vec![],
         missing_secrets: vec![],
         refused_secrets: vec![why.into()],
@@ -464,6 +522,7 @@ fn a_missing_secret_is_announced_once() {
             job: j,
             nodeimages: &[],
             pods: &[],
+            nodes: &[],
             secrets: vec![],
             missing_secrets: vec!["ns/absent".into()],
             refused_secrets: vec![],
@@ -508,6 +567,7 @@ fn a_refused_gate_mark_is_said_once_when_the_job_starts() {
             job: j,
             nodeimages: &nodes,
             pods: &[],
+            nodes: &[],
             secrets: vec![],
             missing_secrets: vec![],
             refused_secrets: vec![],

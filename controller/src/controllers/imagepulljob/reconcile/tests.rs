@@ -42,6 +42,7 @@ fn state(replies: Vec<Reply>) -> (State, Script) {
         shared,
         pods: reflector::store::<Pod>().0,
         pods_synced: Synced::done(),
+        nodes: reflector::store().0,
         jobs: reflector::store::<ImagePullJob>().0,
         follow: crate::engine::followtag::FollowTags::new(vec![]),
     };
