@@ -5,6 +5,7 @@
 
 mod follow;
 mod precheck;
+mod predownload;
 mod proxy;
 mod pull;
 mod render;
@@ -67,6 +68,7 @@ pub enum Output {
 struct StatusArgs {
     /// The job: imagepulljob/NAME (ipj), imagelistpulljob/NAME (ilpj),
     /// imageprepulljob/NAME (ippj) or nodeupgradejob/NAME (nuj); or KIND NAME.
+    /// A workload (deploy/NAME, sts/NAME, ds/NAME): its pre-download jobs.
     #[arg(value_name = "KIND/NAME")]
     target: String,
     /// The name, when KIND is given as a separate word.
@@ -145,6 +147,16 @@ pub enum Error {
         kind: target::Kind,
         /// Its namespace, for namespaced kinds.
         namespace: Option<String>,
+        /// Its name.
+        name: String,
+    },
+    /// The workload named does not exist.
+    #[error("{kind} {name} not found in namespace {namespace}")]
+    WorkloadNotFound {
+        /// Its kind.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
         /// Its name.
         name: String,
     },
@@ -247,6 +259,9 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             })
         }
         Command::Status(args) => {
+            if let Some((w, name)) = predownload::parse(&args.target, args.name.as_deref()) {
+                return workload_status(&cli, args, w, &name).await;
+            }
             let target = target::parse_target(&args.target, args.name.as_deref())?;
             let (client, default_ns) = client(&cli).await?;
             let namespace = cli.namespace.clone().unwrap_or(default_ns);
@@ -303,6 +318,55 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(exit_code(true, &outcome))
         }
     }
+}
+
+/// `status` of a workload: each of its pre-download jobs in turn (a line
+/// naming them first, in a table), or a line saying it has none.
+async fn workload_status(
+    cli: &Cli,
+    args: &StatusArgs,
+    w: predownload::Workload,
+    name: &str,
+) -> Result<ExitCode, Error> {
+    let (client, default_ns) = client(cli).await?;
+    let namespace = cli.namespace.clone().unwrap_or(default_ns);
+    let jobs = predownload::jobs_of(&client, w, name, &namespace).await?;
+    let table = args.output == Output::Table;
+    if jobs.is_empty() {
+        if table {
+            follow::print_line(&format!(
+                "{}/{name}: no pre-download job now (its Pods run its template's images, or pre-download is off for it)",
+                w.as_str()
+            ))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if table {
+        follow::print_line(&format!(
+            "{}/{name}: pre-download jobs {}\n",
+            w.as_str(),
+            jobs.join(", ")
+        ))?;
+    }
+    let mut code = ExitCode::SUCCESS;
+    for job in jobs {
+        let target = target::Target {
+            kind: target::Kind::ImagePullJob,
+            name: job,
+        };
+        let mode = follow::Mode {
+            watch: args.watch,
+            output: args.output,
+        };
+        let outcome = follow::follow(client.clone(), &target, &namespace, mode).await?;
+        if matches!(outcome, follow::Outcome::Interrupted) {
+            return Ok(exit_code(args.watch, &outcome));
+        }
+        if exit_code(args.watch, &outcome) != ExitCode::SUCCESS {
+            code = exit_code(args.watch, &outcome);
+        }
+    }
+    Ok(code)
 }
 
 fn exit_code(watched: bool, outcome: &follow::Outcome) -> ExitCode {

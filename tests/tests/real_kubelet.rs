@@ -1575,6 +1575,22 @@ fn real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on() {
         "the new image is on {} before any Pod",
         two.name
     );
+    // `kubectl nodeimage status deploy/web` shows the workload's job, a row per node.
+    let shown = std::process::Command::new(one.c.nodeimage_bin().join("kubectl-nodeimage"))
+        .args(["status", "deploy/web", "-n", &ns])
+        .env("KUBECONFIG", one.c.var("KUBECONFIG"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run kubectl-nodeimage");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    for node in [&one.name, &two.name] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with(node.as_str()) && l.contains("Succeeded")),
+            "{node} Succeeded in:\n{shown}"
+        );
+    }
 
     reg.stop();
     one.c
