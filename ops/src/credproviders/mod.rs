@@ -9,7 +9,7 @@ pub mod config;
 pub mod pattern;
 pub mod response;
 
-use crate::credentials::Credential;
+use nodeimage_api::credentials::Credential;
 use config::Provider;
 use response::Cache;
 use std::path::{Path, PathBuf};
