@@ -17,6 +17,7 @@ pub mod interned;
 pub mod kruise;
 pub mod kubeedge;
 pub mod lenient;
+pub mod noproxy;
 pub mod limits;
 pub mod predownload;
 pub mod reference;

@@ -43,7 +43,10 @@ fn state(replies: Vec<Reply>) -> (State, Script) {
         pods: reflector::store::<Pod>().0,
         pods_synced: Synced::done(),
         jobs: reflector::store::<ImagePullJob>().0,
-        follow: crate::engine::followtag::FollowTags::new(vec![]),
+        follow: crate::engine::followtag::FollowTags::new(
+            Default::default(),
+            crate::runtime::metrics::Metrics::default(),
+        ),
     };
     (state, api)
 }
