@@ -157,8 +157,18 @@ mod tests {
         ]);
         // (scheme, host, port, proxy)
         let cases = [
-            ("http", "registry.example.com", 80, Some("http://proxy.corp:3128")),
-            ("https", "registry.example.com", 443, Some("https://secure.corp:443")),
+            (
+                "http",
+                "registry.example.com",
+                80,
+                Some("http://proxy.corp:3128"),
+            ),
+            (
+                "https",
+                "registry.example.com",
+                443,
+                Some("https://secure.corp:443"),
+            ),
             ("https", "registry.internal.corp", 443, None),
             ("https", "10.1.2.3", 5000, None),
             ("http", "127.0.0.1", 5000, None),
@@ -167,11 +177,22 @@ mod tests {
             ("ftp", "registry.example.com", 21, None),
         ];
         for (scheme, host, port, want) in cases {
-            assert_eq!(p.for_url(scheme, host, port), want, "{scheme}://{host}:{port}");
+            assert_eq!(
+                p.for_url(scheme, host, port),
+                want,
+                "{scheme}://{host}:{port}"
+            );
         }
         // Upper case wins; empty values are unset; CGI ignores HTTP_PROXY.
-        let p = env(&[("HTTPS_PROXY", "http://a:1"), ("https_proxy", "http://b:1"), ("http_proxy", " ")]);
-        assert_eq!((p.https.as_deref(), p.http.as_deref()), (Some("http://a:1"), None));
+        let p = env(&[
+            ("HTTPS_PROXY", "http://a:1"),
+            ("https_proxy", "http://b:1"),
+            ("http_proxy", " "),
+        ]);
+        assert_eq!(
+            (p.https.as_deref(), p.http.as_deref()),
+            (Some("http://a:1"), None)
+        );
         let p = env(&[("HTTP_PROXY", "http://a:1"), ("REQUEST_METHOD", "GET")]);
         assert_eq!(p.http, None);
         assert_eq!(env(&[]), Proxies::default());

@@ -165,7 +165,9 @@ impl Tasks {
 }
 
 /// kubelet's credential-provider plugins, when both flags name them.
-fn credential_providers(flags: &Flags) -> Result<Option<Arc<nodeimage_ops::credproviders::Providers>>, Error> {
+fn credential_providers(
+    flags: &Flags,
+) -> Result<Option<Arc<nodeimage_ops::credproviders::Providers>>, Error> {
     let (Some(config), Some(dir)) = (
         &flags.image_credential_provider_config,
         &flags.image_credential_provider_bin_dir,

@@ -152,7 +152,10 @@ pub fn parse(head: &str) -> Option<(Way, String, String)> {
     let mut out = format!("{method} {path} {version}\r\n");
     for h in lines.filter(|l| !l.is_empty()) {
         let name = h.split(':').next().unwrap_or_default().to_ascii_lowercase();
-        if !matches!(name.as_str(), "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive") {
+        if !matches!(
+            name.as_str(),
+            "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
+        ) {
             out.push_str(h);
             out.push_str("\r\n");
         }
@@ -173,7 +176,11 @@ async fn serve(mut client: TcpStream, s: Arc<Shared>) -> std::io::Result<()> {
     let (head, rest) = read_head(&mut client).await?;
     let text = String::from_utf8_lossy(&head).into_owned();
     let Some((way, host, upstream_head)) = parse(&text) else {
-        return client.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        return client
+            .write_all(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await;
     };
     let upstream = lock(&s.routes).get(&host).cloned();
     lock(&s.seen).push(Seen {
@@ -225,8 +232,7 @@ mod tests {
         )
         .expect("a mirror request");
         assert_eq!((way, host.as_str()), (Way::Mirror, "reg.invalid:5000"));
-        let (way, host, _) =
-            parse("CONNECT reg.invalid:443 HTTP/1.1\r\n\r\n").expect("a tunnel");
+        let (way, host, _) = parse("CONNECT reg.invalid:443 HTTP/1.1\r\n\r\n").expect("a tunnel");
         assert_eq!((way, host.as_str()), (Way::Tunnel, "reg.invalid:443"));
         assert!(parse("GET /v2/ HTTP/1.1\r\n\r\n").is_none(), "no host");
     }

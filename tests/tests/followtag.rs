@@ -489,9 +489,19 @@ fn a_tag_behind_an_http_proxy_is_looked_up_and_pulled_through_it() {
     let (found_before, moved_before) = follow_metrics(&c);
     let first = push();
     let ns = TestNs::create(&c, "e2e-follow-proxy");
-    kruise::create(&c, &job(&ns.name, "proxied", &first.reference(), "1m", &nodes));
+    kruise::create(
+        &c,
+        &job(&ns.name, "proxied", &first.reference(), "1m", &nodes),
+    );
     wait_nodes_hold(&c, &first, &nodes, Duration::from_secs(120));
-    wait_annotation(&c, &ns.name, "proxied", FOLLOWED_DIGEST, &first.digest, Duration::from_secs(30));
+    wait_annotation(
+        &c,
+        &ns.name,
+        "proxied",
+        FOLLOWED_DIGEST,
+        &first.digest,
+        Duration::from_secs(30),
+    );
     assert!(
         through(proxy, Way::Forward, PROXIED, &repo, true) >= 1,
         "the controller's lookup came through HTTP_PROXY: {:#?}",
@@ -511,13 +521,22 @@ fn a_tag_behind_an_http_proxy_is_looked_up_and_pulled_through_it() {
     assert_ne!(first.digest, second.digest);
     wait_nodes_hold(&c, &second, &nodes, INTERVAL + Duration::from_secs(60));
     let said = wait_event(&c, &ns.name, "proxied", "TagMoved", Duration::from_secs(10));
-    assert!(said.contains(&first.digest) && said.contains(&second.digest), "{said}");
+    assert!(
+        said.contains(&first.digest) && said.contains(&second.digest),
+        "{said}"
+    );
     assert!(through(proxy, Way::Forward, PROXIED, &repo, true) >= 2);
     let j = kruise::get(&c, IPJ, Some(&ns.name), "proxied").expect("job exists");
     assert_eq!(count(&j, "failed"), 0, "{j}");
     let (found, moved) = follow_metrics(&c);
-    assert!(found - found_before >= 2.0, "lookups found: {found_before} -> {found}");
-    assert!(moved - moved_before >= 1.0, "digest changes: {moved_before} -> {moved}");
+    assert!(
+        found - found_before >= 2.0,
+        "lookups found: {found_before} -> {found}"
+    );
+    assert!(
+        moved - moved_before >= 1.0,
+        "digest changes: {moved_before} -> {moved}"
+    );
 }
 
 /// A followed tag on a registry whose credentials only a kubelet
@@ -564,7 +583,9 @@ fn a_tag_behind_a_credential_provider_is_followed_with_its_credentials() {
         let name = unique("e2e-follow-cp");
         ni::create_fake(&c, &name, &BTreeMap::new(), json!({}));
         let (c2, n2) = (c.clone(), name.clone());
-        cleanup.defer(format!("delete nodeimage {name}"), move || ni::delete(&c2, &n2));
+        cleanup.defer(format!("delete nodeimage {name}"), move || {
+            ni::delete(&c2, &n2)
+        });
         let (sock, image) = (n.socket.clone(), first.name.clone());
         cleanup.defer(format!("remove {image} from {}", n.name), move || {
             let _ = nodeimage_tests::cri::remove_image(&sock, &format!("{image}:stable"));
@@ -579,9 +600,19 @@ fn a_tag_behind_a_credential_provider_is_followed_with_its_credentials() {
         names.push(name);
     }
     let ns = TestNs::create(&c, "e2e-follow-cp");
-    kruise::create(&c, &job(&ns.name, "plugin", &first.reference(), "1m", &names));
+    kruise::create(
+        &c,
+        &job(&ns.name, "plugin", &first.reference(), "1m", &names),
+    );
     wait_nodes_hold(&c, &first, &names, Duration::from_secs(120));
-    wait_annotation(&c, &ns.name, "plugin", FOLLOWED_DIGEST, &first.digest, Duration::from_secs(30));
+    wait_annotation(
+        &c,
+        &ns.name,
+        "plugin",
+        FOLLOWED_DIGEST,
+        &first.digest,
+        Duration::from_secs(30),
+    );
     let log = PathBuf::from(c.var("NODEIMAGE_STATE")).join("logs/followtag-provider.log");
     let asked = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
@@ -602,7 +633,10 @@ fn a_tag_behind_a_credential_provider_is_followed_with_its_credentials() {
     assert_ne!(first.digest, second.digest);
     wait_nodes_hold(&c, &second, &names, INTERVAL + Duration::from_secs(60));
     let said = wait_event(&c, &ns.name, "plugin", "TagMoved", Duration::from_secs(10));
-    assert!(said.contains(&first.digest) && said.contains(&second.digest), "{said}");
+    assert!(
+        said.contains(&first.digest) && said.contains(&second.digest),
+        "{said}"
+    );
     assert!(
         through(proxy, Way::Forward, PROXIED_AUTH, &repo, true) >= 2,
         "both lookups went through the proxy: {:#?}",
@@ -610,7 +644,10 @@ fn a_tag_behind_a_credential_provider_is_followed_with_its_credentials() {
     );
     let password = c.var("NODEIMAGE_AUTH_PASSWORD");
     for d in &daemons {
-        assert!(!d.log_text().contains(&password), "a daemon logged the password");
+        assert!(
+            !d.log_text().contains(&password),
+            "a daemon logged the password"
+        );
     }
     drop(daemons);
     drop(cleanup);

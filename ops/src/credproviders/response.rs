@@ -82,8 +82,7 @@ pub fn parse(p: &Provider, stdout: &[u8]) -> Result<Answer, String> {
     let cache = match raw.cache_duration.as_deref() {
         None | Some("") => None,
         Some(d) => Some(
-            crate::duration::parse(d)
-                .map_err(|e| format!("its answer's cacheDuration: {e}"))?,
+            crate::duration::parse(d).map_err(|e| format!("its answer's cacheDuration: {e}"))?,
         ),
     };
     let auth = raw

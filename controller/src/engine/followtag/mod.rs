@@ -12,10 +12,10 @@ pub mod registry;
 pub mod rule;
 pub mod transport;
 
+use crate::runtime::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use crate::runtime::metrics::Metrics;
 use nodeimage_api::credentials::{Credential, matching, parse_secret};
 use nodeimage_api::noproxy::Proxies;
 use nodeimage_api::reference::ImageRef;

@@ -5,8 +5,8 @@
 //! (`super::transport`: proxies). The parsing is pure and table-tested;
 //! [`Registry::digest`] is the shell.
 
-use base64::Engine;
 use super::transport::Transport;
+use base64::Engine;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use nodeimage_api::credentials::Credential;
@@ -315,7 +315,10 @@ impl Registry {
             status: 401,
         });
         for cred in tries {
-            let auth = match self.authorization(url, &challenged.headers, image, cred).await {
+            let auth = match self
+                .authorization(url, &challenged.headers, image, cred)
+                .await
+            {
                 Ok(a) => a,
                 Err(e) => {
                     last = Err(e);

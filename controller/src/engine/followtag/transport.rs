@@ -133,7 +133,11 @@ impl Transport {
             }
             Some(Ok(p)) => {
                 let mut t = Tunnel::new(p.uri.clone(), HttpConnector::new());
-                if let Some(v) = p.auth.as_deref().and_then(|a| HeaderValue::from_str(a).ok()) {
+                if let Some(v) = p
+                    .auth
+                    .as_deref()
+                    .and_then(|a| HeaderValue::from_str(a).ok())
+                {
                     t = t.with_auth(v);
                 }
                 let tls = roots()?.https_only().enable_http1().wrap_connector(t);
@@ -231,7 +235,11 @@ mod tests {
         assert_eq!(p.authority, "proxy.corp:80");
         // base64("u@corp:p:ss")
         assert_eq!(p.auth.as_deref(), Some("Basic dUBjb3JwOnA6c3M="));
-        assert!(!p.uri.to_string().contains("u%40corp"), "no credentials in {}", p.uri);
+        assert!(
+            !p.uri.to_string().contains("u%40corp"),
+            "no credentials in {}",
+            p.uri
+        );
         let p = proxy_addr("http://[::1]:8080").expect("valid");
         assert_eq!(p.authority, "[::1]:8080");
         for (bad, why) in [
