@@ -113,10 +113,16 @@ impl FollowTags {
             }
         }
         let verdict = rule::judge(&ask, job.completed, &seen, job.annotations, now);
+        (verdict, next)
+    }
+
+    /// Counts what `verdict`'s events, just published, said: a move is a
+    /// digest change (counted here, not when judged, because a reconcile
+    /// that fails before publishing judges again).
+    pub fn published(&self, verdict: &Verdict) {
         if verdict.events.iter().any(|e| e.reason == rule::MOVED) {
             self.metrics.followtag_digest_changed();
         }
-        (verdict, next)
     }
 
     /// One lookup of `image`'s digest with the job's pull secrets, then
