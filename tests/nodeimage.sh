@@ -38,9 +38,11 @@ start() {
   # port (no other test names it). Default: the registry's port plus 10.
   local reg_port=${NODEIMAGE_REGISTRY##*:}
   local paced=127.0.0.1:${NODEIMAGE_PACED_REGISTRY_PORT:-$((reg_port + 10))}
-  start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
+  # tests/tests/followtag.rs: *.invalid registries through its HTTP proxy (registry port + 11) and plugin.
+  HTTP_PROXY=http://127.0.0.1:$((reg_port + 11)) start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
     --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1" \
-    --startup-gate-timeout 90s --startup-gate-namespaces nodeimage-gate-e2e
+    --startup-gate-timeout 90s --startup-gate-namespaces nodeimage-gate-e2e \
+    --follow-tag-http-registries nodeimage-follow.invalid,nodeimage-follow-auth.invalid --image-credential-provider-config "$REPO_ROOT/tests/fixtures/followtag/credential-providers.yaml" --image-credential-provider-bin-dir "$REPO_ROOT/tests/fixtures/followtag/bin"
   local i=0 node socket
   for node in $NODEIMAGE_NODES; do
     i=$((i + 1))

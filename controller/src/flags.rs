@@ -141,6 +141,18 @@ pub struct Flags {
     /// Default: none (HTTPS, verified against the system's roots).
     #[arg(long, value_delimiter = ',')]
     pub follow_tag_http_registries: Vec<String>,
+
+    /// kubelet's credential-provider config file (CredentialProviderConfig):
+    /// followed tags of images its plugins match are looked up with the
+    /// credentials the plugins answer, after the job's pull secrets, as the
+    /// node daemons pull them.
+    #[arg(long, requires = "image_credential_provider_bin_dir")]
+    pub image_credential_provider_config: Option<PathBuf>,
+
+    /// Directory of the credential-provider plugin executables (kubelet's
+    /// --image-credential-provider-bin-dir).
+    #[arg(long, requires = "image_credential_provider_config")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 /// Parses `HOST=N` (a registry host, with its port if any, and a limit).

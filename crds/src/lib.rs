@@ -18,6 +18,7 @@ pub mod kruise;
 pub mod kubeedge;
 pub mod lenient;
 pub mod limits;
+pub mod noproxy;
 pub mod predownload;
 pub mod reference;
 pub mod validation;

@@ -6,11 +6,12 @@
 mod follow;
 mod precheck;
 mod predownload;
-mod proxy;
 mod pull;
 mod render;
 mod target;
 mod view;
+
+use nodeimage_api::noproxy as proxy;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

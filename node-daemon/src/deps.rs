@@ -30,7 +30,7 @@ pub struct Deps<R> {
     /// Limits of the node checks.
     pub thresholds: Thresholds,
     /// Node credentials from kubelet's credential-provider plugins, if configured.
-    pub providers: Option<Arc<crate::credproviders::Providers>>,
+    pub providers: Option<Arc<nodeimage_ops::credproviders::Providers>>,
     /// Which image references tasks pull now, so a resume lease two tags
     /// share ends with the last of them.
     pub leases: Arc<crate::resume::Users>,

@@ -4,7 +4,6 @@
 mod checks;
 pub mod containerd;
 mod credentials;
-mod credproviders;
 mod decode;
 mod deps;
 mod desired;
@@ -46,7 +45,7 @@ pub enum Error {
     #[error("health server: {0}")]
     Health(std::io::Error),
     #[error(transparent)]
-    CredentialProviders(#[from] credproviders::LoadError),
+    CredentialProviders(#[from] nodeimage_ops::credproviders::LoadError),
 }
 
 /// Runs until a stop signal (or a lost lease), then shuts down cleanly.
@@ -166,14 +165,16 @@ impl Tasks {
 }
 
 /// kubelet's credential-provider plugins, when both flags name them.
-fn credential_providers(flags: &Flags) -> Result<Option<Arc<credproviders::Providers>>, Error> {
+fn credential_providers(
+    flags: &Flags,
+) -> Result<Option<Arc<nodeimage_ops::credproviders::Providers>>, Error> {
     let (Some(config), Some(dir)) = (
         &flags.image_credential_provider_config,
         &flags.image_credential_provider_bin_dir,
     ) else {
         return Ok(None);
     };
-    let p = credproviders::Providers::load(config, dir)?;
+    let p = nodeimage_ops::credproviders::Providers::load(config, dir)?;
     tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
     Ok(Some(Arc::new(p)))
 }
@@ -216,7 +217,7 @@ fn deps(
     client: kube::Client,
     status: writer::StatusHandle,
     metrics: metrics::Metrics,
-    providers: Option<Arc<credproviders::Providers>>,
+    providers: Option<Arc<nodeimage_ops::credproviders::Providers>>,
 ) -> NodeDeps {
     deps::Deps {
         node: flags.node_name.clone(),

@@ -22,6 +22,7 @@ pub mod docs;
 pub mod grpc_tap;
 pub mod helm;
 pub mod http;
+pub mod httpproxy;
 pub mod install;
 pub mod kruise;
 pub mod nodeimage;

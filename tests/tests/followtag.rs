@@ -8,12 +8,26 @@
 //! The registry is the test's own (`TestRegistry`), so its access log holds
 //! only this test's requests; the controller's lookups are told from the
 //! nodes' pulls by their User-Agent.
+//!
+//! Lookups go where the nodes' pulls go: a registry host that only an HTTP
+//! proxy resolves (`nodeimage-follow.invalid`; tests/nodeimage.sh gives the
+//! controller `HTTP_PROXY` = this file's proxy, on the registry's port + 11),
+//! and one whose credentials only a kubelet credential-provider plugin
+//! supplies (`nodeimage-follow-auth.invalid`, the plugin and config in
+//! tests/fixtures/followtag/). The simulated nodes' containerd cannot be
+//! given `HTTP_PROXY` without restarting the shared cluster: they reach the
+//! same proxy as a registry mirror (`certs.d/<host>/hosts.toml`), so their
+//! re-pulls go through it too.
 
+use nodeimage_tests::httpproxy::{HttpProxy, Way};
 use nodeimage_tests::kruise::{self, IPJ, TestNs, count};
-use nodeimage_tests::process::TestRegistry;
+use nodeimage_tests::process::{Daemon, TestRegistry};
 use nodeimage_tests::registry::{PushedImage, Registry};
-use nodeimage_tests::{Cluster, random_suffix};
+use nodeimage_tests::{Cleanup, Cluster, http, nodeimage as ni, random_suffix, unique};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const FOLLOW_TAG: &str = "nodeimage.dev/follow-tag";
@@ -357,4 +371,284 @@ fn lookups_use_the_jobs_pull_secret_and_say_a_refusal() {
             .is_some_and(|s| s.starts_with("lookup failed:")),
         "{status:?}"
     );
+}
+
+/// The registry host only the proxy resolves (a `.invalid` name).
+const PROXIED: &str = "nodeimage-follow.invalid";
+/// The same for the auth registry, whose credentials come from the plugin.
+const PROXIED_AUTH: &str = "nodeimage-follow-auth.invalid";
+
+/// The proxy tests/nodeimage.sh names in the controller's `HTTP_PROXY`
+/// (the registry's port + 11), started once for this file's tests.
+fn proxy(c: &Cluster) -> &'static HttpProxy {
+    static PROXY: OnceLock<HttpProxy> = OnceLock::new();
+    PROXY.get_or_init(|| {
+        let registry = c.var("NODEIMAGE_REGISTRY");
+        let port: u16 = registry
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .expect("NODEIMAGE_REGISTRY has a port");
+        let listen = format!("127.0.0.1:{}", port + 11);
+        for _ in 0..50 {
+            match HttpProxy::start_on(&listen) {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                r => return r.unwrap_or_else(|e| panic!("start the HTTP proxy on {listen}: {e}")),
+            }
+        }
+        panic!("{listen} stays in use")
+    })
+}
+
+/// Every node's containerd reaches `host` through the proxy, as a mirror
+/// (`certs.d/<host>/hosts.toml`; its own server does not resolve). Removed
+/// when dropped.
+struct Mirror(Vec<PathBuf>);
+
+impl Mirror {
+    fn write(c: &Cluster, host: &str, proxy: &HttpProxy) -> Mirror {
+        let state = PathBuf::from(c.var("NODEIMAGE_STATE"));
+        let dirs = c
+            .nodes()
+            .iter()
+            .map(|node| {
+                let dir = state.join("nodes").join(node).join("certs.d").join(host);
+                std::fs::create_dir_all(&dir).expect("create certs.d dir");
+                let toml = format!(
+                    "# Written by tests/tests/followtag.rs\nserver = \"http://{host}\"\n\n[host.\"http://{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+                    proxy.addr
+                );
+                std::fs::write(dir.join("hosts.toml"), toml).expect("write hosts.toml");
+                dir
+            })
+            .collect();
+        Mirror(dirs)
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// The proxy's records of `way` for `repository:stable`'s manifest on
+/// `host`; with `lookup`, only the controller's lookups (else only others').
+fn through(proxy: &HttpProxy, way: Way, host: &str, repository: &str, lookup: bool) -> usize {
+    let path = format!("/v2/{repository}/manifests/stable");
+    proxy
+        .seen()
+        .iter()
+        .filter(|s| s.way == way && s.host == host && s.routed && s.line.contains(&path))
+        .filter(|s| s.user_agent.contains(LOOKUP_AGENT) == lookup)
+        .count()
+}
+
+/// The controller's followed-tag counters now: (lookups found, digest changes).
+fn follow_metrics(c: &Cluster) -> (f64, f64) {
+    let text = http::scrape(&format!("http://{}/metrics", c.controller_health()));
+    let found = http::metric_value(
+        &text,
+        r#"nodeimage_controller_followtag_lookups_total{result="found"}"#,
+    );
+    let moved = http::metric_value(&text, "nodeimage_controller_followtag_digest_changes_total");
+    match (found, moved) {
+        (Some(f), Some(m)) => (f, m),
+        _ => panic!("the controller's followed-tag counters are not exported at 0:\n{text}"),
+    }
+}
+
+/// A followed tag on a registry that only an HTTP proxy reaches (its name
+/// resolves nowhere else): the controller looks it up through
+/// `HTTP_PROXY` (absolute-URL requests at the proxy), every node pulls it
+/// through the same proxy, and after the tag moves every node pulls the
+/// new digest; the lookup counters move with it.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_tag_behind_an_http_proxy_is_looked_up_and_pulled_through_it() {
+    let c = Cluster::load();
+    let nodes = c.nodes();
+    let dir = temp_dir();
+    let reg = TestRegistry::start(dir.path());
+    let proxy = proxy(&c);
+    proxy.route(PROXIED, &reg.host());
+    assert!(
+        std::net::TcpStream::connect((PROXIED, 80)).is_err(),
+        "{PROXIED} must not be reachable without the proxy"
+    );
+    let _mirror = Mirror::write(&c, PROXIED, proxy);
+    let r = Registry::new(&reg.host());
+    let repo = format!("follow-proxied-{}", &random_suffix()[..8]);
+    let push = || {
+        let pushed = r.push_image(&repo, Some("stable"), 4096).expect("push");
+        kruise::via(&pushed, PROXIED)
+    };
+    let (found_before, moved_before) = follow_metrics(&c);
+    let first = push();
+    let ns = TestNs::create(&c, "e2e-follow-proxy");
+    kruise::create(
+        &c,
+        &job(&ns.name, "proxied", &first.reference(), "1m", &nodes),
+    );
+    wait_nodes_hold(&c, &first, &nodes, Duration::from_secs(120));
+    wait_annotation(
+        &c,
+        &ns.name,
+        "proxied",
+        FOLLOWED_DIGEST,
+        &first.digest,
+        Duration::from_secs(30),
+    );
+    assert!(
+        through(proxy, Way::Forward, PROXIED, &repo, true) >= 1,
+        "the controller's lookup came through HTTP_PROXY: {:#?}",
+        proxy.seen()
+    );
+    assert!(
+        !lookups(&reg, &repo).is_empty(),
+        "the registry answered the lookup (through the proxy)"
+    );
+    assert!(
+        through(proxy, Way::Mirror, PROXIED, &repo, false) >= 1,
+        "the nodes pulled through the proxy: {:#?}",
+        proxy.seen()
+    );
+
+    let second = push();
+    assert_ne!(first.digest, second.digest);
+    wait_nodes_hold(&c, &second, &nodes, INTERVAL + Duration::from_secs(60));
+    let said = wait_event(&c, &ns.name, "proxied", "TagMoved", Duration::from_secs(10));
+    assert!(
+        said.contains(&first.digest) && said.contains(&second.digest),
+        "{said}"
+    );
+    assert!(through(proxy, Way::Forward, PROXIED, &repo, true) >= 2);
+    let j = kruise::get(&c, IPJ, Some(&ns.name), "proxied").expect("job exists");
+    assert_eq!(count(&j, "failed"), 0, "{j}");
+    let (found, moved) = follow_metrics(&c);
+    assert!(
+        found - found_before >= 2.0,
+        "lookups found: {found_before} -> {found}"
+    );
+    assert!(
+        moved - moved_before >= 1.0,
+        "digest changes: {moved_before} -> {moved}"
+    );
+}
+
+/// A followed tag on a registry whose credentials only a kubelet
+/// credential-provider plugin supplies (no pull secret anywhere): the
+/// controller runs the plugin (the config tests/nodeimage.sh gives it) and
+/// follows the tag; the job's nodes (a test daemon per node's containerd,
+/// each for a fake NodeImage, with the same plugin) pull it with the
+/// plugin's credentials, and again when the tag moves.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_tag_behind_a_credential_provider_is_followed_with_its_credentials() {
+    let c = Cluster::load();
+    let dir = temp_dir();
+    let proxy = proxy(&c);
+    proxy.route(PROXIED_AUTH, &c.var("NODEIMAGE_AUTH_REGISTRY"));
+    let _mirror = Mirror::write(&c, PROXIED_AUTH, proxy);
+    let reg = kruise::auth_registry(&c);
+    let repo = format!("follow-cp-{}", &random_suffix()[..8]);
+    let push = || {
+        let pushed = reg.push_image(&repo, Some("stable"), 4096).expect("push");
+        kruise::via(&pushed, PROXIED_AUTH)
+    };
+    let first = push();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/followtag");
+    let config = dir.path().join("providers.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: followtag-provider\n    matchImages: [\"{PROXIED_AUTH}\"]\n    defaultCacheDuration: 10s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    env:\n      - {{name: FOLLOWTAG_USER, value: \"{}\"}}\n      - {{name: FOLLOWTAG_PASSWORD, value: \"{}\"}}\n      - {{name: LOG, value: \"{}\"}}\n",
+            c.var("NODEIMAGE_AUTH_USER"),
+            c.var("NODEIMAGE_AUTH_PASSWORD"),
+            dir.path().join("daemons.log").display()
+        ),
+    )
+    .expect("write the daemons' config");
+    let (config_flag, bin_flag) = (
+        config.display().to_string(),
+        fixtures.join("bin").display().to_string(),
+    );
+    let mut cleanup = Cleanup::default();
+    let mut daemons = Vec::new();
+    let mut names = Vec::new();
+    for n in c.runtime_nodes() {
+        let name = unique("e2e-follow-cp");
+        ni::create_fake(&c, &name, &BTreeMap::new(), json!({}));
+        let (c2, n2) = (c.clone(), name.clone());
+        cleanup.defer(format!("delete nodeimage {name}"), move || {
+            ni::delete(&c2, &n2)
+        });
+        let (sock, image) = (n.socket.clone(), first.name.clone());
+        cleanup.defer(format!("remove {image} from {}", n.name), move || {
+            let _ = nodeimage_tests::cri::remove_image(&sock, &format!("{image}:stable"));
+        });
+        let flags = [
+            "--image-credential-provider-config",
+            config_flag.as_str(),
+            "--image-credential-provider-bin-dir",
+            bin_flag.as_str(),
+        ];
+        daemons.push(Daemon::start(&c, &name, &n.socket, dir.path(), &flags));
+        names.push(name);
+    }
+    let ns = TestNs::create(&c, "e2e-follow-cp");
+    kruise::create(
+        &c,
+        &job(&ns.name, "plugin", &first.reference(), "1m", &names),
+    );
+    wait_nodes_hold(&c, &first, &names, Duration::from_secs(120));
+    wait_annotation(
+        &c,
+        &ns.name,
+        "plugin",
+        FOLLOWED_DIGEST,
+        &first.digest,
+        Duration::from_secs(30),
+    );
+    let log = PathBuf::from(c.var("NODEIMAGE_STATE")).join("logs/followtag-provider.log");
+    let asked = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        asked
+            .lines()
+            .any(|l| l.starts_with("nodeimage-contr") && l.contains(&repo)),
+        "the controller ran the plugin for {repo}: {}:\n{asked}",
+        log.display()
+    );
+    assert!(
+        kruise::events_of(&c, &ns.name, "plugin")
+            .iter()
+            .all(|e| e["reason"] != "TagLookupFailed"),
+        "no refused lookup"
+    );
+
+    let second = push();
+    assert_ne!(first.digest, second.digest);
+    wait_nodes_hold(&c, &second, &names, INTERVAL + Duration::from_secs(60));
+    let said = wait_event(&c, &ns.name, "plugin", "TagMoved", Duration::from_secs(10));
+    assert!(
+        said.contains(&first.digest) && said.contains(&second.digest),
+        "{said}"
+    );
+    assert!(
+        through(proxy, Way::Forward, PROXIED_AUTH, &repo, true) >= 2,
+        "both lookups went through the proxy: {:#?}",
+        proxy.seen()
+    );
+    let password = c.var("NODEIMAGE_AUTH_PASSWORD");
+    for d in &daemons {
+        assert!(
+            !d.log_text().contains(&password),
+            "a daemon logged the password"
+        );
+    }
+    drop(daemons);
+    drop(cleanup);
 }

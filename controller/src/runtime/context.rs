@@ -15,6 +15,25 @@ pub enum ContextError {
     /// `--response-timeout` does not fit a signed 64-bit count of milliseconds.
     #[error("--response-timeout {0:?} is out of range")]
     ResponseTimeout(std::time::Duration),
+    /// The credential-provider config or a plugin it names is unusable.
+    #[error(transparent)]
+    CredentialProviders(#[from] nodeimage_ops::credproviders::LoadError),
+}
+
+/// kubelet's credential-provider plugins, when both flags name them
+/// (checked at start, as kubelet and the daemon do).
+fn credential_providers(
+    flags: &Flags,
+) -> Result<Option<std::sync::Arc<nodeimage_ops::credproviders::Providers>>, ContextError> {
+    let (Some(config), Some(dir)) = (
+        &flags.image_credential_provider_config,
+        &flags.image_credential_provider_bin_dir,
+    ) else {
+        return Ok(None);
+    };
+    let p = nodeimage_ops::credproviders::Providers::load(config, dir)?;
+    tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured for followed tags");
+    Ok(Some(std::sync::Arc::new(p)))
 }
 
 /// Client, event reporter and settings, cloned into every controller.
@@ -40,6 +59,8 @@ pub struct Context {
     pub follow_tag_http_registries: Vec<String>,
     /// Most nodes a workload's pre-download adds beyond those of its Pods.
     pub predownload_max_extra_nodes: u32,
+    /// kubelet's credential-provider plugins for followed-tag lookups.
+    pub follow_tag_providers: Option<std::sync::Arc<nodeimage_ops::credproviders::Providers>>,
 }
 
 impl Context {
@@ -66,6 +87,7 @@ impl Context {
             stores: std::sync::Arc::default(),
             follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
+            follow_tag_providers: credential_providers(flags)?,
         })
     }
 

@@ -58,6 +58,25 @@ pub struct GateLabels {
     pub reason: String,
 }
 
+/// Labels of the followed-tag lookup counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    /// One of [`FOLLOW_TAG_RESULTS`].
+    pub result: String,
+}
+
+/// The `result` values of followed-tag lookups, present at 0 from the start:
+/// a digest found, or why not (401/403, 404, 429, no answer or no
+/// connection, any other answer without a digest).
+pub const FOLLOW_TAG_RESULTS: &[&str] = &[
+    "found",
+    "unauthorized",
+    "not_found",
+    "rate_limited",
+    "unreachable",
+    "bad_answer",
+];
+
 /// The kinds whose reconciles are counted (the `kind` label values).
 pub const RECONCILED_KINDS: &[&str] = &[
     "Node",
@@ -87,6 +106,10 @@ pub struct Metrics {
     startup_gates_refused: Family<KindLabels, Counter>,
     /// Pre-download's jobs and refusals.
     pub predownload: predownload::PredownloadMetrics,
+    /// Followed-tag lookups at registries, by result.
+    followtag_lookups: Family<LookupLabels, Counter>,
+    /// Followed tags seen to move, per job following them.
+    followtag_digest_changes: Counter,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -108,6 +131,8 @@ impl Default for Metrics {
             startup_gates_opened: Family::default(),
             startup_gates_refused: Family::default(),
             predownload: Default::default(),
+            followtag_lookups: Family::default(),
+            followtag_digest_changes: Counter::default(),
         }
     }
 }
@@ -147,6 +172,11 @@ impl Metrics {
             let _ = self.errors.get_or_create(&l);
             let _ = self.duration.get_or_create(&l);
             let _ = self.in_progress.get_or_create(&l);
+        }
+        for result in FOLLOW_TAG_RESULTS {
+            let _ = self.followtag_lookups.get_or_create(&LookupLabels {
+                result: (*result).into(),
+            });
         }
         let c = r.sub_registry_with_prefix("nodeimage_controller");
         c.register(
@@ -194,6 +224,16 @@ impl Metrics {
             "Jobs annotated nodeimage.dev/gate-new-nodes whose namespace may not gate new nodes (they gate nothing), by kind",
             self.startup_gates_refused.clone(),
         );
+        c.register(
+            "followtag_lookups",
+            "Digest lookups of followed tags (nodeimage.dev/follow-tag) at registries, one per tag and interval, by result (found, unauthorized, not_found, rate_limited, unreachable, bad_answer)",
+            self.followtag_lookups.clone(),
+        );
+        c.register(
+            "followtag_digest_changes",
+            "Followed tags seen to point to a new digest, counted per job following them (each a TagMoved event and a re-pull on the job's nodes)",
+            self.followtag_digest_changes.clone(),
+        );
         self.predownload.register(r);
         r.register_collector(Box::new(CacheCollector(stores, gate_taint.to_string())));
     }
@@ -231,6 +271,20 @@ impl Metrics {
         self.startup_gates_refused
             .get_or_create(&KindLabels { kind: kind.into() })
             .inc();
+    }
+
+    /// Counts a followed-tag lookup that ended with `result`.
+    pub fn followtag_lookup(&self, result: &str) {
+        self.followtag_lookups
+            .get_or_create(&LookupLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Counts a job's followed tag seen to move.
+    pub fn followtag_digest_changed(&self) {
+        self.followtag_digest_changes.inc();
     }
 
     /// Counts a failed reconcile of `kind`.

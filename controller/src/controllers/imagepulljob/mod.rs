@@ -63,7 +63,12 @@ pub async fn run(
     );
     let _ = ctx.stores.image_pull_jobs.set(jobs.clone());
     let _ = ctx.stores.pods.set(pods.clone());
-    let follow = crate::engine::followtag::FollowTags::new(ctx.follow_tag_http_registries.clone());
+    let reach = crate::engine::followtag::Reach {
+        http_registries: ctx.follow_tag_http_registries.clone(),
+        proxies: nodeimage_api::noproxy::Proxies::from_env(),
+        providers: ctx.follow_tag_providers.clone(),
+    };
+    let follow = crate::engine::followtag::FollowTags::new(reach, ctx.metrics.clone());
     let state = Arc::new(reconcile::State {
         follow,
         shared: crate::engine::jobshell::Shared {

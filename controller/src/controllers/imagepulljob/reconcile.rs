@@ -241,6 +241,7 @@ impl State {
         followed: &followtag::Verdict,
     ) -> Result<(), Error> {
         jobshell::publish(&self.shared.ctx, job, &followed.events).await;
+        self.follow.published(followed);
         let Some(body) = followtag::annotations_patch(followed) else {
             return Ok(());
         };

@@ -2,19 +2,26 @@
 //! digest looked up at that interval, once per tag for every job following
 //! it (never per node), and its nodes pull the tag again when the digest
 //! changed. `rule` decides (pure), `lookups` is the memory of lookups,
-//! `registry` the HTTP; this shell reads the job's secrets, looks up when
-//! due and hands the verdict to the job's reconcile.
+//! `registry` the HTTP, `transport` the way out (proxies, as the nodes);
+//! this shell reads the job's secrets and the node credentials of kubelet's
+//! plugins, looks up when due, counts, and hands the verdict to the job's
+//! reconcile.
 
 pub mod lookups;
 pub mod registry;
 pub mod rule;
+pub mod transport;
 
+use crate::runtime::metrics::Metrics;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use nodeimage_api::credentials::{Credential, matching, parse_secret};
+use nodeimage_api::noproxy::Proxies;
 use nodeimage_api::reference::ImageRef;
+use nodeimage_ops::credproviders::Providers;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use rule::{Ask, Verdict};
@@ -33,22 +40,38 @@ pub struct Job<'a> {
     pub completed: bool,
 }
 
+/// How lookups reach registries, and with which node credentials: what
+/// the nodes have (their proxies, kubelet's credential-provider plugins).
+#[derive(Clone, Default)]
+pub struct Reach {
+    /// Registries (`host:port`) reached over plain HTTP, beside loopback ones.
+    pub http_registries: Vec<String>,
+    /// `HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`.
+    pub proxies: Proxies,
+    /// kubelet's credential-provider plugins, if configured.
+    pub providers: Option<Arc<Providers>>,
+}
+
 /// Following tags for one controller: the lookups' memory and the client.
 pub struct FollowTags {
     lookups: lookups::Lookups,
     registry: Result<registry::Registry, registry::LookupError>,
+    providers: Option<Arc<Providers>>,
+    metrics: Metrics,
 }
 
 impl FollowTags {
-    /// With plain HTTP for `http_registries` (and loopback hosts).
-    pub fn new(http_registries: Vec<String>) -> Self {
-        let registry = registry::Registry::new(http_registries);
+    /// Looking up as `reach` says, counted in `metrics`.
+    pub fn new(reach: Reach, metrics: Metrics) -> Self {
+        let registry = registry::Registry::new(reach.http_registries, reach.proxies);
         if let Err(e) = &registry {
             tracing::error!(error = %e, "followed tags cannot be looked up");
         }
         FollowTags {
             lookups: lookups::Lookups::default(),
             registry,
+            providers: reach.providers,
+            metrics,
         }
     }
 
@@ -71,7 +94,10 @@ impl FollowTags {
             seen.digest = claim.digest;
             seen.failure = claim.failure;
             if claim.look_up {
-                match self.look_up(client, &job, image).await {
+                let found = self.look_up(client, &job, image).await;
+                self.metrics
+                    .followtag_lookup(found.as_ref().map_or_else(|(r, _)| *r, |_| "found"));
+                match found.map_err(|(_, why)| why) {
                     Ok(digest) => {
                         tracing::info!(tag = %image.pull_ref(), %digest, "followed tag looked up");
                         self.lookups.found(&key, &digest);
@@ -90,23 +116,46 @@ impl FollowTags {
         (verdict, next)
     }
 
-    /// One lookup of `image`'s digest with the job's pull secrets.
+    /// Counts what `verdict`'s events, just published, said: a move is a
+    /// digest change (counted here, not when judged, because a reconcile
+    /// that fails before publishing judges again).
+    pub fn published(&self, verdict: &Verdict) {
+        if verdict.events.iter().any(|e| e.reason == rule::MOVED) {
+            self.metrics.followtag_digest_changed();
+        }
+    }
+
+    /// One lookup of `image`'s digest with the job's pull secrets, then
+    /// the node credentials of kubelet's plugins (kubelet's order); a
+    /// failure's metric result and text (with the secrets and plugins that
+    /// gave nothing).
     async fn look_up(
         &self,
         client: &kube::Client,
         job: &Job<'_>,
         image: &ImageRef,
-    ) -> Result<String, String> {
-        let registry = self.registry.as_ref().map_err(ToString::to_string)?;
-        let (creds, notes) = credentials(client, job.namespace, job.pull_secrets).await;
-        let usable = matching(&creds, &image.name());
+    ) -> Result<String, (&'static str, String)> {
+        let registry = self
+            .registry
+            .as_ref()
+            .map_err(|e| (e.result(), e.to_string()))?;
+        let name = image.name();
+        let (creds, mut notes) = credentials(client, job.namespace, job.pull_secrets).await;
+        // The plugins' answers are already those for this image.
+        let provided = match &self.providers {
+            Some(p) => p.credentials(&name, &image.pull_ref()).await,
+            None => Default::default(),
+        };
+        notes.extend(provided.notes);
+        let mut usable = matching(&creds, &name);
+        usable.extend(provided.creds.iter());
         registry.digest(image, &usable).await.map_err(|e| {
             let mut text = e.to_string();
             for n in notes {
                 text.push_str("; ");
                 text.push_str(&n);
             }
-            text
+            (e.result(), text)
         })
     }
 }

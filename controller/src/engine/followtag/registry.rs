@@ -1,14 +1,16 @@
 //! The registry side of following a tag: one manifest HEAD for the tag's
 //! digest (`Docker-Content-Digest`), answering a Basic or Bearer challenge
-//! with the job's pull-secret credentials. The parsing is pure and
-//! table-tested; [`Registry::digest`] is the shell.
+//! with the job's pull-secret credentials, then the node credentials of
+//! kubelet's plugins; sent the way the nodes reach registries
+//! (`super::transport`: proxies). The parsing is pure and table-tested;
+//! [`Registry::digest`] is the shell.
 
+use super::transport::Transport;
 use base64::Engine;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use nodeimage_api::credentials::Credential;
+use nodeimage_api::noproxy::Proxies;
 use nodeimage_api::reference::ImageRef;
 use std::time::Duration;
 
@@ -58,6 +60,22 @@ pub enum LookupError {
         /// What was wrong.
         reason: String,
     },
+}
+
+impl LookupError {
+    /// The `result` label of the lookup counter (one of
+    /// `runtime::metrics::FOLLOW_TAG_RESULTS`).
+    pub fn result(&self) -> &'static str {
+        match self {
+            LookupError::Status {
+                status: 401 | 403, ..
+            } => "unauthorized",
+            LookupError::Status { status: 404, .. } => "not_found",
+            LookupError::Status { status: 429, .. } => "rate_limited",
+            LookupError::Status { .. } | LookupError::Answer { .. } => "bad_answer",
+            LookupError::Timeout { .. } | LookupError::Transport { .. } => "unreachable",
+        }
+    }
 }
 
 /// A few words on what a status means for a lookup.
@@ -217,12 +235,10 @@ fn basic(c: &Credential) -> String {
     )
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-
 /// The HTTP client of lookups.
 #[derive(Clone)]
 pub struct Registry {
-    client: Client<Https, String>,
+    transport: Transport,
     insecure: Vec<String>,
 }
 
@@ -234,44 +250,40 @@ struct Answer {
 }
 
 impl Registry {
-    /// A client trusting the system's roots; `insecure` registries
-    /// (`host:port`) are reached over plain HTTP, as loopback ones are.
-    pub fn new(insecure: Vec<String>) -> Result<Self, LookupError> {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| LookupError::Transport {
-                url: "(system roots)".into(),
-                reason: format!("reading the system's certificate roots: {e}"),
-            })?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-        Ok(Registry { client, insecure })
+    /// A client trusting the system's roots, going through `proxies` as
+    /// the nodes do; `insecure` registries (`host:port`) are reached over
+    /// plain HTTP, as loopback ones are.
+    pub fn new(insecure: Vec<String>, proxies: Proxies) -> Result<Self, LookupError> {
+        let transport = Transport::new(proxies).map_err(|reason| LookupError::Transport {
+            url: "(system roots)".into(),
+            reason,
+        })?;
+        Ok(Registry {
+            transport,
+            insecure,
+        })
     }
 
-    /// The digest `image`'s tag points to now, with `creds` (the first
-    /// matching credential answers a challenge; none: anonymous).
+    /// The digest `image`'s tag points to now, with `creds` (each matching
+    /// credential in turn answers a challenge until one is not refused;
+    /// none: anonymous).
     pub async fn digest(
         &self,
         image: &ImageRef,
         creds: &[&Credential],
     ) -> Result<String, LookupError> {
         let url = manifest_url(image, &self.insecure);
-        let mut first = self.send(Method::HEAD, &url, None).await?;
-        if first.status == StatusCode::UNAUTHORIZED {
-            let auth = self
-                .authorization(&url, &first.headers, image, creds.first().copied())
-                .await?;
-            first = self.send(Method::HEAD, &url, Some(auth)).await?;
+        let mut answer = self.send(Method::HEAD, &url, None).await?;
+        if answer.status == StatusCode::UNAUTHORIZED {
+            answer = self.with_credentials(&url, answer, image, creds).await?;
         }
-        if !first.status.is_success() {
+        if !answer.status.is_success() {
             return Err(LookupError::Status {
                 url,
-                status: first.status.as_u16(),
+                status: answer.status.as_u16(),
             });
         }
-        let digest = first
+        let digest = answer
             .headers
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
@@ -281,6 +293,46 @@ impl Registry {
             url,
             reason: "no Docker-Content-Digest header in the answer".into(),
         })
+    }
+
+    /// The HEAD again after a 401 (`challenged`), with each credential in
+    /// turn (none: anonymously, once) until one is not refused; the last
+    /// answer or error.
+    async fn with_credentials(
+        &self,
+        url: &str,
+        challenged: Answer,
+        image: &ImageRef,
+        creds: &[&Credential],
+    ) -> Result<Answer, LookupError> {
+        let tries: Vec<Option<&Credential>> = if creds.is_empty() {
+            vec![None]
+        } else {
+            creds.iter().copied().map(Some).collect()
+        };
+        let mut last = Err(LookupError::Status {
+            url: url.to_string(),
+            status: 401,
+        });
+        for cred in tries {
+            let auth = match self
+                .authorization(url, &challenged.headers, image, cred)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    last = Err(e);
+                    continue;
+                }
+            };
+            let answer = self.send(Method::HEAD, url, Some(auth)).await?;
+            let refused = matches!(answer.status.as_u16(), 401 | 403);
+            last = Ok(answer);
+            if !refused {
+                break;
+            }
+        }
+        last
     }
 
     /// The Authorization value answering a 401's challenge.
@@ -355,11 +407,7 @@ impl Registry {
             .body(String::new())
             .map_err(|e| transport(e.to_string()))?;
         let call = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| transport(chain(&e)))?;
+            let resp = self.transport.send(req).await.map_err(transport)?;
             let (parts, body) = resp.into_parts();
             let body = body.collect().await.map_err(|e| transport(e.to_string()))?;
             Ok(Answer {
@@ -374,18 +422,6 @@ impl Registry {
                 url: url.to_string(),
             })?
     }
-}
-
-/// An error with its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

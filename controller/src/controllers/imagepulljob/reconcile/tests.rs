@@ -44,7 +44,10 @@ fn state(replies: Vec<Reply>) -> (State, Script) {
         pods_synced: Synced::done(),
         nodes: reflector::store().0,
         jobs: reflector::store::<ImagePullJob>().0,
-        follow: crate::engine::followtag::FollowTags::new(vec![]),
+        follow: crate::engine::followtag::FollowTags::new(
+            Default::default(),
+            crate::runtime::metrics::Metrics::default(),
+        ),
     };
     (state, api)
 }

@@ -9,8 +9,8 @@ pub mod config;
 pub mod pattern;
 pub mod response;
 
-use crate::credentials::Credential;
 use config::Provider;
+use nodeimage_api::credentials::Credential;
 use response::Cache;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -3,7 +3,7 @@
 
 use super::config::Provider;
 use super::pattern::Pattern;
-use crate::credentials::Credential;
+use nodeimage_api::credentials::Credential;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -82,8 +82,7 @@ pub fn parse(p: &Provider, stdout: &[u8]) -> Result<Answer, String> {
     let cache = match raw.cache_duration.as_deref() {
         None | Some("") => None,
         Some(d) => Some(
-            nodeimage_ops::duration::parse(d)
-                .map_err(|e| format!("its answer's cacheDuration: {e}"))?,
+            crate::duration::parse(d).map_err(|e| format!("its answer's cacheDuration: {e}"))?,
         ),
     };
     let auth = raw

@@ -133,7 +133,7 @@ fn provider(at: &str, p: RawProvider, before: &[Provider]) -> Result<Provider, C
     let Some(cache) = &p.default_cache_duration else {
         return invalid(format!("{at}.defaultCacheDuration is required"));
     };
-    let default_cache = nodeimage_ops::duration::parse(cache)
+    let default_cache = crate::duration::parse(cache)
         .map_err(|e| ConfigError::Invalid(format!("{at}.defaultCacheDuration: {e}")))?;
     check_rest(at, &p).map_err(ConfigError::Invalid)?;
     Ok(Provider {
