@@ -114,6 +114,13 @@ pub struct Flags {
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub predownload_namespaces: Vec<String>,
 
+    /// Image repositories NodeUpgradeJobs may take the upgrade tool from
+    /// (comma-separated; `host/path/*` allows everything under a prefix,
+    /// `*` any repository). A job naming another fails before any node
+    /// acts. Default: KubeEdge's installer image, kubeedge/installation-package.
+    #[arg(long, value_delimiter = ',', default_value = crate::runtime::policy::DEFAULT_UPGRADE_IMAGES)]
+    pub upgrade_images: Vec<String>,
+
     /// Most nodes pulling from one registry host at once, across every job
     /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
     /// hand-written NodeImage entries count but are not held back. Jobs

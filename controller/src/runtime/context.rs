@@ -15,6 +15,9 @@ pub enum ContextError {
     /// `--response-timeout` does not fit a signed 64-bit count of milliseconds.
     #[error("--response-timeout {0:?} is out of range")]
     ResponseTimeout(std::time::Duration),
+    /// `--upgrade-images` names something that is not a repository or prefix.
+    #[error("{0}")]
+    UpgradeImages(String),
 }
 
 /// Client, event reporter and settings, cloned into every controller.
@@ -59,6 +62,10 @@ impl Context {
                 gate_namespaces: Namespaces::from_list(&flags.startup_gate_namespaces),
                 image_secret_namespaces: Namespaces::from_list(&flags.image_secret_namespaces),
                 predownload_namespaces: Namespaces::from_list(&flags.predownload_namespaces),
+                upgrade_images: crate::runtime::policy::UpgradeImages::from_list(
+                    &flags.upgrade_images,
+                )
+                .map_err(ContextError::UpgradeImages)?,
             },
             metrics: crate::runtime::metrics::Metrics::default(),
             stores: std::sync::Arc::default(),
