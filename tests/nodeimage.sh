@@ -40,6 +40,7 @@ start() {
   local paced=127.0.0.1:${NODEIMAGE_PACED_REGISTRY_PORT:-$((reg_port + 10))}
   start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
     --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1" \
+    --upgrade-images "$NODEIMAGE_REGISTRY/*,kubeedge/installation-package" \
     --startup-gate-timeout 90s --startup-gate-namespaces nodeimage-gate-e2e
   local i=0 node socket
   for node in $NODEIMAGE_NODES; do

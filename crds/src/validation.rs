@@ -138,6 +138,7 @@ fn upgrade_digest(field: &str, description: &str) -> Schema {
     json_schema!({
         "description": description,
         "type": "string",
+        "nullable": true,
         "maxLength": 71,
         "x-kubernetes-validations": [rule(
             format!("self == '' || self.matches('{}')", cel(crate::kubeedge::digest::DIGEST_PATTERN)),
