@@ -41,6 +41,7 @@ start() {
   # tests/tests/followtag.rs: *.invalid registries through its HTTP proxy (registry port + 11) and plugin.
   HTTP_PROXY=http://127.0.0.1:$((reg_port + 11)) start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
     --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1" \
+    --upgrade-images "$NODEIMAGE_REGISTRY/*,kubeedge/installation-package" \
     --startup-gate-timeout 90s --startup-gate-namespaces nodeimage-gate-e2e \
     --follow-tag-http-registries nodeimage-follow.invalid,nodeimage-follow-auth.invalid --image-credential-provider-config "$REPO_ROOT/tests/fixtures/followtag/credential-providers.yaml" --image-credential-provider-bin-dir "$REPO_ROOT/tests/fixtures/followtag/bin"
   local i=0 node socket

@@ -122,6 +122,13 @@ pub struct Flags {
     #[arg(long, default_value_t = 100)]
     pub predownload_max_extra_nodes: u32,
 
+    /// Image repositories NodeUpgradeJobs may take the upgrade tool from
+    /// (comma-separated; `host/path/*` allows everything under a prefix,
+    /// `*` any repository). A job naming another fails before any node
+    /// acts. Default: KubeEdge's installer image, kubeedge/installation-package.
+    #[arg(long, value_delimiter = ',', default_value = nodeimage_api::kubeedge::DEFAULT_UPGRADE_IMAGE)]
+    pub upgrade_images: Vec<String>,
+
     /// Most nodes pulling from one registry host at once, across every job
     /// (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob);
     /// hand-written NodeImage entries count but are not held back. Jobs

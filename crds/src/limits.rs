@@ -37,3 +37,6 @@ pub const CHECK_ITEMS_MAX: u32 = 16;
 
 /// Longest check item name.
 pub const CHECK_ITEM_CHARS_MAX: u32 = 64;
+
+/// How a digest is written: `sha256:` and 64 lower-case hex digits.
+pub const DIGEST_PATTERN: &str = "^sha256:[0-9a-f]{64}$";

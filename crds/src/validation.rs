@@ -130,6 +130,47 @@ pub fn upgrade_image(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// One digest of NodeUpgradeJob `imageDigestGatter`, as the field named:
+/// empty, or `sha256:` and 64 lower-case hex digits (what a node compares
+/// with the repository digest of what it pulled; empty means none, as in
+/// KubeEdge).
+fn upgrade_digest(field: &str, description: &str) -> Schema {
+    json_schema!({
+        "description": description,
+        "type": "string",
+        "nullable": true,
+        "maxLength": 71,
+        "x-kubernetes-validations": [rule(
+            format!("self == '' || self.matches('{}')", cel(crate::limits::DIGEST_PATTERN)),
+            format!("spec.imageDigestGatter.{field} must be a digest: sha256: followed by 64 lower-case hex digits (the upgrade image's manifest digest), or empty"),
+        )],
+    })
+}
+
+/// `imageDigestGatter.value` (v1alpha1).
+pub fn digest_value(_: &mut SchemaGenerator) -> Schema {
+    upgrade_digest(
+        "value",
+        "v1alpha1: the digest every node expects of the upgrade image, sha256:<64 hex> (empty: none).",
+    )
+}
+
+/// `imageDigestGatter.amd64` (v1alpha2).
+pub fn digest_amd64(_: &mut SchemaGenerator) -> Schema {
+    upgrade_digest(
+        "amd64",
+        "v1alpha2: the digest amd64 nodes expect of the upgrade image, sha256:<64 hex> (empty: none).",
+    )
+}
+
+/// `imageDigestGatter.arm64` (v1alpha2).
+pub fn digest_arm64(_: &mut SchemaGenerator) -> Schema {
+    upgrade_digest(
+        "arm64",
+        "v1alpha2: the digest arm64 nodes expect of the upgrade image, sha256:<64 hex> (empty: none).",
+    )
+}
+
 /// `matchLabels`: label keys to values.
 fn match_labels(field: &str) -> Value {
     json!({

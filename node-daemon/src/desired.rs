@@ -601,6 +601,7 @@ mod tests {
                 await_confirmation: false,
                 version: version.into(),
                 job: job.into(),
+                image_digests: None,
             }));
             t
         };

@@ -268,13 +268,24 @@ struct Job {
 
 impl Job {
     fn apply(c: &Cluster, image: &str, nodes: &[&UpgradeNode], extra: &str) -> Job {
+        Job::apply_as(c, "v1alpha1", image, nodes, extra)
+    }
+
+    /// [`Job::apply`] in API version `version` (v1alpha1 or v1alpha2).
+    fn apply_as(
+        c: &Cluster,
+        version: &str,
+        image: &str,
+        nodes: &[&UpgradeNode],
+        extra: &str,
+    ) -> Job {
         let name = unique("e2e-upgrade");
         let names: String = nodes
             .iter()
             .map(|n| format!("  - {}\n", n.name()))
             .collect();
         let manifest = format!(
-            "apiVersion: operations.kubeedge.io/v1alpha1\nkind: NodeUpgradeJob\nmetadata:\n  name: {name}\nspec:\n  version: {NEW}\n  image: {image}:v0.0.0-ignored\n  nodeNames:\n{names}{extra}"
+            "apiVersion: operations.kubeedge.io/{version}\nkind: NodeUpgradeJob\nmetadata:\n  name: {name}\nspec:\n  version: {NEW}\n  image: {image}:v0.0.0-ignored\n  nodeNames:\n{names}{extra}"
         );
         c.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
         Job { c: c.clone(), name }
@@ -1023,4 +1034,174 @@ fn require_confirmation_waits_for_the_annotation() {
     assert_eq!(status["state"], "Successful", "{status}");
     assert_eq!(b.version(), NEW);
     assert!(b.commands().iter().any(|c| c == "backup edge"));
+}
+
+/// The manifest digest the registry serves for `image:tag` (its
+/// `Docker-Content-Digest` answer to a HEAD), what a user copies into
+/// `imageDigestGatter`.
+fn registry_digest(image: &str, tag: &str) -> String {
+    let (host, repo) = image.split_once('/').expect("host/repository");
+    let out = Command::new("curl")
+        .args(["-fsSI", "-H"])
+        .arg(
+            "Accept: application/vnd.oci.image.index.v1+json, \
+             application/vnd.oci.image.manifest.v1+json, \
+             application/vnd.docker.distribution.manifest.v2+json, \
+             application/vnd.docker.distribution.manifest.list.v2+json",
+        )
+        .arg(format!("http://{host}/v2/{repo}/manifests/{tag}"))
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "HEAD of {image}:{tag}: {out:?}");
+    let headers = String::from_utf8_lossy(&out.stdout);
+    headers
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("docker-content-digest")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no Docker-Content-Digest for {image}:{tag}: {headers}"))
+}
+
+/// `imageDigestGatter` honoured: a job whose digest is not the pulled
+/// image's fails every node with both digests in the reason and runs
+/// nothing (no tool call, no tool taken out of the image, the version
+/// unchanged); then a v1alpha2 job with the registry's digest for each
+/// architecture upgrades the same nodes.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn the_image_digest_gatter_decides_whether_the_tool_runs() {
+    let c = cluster();
+    let image = push_package(&c, &[NEW]);
+    let _pulled = pulled(&c, &image);
+    let digest = registry_digest(&image, NEW);
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    assert_ne!(digest, wrong);
+    let run_id = unique("run");
+    let nodes: Vec<UpgradeNode> = (0..c.nodes().len().min(2))
+        .map(|i| UpgradeNode::create(&c, &run_id, Some(OLD), Some(&c.socket(i)), true))
+        .collect();
+    let refs: Vec<&UpgradeNode> = nodes.iter().collect();
+
+    let bad = Job::apply(
+        &c,
+        &image,
+        &refs,
+        &format!(
+            "  concurrency: 2\n  timeoutSeconds: 120\n  imageDigestGatter:\n    value: {wrong}\n"
+        ),
+    );
+    let (status, _) = bad.wait_finished();
+    assert_eq!(status["state"], "Failed", "{status}");
+    for n in &nodes {
+        assert_eq!(
+            state_of(&status, n.name()).as_deref(),
+            Some("Failed"),
+            "{status}"
+        );
+        let why = reason(&status, n.name());
+        assert!(
+            why.contains("digest mismatch") && why.contains(&digest) && why.contains(&wrong),
+            "{}: {why}",
+            n.name()
+        );
+        assert!(
+            n.commands().is_empty(),
+            "{}: the tool ran: {:?}",
+            n.name(),
+            n.calls()
+        );
+        assert!(
+            !n.path(&format!("work/{}/keadm", bad.name)).exists(),
+            "{}: the tool was taken out of the image",
+            n.name()
+        );
+        assert_eq!(n.version(), OLD, "{}", n.name());
+    }
+    drop(bad);
+
+    let good = Job::apply_as(
+        &c,
+        "v1alpha2",
+        &image,
+        &refs,
+        &format!(
+            "  concurrency: 2\n  timeoutSeconds: 120\n  imageDigestGatter:\n    amd64: {digest}\n    arm64: {digest}\n"
+        ),
+    );
+    let (status, _) = good.wait_finished();
+    assert_eq!(status["state"], "Successful", "{status}");
+    for n in &nodes {
+        assert_eq!(
+            n.commands(),
+            vec![
+                "backup edge".to_string(),
+                format!("upgrade edge --toVersion {NEW} --image {image} --force"),
+            ],
+            "{}: the tool's runs",
+            n.name()
+        );
+        assert_eq!(n.version(), NEW, "{}", n.name());
+    }
+}
+
+/// An image outside the controller's `--upgrade-images` (tests/nodeimage.sh
+/// allows only the local registry and kubeedge/installation-package) is
+/// refused before any node acts: the job Failed with the reason, condition
+/// and event naming the image and the flag, and no NodeImage ever held an
+/// entry of it.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn an_image_outside_the_allowed_list_is_refused_before_any_node_acts() {
+    let c = cluster();
+    let image = format!(
+        "registry.example.com/{}/installation-package",
+        unique("e2e-upgrade")
+    );
+    let run_id = unique("run");
+    let watch = NodeImagesWatch::start(&c, &format!("{TEST_LABEL}={run_id}"));
+    let nodes: Vec<UpgradeNode> = (0..c.nodes().len().min(2))
+        .map(|i| UpgradeNode::create(&c, &run_id, Some(OLD), Some(&c.socket(i)), true))
+        .collect();
+    let refs: Vec<&UpgradeNode> = nodes.iter().collect();
+    let job = Job::apply(&c, &image, &refs, "  concurrency: 2\n");
+    let (status, _) = job.wait_finished();
+    assert_eq!(status["state"], "Failed", "{status}");
+    let why = status["reason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        why.contains(&format!("spec.image {image}:v0.0.0-ignored"))
+            && why.contains("is not an allowed upgrade image")
+            && why.contains("--upgrade-images"),
+        "{why}"
+    );
+    let failed = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Failed" && c["status"] == "True");
+    assert!(failed, "{status}");
+    let events = job.wait_events(&["Finished"]);
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Finished" && m.contains(&image) && m.contains("--upgrade-images")),
+        "{events:?}"
+    );
+    // Give a (wrongly) started node time to show an entry, then look.
+    std::thread::sleep(Duration::from_secs(3));
+    let uid = job.get()["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let counts = concurrency_over_time(&watch.seen(), &uid);
+    assert!(
+        counts.iter().all(|n| *n == 0),
+        "nodes with an entry: {counts:?}"
+    );
+    for n in &nodes {
+        assert!(!holds_entry(&c, n.name(), &image), "{}", n.name());
+        assert!(n.commands().is_empty(), "{}", n.name());
+        assert_eq!(n.version(), OLD);
+    }
 }

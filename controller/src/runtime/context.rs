@@ -18,6 +18,9 @@ pub enum ContextError {
     /// The credential-provider config or a plugin it names is unusable.
     #[error(transparent)]
     CredentialProviders(#[from] nodeimage_ops::credproviders::LoadError),
+    /// `--upgrade-images` names something that is not a repository or prefix.
+    #[error("{0}")]
+    UpgradeImages(String),
 }
 
 /// kubelet's credential-provider plugins, when both flags name them
@@ -82,6 +85,10 @@ impl Context {
                 gate_namespaces: Namespaces::from_list(&flags.startup_gate_namespaces),
                 image_secret_namespaces: Namespaces::from_list(&flags.image_secret_namespaces),
                 predownload_namespaces: Namespaces::from_list(&flags.predownload_namespaces),
+                upgrade_images: crate::runtime::policy::UpgradeImages::from_list(
+                    &flags.upgrade_images,
+                )
+                .map_err(ContextError::UpgradeImages)?,
             },
             metrics: crate::runtime::metrics::Metrics::default(),
             stores: std::sync::Arc::default(),

@@ -5,6 +5,7 @@
 //! per-node action flow, so an object reads in either version and tools of
 //! either see the fields they know.
 
+pub mod digest;
 pub mod imageprepulljob;
 pub mod nodeupgradejob;
 pub mod task;
@@ -20,6 +21,7 @@ pub use nodeupgradejob::{
     is_version, kubeedge_version_of_kubelet,
 };
 
+pub use digest::{UpgradeDigests, go_arch, is_digest, upgrade_digests};
 pub use task::{NodeTaskSpec, PrePullFields, TaskFields, UpgradeFields};
 
 use schemars::JsonSchema;

@@ -65,7 +65,11 @@ pub struct NodeUpgradeJobSpec {
     /// with the node names (comma-separated) or `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_confirmation: Option<bool>,
-    /// Accepted for compatibility with KubeEdge (the name keeps upstream's spelling); unused.
+    /// The digest the upgrade image must have (the name keeps upstream's
+    /// spelling): each node compares the repository digest of what it
+    /// pulled with `value` (v1alpha1) or its architecture's `amd64`/`arm64`
+    /// (v1alpha2) and runs nothing when they differ. `registryAPI` is
+    /// accepted and not used (a job with only `registryAPI` fails).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_digest_gatter: Option<ImageDigestGatter>,
 }
@@ -75,16 +79,20 @@ pub struct NodeUpgradeJobSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageDigestGatter {
-    /// v1alpha1: a digest given directly.
+    /// v1alpha1: the digest for every node, `sha256:<64 hex>` (empty: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::digest_value")]
     pub value: Option<String>,
-    /// v1alpha2: the digest for arm64 nodes.
+    /// v1alpha2: the digest for arm64 nodes, `sha256:<64 hex>` (empty: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::digest_arm64")]
     pub arm64: Option<String>,
-    /// v1alpha2: the digest for amd64 nodes.
+    /// v1alpha2: the digest for amd64 nodes, `sha256:<64 hex>` (empty: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::validation::digest_amd64")]
     pub amd64: Option<String>,
-    /// A registry API to ask for the digest.
+    /// Where upstream KubeEdge asks a registry for the digest; accepted,
+    /// not used by nodeimage (the node checks the digest the job names).
     #[serde(
         rename = "registryAPI",
         default,

@@ -22,6 +22,7 @@ mod host;
 pub mod steps;
 mod take;
 pub mod tool;
+pub mod verify;
 pub mod version;
 
 use crate::deps::Deps;
@@ -32,6 +33,7 @@ use crate::report::{self, Outcome, Reporter};
 use crate::runtime::ContainerRuntime;
 use kube::runtime::events::{Event, EventType, Recorder};
 use nodeimage_api::kruise::{ImagePullPhase, NodeImage, TagUpgrade, UpgradeState};
+use nodeimage_api::reference::ImageRef;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,8 +188,8 @@ pub async fn run<R: ContainerRuntime>(
         return;
     };
     let mut rep = Reporter::new(&*deps, task.key.clone(), task.version);
-    let image_id = match prepare(&mut rep, &task, &target, &up, &settings).await {
-        Ok(id) => id,
+    let (image_id, image) = match prepare(&mut rep, &task, &target, &up, &settings).await {
+        Ok(pulled) => pulled,
         Err(v) => return finish(&rep, v, None, &up.version).await,
     };
     // requireConfirmation: nothing touches the host before the job says so.
@@ -201,7 +203,7 @@ pub async fn run<R: ContainerRuntime>(
         key: task.key.clone(),
         version: task.version,
         up,
-        image: target.image.clone(),
+        image,
         image_id,
         report: state_of(&rep),
         start: rep.start.clone(),
@@ -213,15 +215,16 @@ pub async fn run<R: ContainerRuntime>(
 }
 
 /// Everything before the confirmation: a resumed entry's verdict, the
-/// switch, the node's version, the checks and the pull. The pulled image's
-/// id, or the verdict that ends the upgrade here.
+/// switch, the node's version, the checks, the pull and the image's digest
+/// check. The pulled image's id and the reference to take the tool from
+/// (pinned to its checked digest), or the verdict that ends the upgrade here.
 async fn prepare<R: ContainerRuntime>(
     rep: &mut Reporter<'_, R>,
     task: &PullTask,
     target: &Target,
     up: &TagUpgrade,
     s: &Settings,
-) -> Result<String, Verdict> {
+) -> Result<(String, ImageRef), Verdict> {
     let log_text = s.log_path(&up.job).display().to_string();
     set(rep, |u| {
         u.state = Some(UpgradeState::Checking);
@@ -253,7 +256,13 @@ async fn prepare<R: ContainerRuntime>(
     if let Err(reason) = pull::run_checks(rep.deps, &target.check_items).await {
         return Err(Verdict::failed(UpgradeState::Checking, reason));
     }
-    pull_image(rep, task, target).await
+    let id = pull_image(rep, task, target).await?;
+    // imageDigestGatter: nothing is taken out of an image with another digest.
+    let arch = verify::node_arch();
+    match verify::checked(rep.deps, &target.image, up.image_digests.as_ref(), arch).await {
+        Ok(image) => Ok((id, image)),
+        Err(why) => Err(Verdict::failed(UpgradeState::Pulling, why)),
+    }
 }
 
 /// The verdict of an upgrade whose node runs its version already.

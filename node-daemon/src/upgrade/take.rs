@@ -75,6 +75,7 @@ mod tests {
             version: "v1.2.0".into(),
             job: "up".into(),
             await_confirmation: false,
+            image_digests: None,
         };
         let image = ImageRef::parse(IMAGE).expect("a reference");
         tokio::fs::create_dir_all(s.job_dir("up"))

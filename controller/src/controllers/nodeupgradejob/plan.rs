@@ -28,13 +28,14 @@ use crate::engine::nodetasks::{self, Job, Task, v1alpha2};
 use crate::engine::rollout::{Entry, Starts};
 use crate::nodeimage::entries::EntryRequest;
 use crate::nodeimage::nodes::NodeInfo;
+use crate::runtime::policy::UpgradeImages;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, TagUpgrade};
 use nodeimage_api::kubeedge::{
     CONFIRM_ANNOTATION, DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
-    is_version,
+    UpgradeDigests, is_version, upgrade_digests,
 };
 use nodeimage_api::reference::ImageRef;
 pub use rows::summarise;
@@ -100,6 +101,8 @@ pub struct Inputs<'a> {
     pub nodeimages: &'a BTreeMap<String, Arc<NodeImage>>,
     /// Only KubeEdge edge nodes take part.
     pub edge_only: bool,
+    /// The repositories the upgrade image may come from (`--upgrade-images`).
+    pub upgrade_images: &'a UpgradeImages,
     /// Most nodes that may start now by the registry's free slots (`None`:
     /// the upgrade image's registry has no limit).
     pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
@@ -158,8 +161,19 @@ pub fn owner_ref(job: &NodeUpgradeJob) -> ObjectReference {
 }
 
 /// The entry a job writes: `image` (default `kubeedge/installation-package`)
-/// without its tag or digest, tagged with `version`.
-pub fn upgrade_entry(job: &NodeUpgradeJob) -> Result<Entry, String> {
+/// without its tag or digest, tagged with `version`; refused (the job fails
+/// before any node acts) when the image's repository is not one of
+/// `allowed` (`--upgrade-images`) or `imageDigestGatter` is not usable.
+pub fn upgrade_entry(job: &NodeUpgradeJob, allowed: &UpgradeImages) -> Result<Entry, String> {
+    upgrade_target(job, allowed).map(|(entry, _)| entry)
+}
+
+/// The entry a job writes and the digests its nodes check (None: no
+/// check), as [`upgrade_entry`] decides it.
+pub fn upgrade_target(
+    job: &NodeUpgradeJob,
+    allowed: &UpgradeImages,
+) -> Result<(Entry, Option<UpgradeDigests>), String> {
     let version = job.spec.version.as_deref().unwrap_or_default();
     if !is_version(version) {
         return Err(format!(
@@ -173,10 +187,15 @@ pub fn upgrade_entry(job: &NodeUpgradeJob) -> Result<Entry, String> {
         .filter(|i| !i.trim().is_empty())
         .unwrap_or(DEFAULT_UPGRADE_IMAGE);
     let r = ImageRef::parse(image).map_err(|e| format!("spec.image {image:?}: {e}"))?;
-    Ok(Entry {
+    if let Some(why) = allowed.refusal(&r, image) {
+        return Err(why);
+    }
+    let digests = upgrade_digests(job.spec.image_digest_gatter.as_ref())?;
+    let entry = Entry {
         image: r.familiar_name(),
         tag: version.to_string(),
-    })
+    };
+    Ok((entry, digests))
 }
 
 /// The entry's pull policy: each pull attempt and each step of the tool
@@ -203,8 +222,9 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     let job = inp.job;
     let old = job.status.clone().unwrap_or_default();
     let uid = job.uid().unwrap_or_default();
-    let entry = upgrade_entry(job);
-    let kind = Upgrade::of(job, inp.versions, entry.as_ref().ok());
+    let target = upgrade_target(job, inp.upgrade_images);
+    let kind = Upgrade::of(job, inp.versions, target.as_ref().ok());
+    let entry = target.map(|(e, _)| e);
     let old_rows: Vec<TaskStatus> = old
         .node_status
         .iter()

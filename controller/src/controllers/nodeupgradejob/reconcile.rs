@@ -50,7 +50,8 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
         let now = Utc::now();
         let pacing = &self.shared.pacing;
         let finished = job.status.as_ref().is_some_and(plan::is_finished);
-        let entries: Vec<_> = plan::upgrade_entry(&job)
+        let allowed = &ctx.policy.upgrade_images;
+        let entries: Vec<_> = plan::upgrade_entry(&job, allowed)
             .ok()
             .filter(|_| !finished)
             .into_iter()
@@ -62,6 +63,7 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
                 versions: &versions,
                 nodeimages: w.nodeimages,
                 edge_only: w.edge_only,
+                upgrade_images: allowed,
                 registry_cap: w.registry_cap,
                 now,
             })

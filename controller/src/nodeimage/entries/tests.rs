@@ -137,6 +137,7 @@ fn upgrader(uid: &str, job: &str) -> (EntryRequest, TagUpgrade) {
             await_confirmation: false,
             version: "v1.17.0".into(),
             job: job.into(),
+            image_digests: None,
         },
     )
 }
@@ -274,6 +275,7 @@ fn would_change_answers_as_applying_to_the_whole_spec_does() {
         version: "v1.2.3".into(),
         job: "up".into(),
         await_confirmation: false,
+        image_digests: None,
     };
     let cases: Vec<(
         &str,

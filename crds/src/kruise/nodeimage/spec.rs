@@ -160,6 +160,12 @@ pub struct TagUpgrade {
     /// before it backs up and upgrades (NodeUpgradeJob `requireConfirmation`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub await_confirmation: bool,
+    /// The digests the pulled image must have (NodeUpgradeJob
+    /// `imageDigestGatter`): the node compares its repository digest with
+    /// its architecture's, else `any`, and runs nothing when they differ.
+    /// Unset: no check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digests: Option<crate::kubeedge::UpgradeDigests>,
 }
 
 impl TagUpgrade {

@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use nodeimage_api::kruise::nodeimage::contract::{FailureCause, failure_cause};
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage, TagUpgrade, UpgradeState};
 use nodeimage_api::kubeedge::{
-    CONFIRM_ANNOTATION, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
+    CONFIRM_ANNOTATION, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus, UpgradeDigests,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,15 +30,19 @@ pub struct Upgrade<'a> {
     pub version: String,
     /// `image:version`, for the pulling reason.
     pub image_ref: String,
+    /// The digests the nodes check the image against (None: no check).
+    pub digests: Option<UpgradeDigests>,
 }
 
 impl<'a> Upgrade<'a> {
-    /// The job as a node task; `entry` is None when its spec names no valid one.
+    /// The job as a node task; `target` (the entry and the digests) is None
+    /// when its spec names no valid one.
     pub fn of(
         job: &'a NodeUpgradeJob,
         versions: &'a BTreeMap<String, String>,
-        entry: Option<&Entry>,
+        target: Option<&(Entry, Option<UpgradeDigests>)>,
     ) -> Self {
+        let entry = target.map(|(e, _)| e);
         let version = job.spec.version.clone().unwrap_or_default();
         let image = entry.map(|e| e.image.as_str()).unwrap_or_default();
         Upgrade {
@@ -50,6 +54,7 @@ impl<'a> Upgrade<'a> {
                 tag: String::new(),
             }),
             version,
+            digests: target.and_then(|(_, d)| d.clone()),
         }
     }
 
@@ -78,6 +83,7 @@ impl<'a> Upgrade<'a> {
                 version: self.version.clone(),
                 job: self.job.name_any(),
                 await_confirmation: false,
+                image_digests: self.digests.clone(),
             },
         )
     }

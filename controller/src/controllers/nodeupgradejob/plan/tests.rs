@@ -63,6 +63,7 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
             await_confirmation: false,
             version: V.into(),
             job: "up".into(),
+            image_digests: None,
         })),
         ..fixtures::tag_entry(V, c, owner)
     };
@@ -101,6 +102,7 @@ impl Plans for World {
             versions: &self.versions,
             nodeimages: &self.nodeimages,
             edge_only: true,
+            upgrade_images: &UpgradeImages::default(),
             registry_cap: None,
             now: at(now),
         })
@@ -152,20 +154,169 @@ fn entry_replaces_the_tag_and_defaults_the_image() {
     ];
     for (image, want) in cases {
         let j = with(job(&["n1"]), |s| s.image = image.map(str::to_string));
-        match (upgrade_entry(&j), want) {
+        match (upgrade_entry(&j, &UpgradeImages::Any), want) {
             (Ok(e), Ok((i, t))) => assert_eq!((e.image.as_str(), e.tag.as_str()), (i, t)),
             (Err(e), Err(w)) => assert!(e.contains(w), "{e}"),
             (got, want) => panic!("{image:?}: got {got:?}, want {want:?}"),
         }
     }
     let j = with(job(&["n1"]), |s| s.version = Some("1.17".into()));
-    assert!(upgrade_entry(&j).is_err());
+    assert!(upgrade_entry(&j, &UpgradeImages::Any).is_err());
     let p = world(&["n1"]).plan(&j, 0);
     assert_eq!(
         job_sea(&p),
         ("Failed".into(), "Init".into(), "Failure".into())
     );
     assert!(p.finished && p.write_to.is_empty());
+}
+
+/// An image outside `--upgrade-images` fails the job before any node acts:
+/// no entry is written, the reason and the Warning event name the image and
+/// the flag; an allowed one starts the nodes.
+#[test]
+fn an_image_outside_the_allowed_list_is_refused_before_any_node_acts() {
+    let w = world(&["n1", "n2"]);
+    let allowed = |list: &[&str]| {
+        let items: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        UpgradeImages::from_list(&items).expect("a valid list")
+    };
+    let cases: Vec<(Vec<&str>, Option<&str>, bool)> = vec![
+        (vec![IMAGE], None, true),
+        (
+            vec![IMAGE],
+            Some("kubeedge/installation-package:v9.9.9"),
+            true,
+        ),
+        (
+            vec![IMAGE],
+            Some("evil.example.com/kubeedge/installation-package"),
+            false,
+        ),
+        (
+            vec![IMAGE],
+            Some("127.0.0.1:5000/e2e/installation-package"),
+            false,
+        ),
+        (
+            vec!["127.0.0.1:5000/*"],
+            Some("127.0.0.1:5000/e2e/installation-package"),
+            true,
+        ),
+        (vec!["127.0.0.1:5000/*"], None, false),
+        (vec![""], None, false),
+    ];
+    for (list, image, starts) in cases {
+        let set = allowed(&list);
+        let j = with(job(&["n1", "n2"]), |s| s.image = image.map(str::to_string));
+        let p = plan(Inputs {
+            job: &j,
+            nodes: &w.nodes,
+            versions: &w.versions,
+            nodeimages: &w.nodeimages,
+            edge_only: true,
+            upgrade_images: &set,
+            registry_cap: None,
+            now: at(0),
+        });
+        if starts {
+            assert_eq!(p.write_to, vec!["n1"], "{list:?} {image:?}");
+            continue;
+        }
+        assert!(
+            p.write_to.is_empty() && p.request.is_none(),
+            "{list:?} {image:?}"
+        );
+        assert_eq!(
+            job_sea(&p),
+            ("Failed".into(), "Init".into(), "Failure".into()),
+            "{image:?}"
+        );
+        assert!(p.finished);
+        let reason = p.status.job.reason.clone().unwrap_or_default();
+        assert!(
+            reason.contains("is not an allowed upgrade image"),
+            "{reason}"
+        );
+        assert!(reason.contains("--upgrade-images"), "{reason}");
+        assert!(reason.contains(image.unwrap_or(IMAGE)), "{reason}");
+        let warned = p.events.iter().any(|e| e.note.contains(&reason));
+        assert!(warned, "{:?}", p.events);
+        let failed = p
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Failed" && c.status == "True");
+        assert!(failed, "{:?}", p.status.conditions);
+    }
+}
+
+/// `imageDigestGatter` reaches every node's entry as the digests to check;
+/// a gatter that names no usable digest fails the job before any node acts.
+#[test]
+fn the_digest_gatter_goes_to_the_entry_or_fails_the_job() {
+    use nodeimage_api::kubeedge::{ImageDigestGatter, RegistryApi};
+    const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let w = world(&["n1"]);
+    let registry_only = ImageDigestGatter {
+        registry_api: Some(RegistryApi {
+            host: "r.example.com".into(),
+            token: "secret-token".into(),
+        }),
+        ..Default::default()
+    };
+    let v1 = ImageDigestGatter {
+        value: Some(A.into()),
+        ..registry_only.clone()
+    };
+    let v2 = ImageDigestGatter {
+        amd64: Some(A.into()),
+        arm64: Some(String::new()),
+        ..Default::default()
+    };
+    let malformed = ImageDigestGatter {
+        amd64: Some("sha256:nope".into()),
+        ..Default::default()
+    };
+    let digests = |any: Option<&str>, amd64: Option<&str>| UpgradeDigests {
+        any: any.map(Into::into),
+        amd64: amd64.map(Into::into),
+        arm64: None,
+    };
+    let cases: Vec<(
+        Option<ImageDigestGatter>,
+        Result<Option<UpgradeDigests>, &str>,
+    )> = vec![
+        (None, Ok(None)),
+        (Some(v1), Ok(Some(digests(Some(A), None)))),
+        (Some(v2), Ok(Some(digests(None, Some(A))))),
+        (
+            Some(registry_only),
+            Err("registryAPI alone is not supported"),
+        ),
+        (Some(malformed), Err("spec.imageDigestGatter.amd64")),
+    ];
+    for (g, want) in cases {
+        let j = with(job(&["n1"]), |s| s.image_digest_gatter = g.clone());
+        let p = w.plan(&j, 0);
+        match want {
+            Ok(d) => {
+                let (_, up) = p.request.clone().expect("the entry");
+                assert_eq!(up.image_digests, d, "{g:?}");
+                assert_eq!(p.write_to, vec!["n1"]);
+            }
+            Err(why) => {
+                assert!(p.write_to.is_empty() && p.request.is_none(), "{g:?}");
+                assert_eq!(
+                    job_sea(&p),
+                    ("Failed".into(), "Init".into(), "Failure".into())
+                );
+                let reason = p.status.job.reason.clone().unwrap_or_default();
+                assert!(reason.contains(why), "{reason}");
+                assert!(!reason.contains("secret-token"), "{reason}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -255,7 +406,8 @@ fn concurrency_one_upgrades_in_order_and_maps_each_step() {
         TagUpgrade {
             await_confirmation: false,
             version: V.into(),
-            job: "up".into()
+            job: "up".into(),
+            image_digests: None,
         }
     );
     assert_eq!(req.owner.kind.as_deref(), Some(KIND));
@@ -750,6 +902,7 @@ fn only_edge_nodes_unless_told_otherwise() {
         versions: &w.versions,
         nodeimages: &w.nodeimages,
         edge_only: false,
+        upgrade_images: &UpgradeImages::default(),
         registry_cap: None,
         now: at(0),
     });
