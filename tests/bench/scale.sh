@@ -633,6 +633,9 @@ spec:
       automountServiceAccountToken: false
       terminationGracePeriodSeconds: 0
       nodeSelector: {nodeimage.dev/sim: "true"}
+      # The API server taints a new Node not-ready, and no node-lifecycle
+      # controller lifts it on this cluster: tolerated, as if a kubelet had.
+      tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}]
       containers: [{name: app, image: "$PREDL_BASE"}]
 EOD
   "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" bind-pods --namespace "$NS" --selector "$LANDING_SEL" \
