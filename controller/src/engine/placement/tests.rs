@@ -423,3 +423,24 @@ fn the_annotation_round_trips_and_a_bad_one_says_why() {
     assert!(Placement::from_annotation("{not json").is_err());
     assert!(Placement::from_annotation(r#"{"maxExtraNodes": -1}"#).is_err());
 }
+
+#[test]
+fn extra_nodes_spread_over_names_that_share_a_prefix() {
+    let nodes: Vec<Node> = (1..=1000)
+        .map(|i| node(&format!("sim-{i:05}"), &[], &[], false))
+        .collect();
+    let p = Placement {
+        max_extra_nodes: 100,
+        ..Default::default()
+    };
+    let picked = extra_nodes(&p, "5f0c2b7e-uid", &nodes, &BTreeSet::new());
+    let mut per_block = [0usize; 10];
+    for n in &picked {
+        let i: usize = n[4..].parse().expect("a number");
+        per_block[(i - 1) / 100] += 1;
+    }
+    assert!(
+        per_block.iter().all(|c| (2..=25).contains(c)),
+        "100 of 1,000 picked in every block of 100 names: {per_block:?}"
+    );
+}
