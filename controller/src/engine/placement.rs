@@ -42,14 +42,7 @@ impl Placement {
     pub fn of(spec: &PodSpec, max_extra_nodes: u32) -> Self {
         Placement {
             node_selector: spec.node_selector.clone().unwrap_or_default(),
-            required: spec
-                .affinity
-                .as_ref()
-                .and_then(|a| a.node_affinity.as_ref())
-                .and_then(|n| {
-                    n.required_during_scheduling_ignored_during_execution
-                        .clone()
-                }),
+            required: required_affinity(spec),
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             max_extra_nodes,
         }
@@ -111,6 +104,13 @@ impl Placement {
                 ))
             })
     }
+}
+
+/// The required node affinity of a pod spec, the part placement reads.
+pub fn required_affinity(spec: &PodSpec) -> Option<NodeSelector> {
+    let node = spec.affinity.as_ref()?.node_affinity.as_ref()?;
+    node.required_during_scheduling_ignored_during_execution
+        .clone()
 }
 
 /// Why a template cannot land on a node.

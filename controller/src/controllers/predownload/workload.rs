@@ -216,14 +216,7 @@ pub fn trim_template(t: &mut PodTemplateSpec, keep: bool) {
     t.metadata = None;
     t.spec = if keep {
         t.spec.as_ref().map(|spec| {
-            let required = spec
-                .affinity
-                .as_ref()
-                .and_then(|a| a.node_affinity.as_ref())
-                .and_then(|n| {
-                    n.required_during_scheduling_ignored_during_execution
-                        .clone()
-                });
+            let required = crate::engine::placement::required_affinity(spec);
             PodSpec {
                 service_account_name: spec.service_account_name.clone(),
                 service_account: spec.service_account.clone(),
