@@ -12,7 +12,7 @@ pub use imagepulljob::{
 };
 pub use nodeimage::{
     FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec,
-    ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SharedPolicy,
+    ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, Purpose, ReferenceObject, SharedPolicy,
     SyncStatus, TagStatusFields, TagUpgrade, TagUpgradeStatus, UpgradeState,
 };
 

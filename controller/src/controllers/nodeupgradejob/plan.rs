@@ -31,7 +31,7 @@ use crate::nodeimage::nodes::NodeInfo;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, TagUpgrade};
+use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, Purpose, TagUpgrade};
 use nodeimage_api::kubeedge::{
     CONFIRM_ANNOTATION, DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
     is_version,
@@ -158,7 +158,8 @@ pub fn owner_ref(job: &NodeUpgradeJob) -> ObjectReference {
 }
 
 /// The entry a job writes: `image` (default `kubeedge/installation-package`)
-/// without its tag or digest, tagged with `version`.
+/// without its tag or digest, tagged with `version`; the tag's upgrade entry
+/// ([`Purpose::Upgrade`]), beside any pull entry of the same tag.
 pub fn upgrade_entry(job: &NodeUpgradeJob) -> Result<Entry, String> {
     let version = job.spec.version.as_deref().unwrap_or_default();
     if !is_version(version) {
@@ -176,6 +177,7 @@ pub fn upgrade_entry(job: &NodeUpgradeJob) -> Result<Entry, String> {
     Ok(Entry {
         image: r.familiar_name(),
         tag: version.to_string(),
+        purpose: Purpose::Upgrade,
     })
 }
 

@@ -71,7 +71,7 @@ pub struct ImageSpec {
         length(max = crate::limits::TAGS_MAX),
         extend(
             "x-kubernetes-list-type" = "map",
-            "x-kubernetes-list-map-keys" = ["tag"]
+            "x-kubernetes-list-map-keys" = ["tag", "purpose"]
         )
     )]
     pub tags: Vec<ImageTagSpec>,
@@ -100,10 +100,22 @@ pub struct ReferenceObject {
 /// One tag to pull, with the policy of its pull and who asked for it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.upgrade) == (has(self.purpose) && self.purpose == 'Upgrade')",
+    "message": "upgrade and purpose go together: an entry with upgrade must have purpose: Upgrade, and one with purpose: Upgrade must have upgrade"
+}]))]
 pub struct ImageTagSpec {
     /// The tag, or a digest such as `sha256:…`.
     #[schemars(length(min = 1))]
     pub tag: SharedStr,
+    /// nodeimage extension (not in OpenKruise): which request this entry
+    /// carries, `Pull` (the default, OpenKruise's meaning) or `Upgrade` (a
+    /// NodeUpgradeJob's). With `tag` it keys the entry: a pull and an upgrade
+    /// of the same tag are two entries, each with its own owners, version
+    /// and status.
+    #[serde(default)]
+    #[schemars(extend("default" = "Pull"))]
+    pub purpose: Purpose,
     /// When this entry was written; the controller fills it if missing and
     /// measures the node's response timeout from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,6 +149,36 @@ pub struct ImageTagSpec {
     /// `--enable-upgrades` run it, others fail the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<Box<TagUpgrade>>,
+}
+
+/// Which request a tag entry carries, and so which requesters its status
+/// answers (nodeimage extension; the contract in `contract.rs`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    JsonSchema,
+)]
+pub enum Purpose {
+    /// Hold the image: ImagePullJob, ImageListPullJob, ImagePrePullJob, or a
+    /// hand-written entry. OpenKruise's only meaning.
+    #[default]
+    Pull,
+    /// Pull the image and run the node-agent upgrade it ships (NodeUpgradeJob).
+    Upgrade,
+}
+
+impl Purpose {
+    /// Whether this is the default, [`Purpose::Pull`] (status leaves it out).
+    pub fn is_pull(&self) -> bool {
+        *self == Purpose::Pull
+    }
+
+    /// The name as written in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Pull => "Pull",
+            Purpose::Upgrade => "Upgrade",
+        }
+    }
 }
 
 /// nodeimage extension: the node-agent upgrade a tag entry asks for.
