@@ -6,7 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::nodeimage::requester_key;
 use nodeimage_api::kruise::{
     ImagePullPhase, ImageSpec, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage,
-    SandboxConfig, TagUpgrade, UpgradeState,
+    Purpose, SandboxConfig, TagUpgrade, UpgradeState,
 };
 use nodeimage_api::kubeedge::is_version;
 use nodeimage_api::reference::ImageRef;
@@ -19,13 +19,27 @@ pub const DEFAULT_TIMEOUT: Duration =
 /// Retries of an entry without `backoffLimit` (the API's default).
 pub const DEFAULT_BACKOFF_LIMIT: u32 = nodeimage_api::defaults::PULL_BACKOFF_LIMIT.unsigned_abs();
 
-/// Identifies a tag entry: the spec's image key and tag field.
+/// Identifies a tag entry: the spec's image key, tag field and purpose (a
+/// pull and an upgrade of one tag are two entries, two tasks).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TagKey {
     /// Key of `spec.images`.
     pub image: String,
     /// The `tag` field (a tag or a digest).
     pub tag: String,
+    /// The `purpose` field.
+    pub purpose: Purpose,
+}
+
+impl TagKey {
+    /// The key of a pull entry (what most callers and tests name).
+    pub fn pull(image: impl Into<String>, tag: impl Into<String>) -> Self {
+        TagKey {
+            image: image.into(),
+            tag: tag.into(),
+            purpose: Purpose::Pull,
+        }
+    }
 }
 
 impl std::fmt::Display for TagKey {
@@ -144,6 +158,7 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
             let key = TagKey {
                 image: name.to_string(),
                 tag: t.tag.to_string(),
+                purpose: t.purpose,
             };
             let target = target_of(name, image, t, &secrets, &key);
             out.push(PullTask {
@@ -188,9 +203,17 @@ fn target_of(
         ImageRef::from_name_and_tag(name, &t.tag).map_err(|e| format!("cannot pull {key}: {e}"))?;
     let mode = pull_mode(t.image_pull_policy.as_deref())?;
     let limits = Limits::of(&t.pull_policy.clone().unwrap_or_default())?;
-    if let Some(u) = &t.upgrade {
-        validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
-    }
+    // Only an upgrade entry runs an upgrade (the CRD ties the two fields).
+    let upgrade = match (t.purpose, &t.upgrade) {
+        (Purpose::Upgrade, Some(u)) => {
+            validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
+            Some(u.as_ref().clone())
+        }
+        (Purpose::Upgrade, None) => {
+            return Err(format!("cannot upgrade with {key}: purpose Upgrade without upgrade"));
+        }
+        (Purpose::Pull, _) => None,
+    };
     Ok(Target {
         image: image_ref,
         mode,
@@ -201,7 +224,7 @@ fn target_of(
         requesters: requesters(t),
         sandbox: image.sandbox_config.as_deref().cloned().unwrap_or_default(),
         check_items: t.check_items.as_deref().cloned().unwrap_or_default(),
-        upgrade: t.upgrade.as_deref().cloned(),
+        upgrade,
     })
 }
 
@@ -277,9 +300,11 @@ pub struct Reported {
 }
 
 impl Reported {
-    /// Whether this entry answers `task` (the contract: same tag, same version).
+    /// Whether this entry answers `task` (the contract: same tag and
+    /// purpose, same version).
     pub fn answers(&self, task: &PullTask) -> bool {
-        self.entry.answers_at(&task.key.tag, task.version)
+        self.entry
+            .answers_at(&task.key.tag, task.key.purpose, task.version)
     }
 
     /// Its phase.
@@ -313,6 +338,7 @@ pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
                 TagKey {
                     image: image.to_string(),
                     tag: t.tag.to_string(),
+                    purpose: t.purpose,
                 },
                 Reported { entry: t.clone() },
             );
@@ -465,6 +491,7 @@ mod tests {
         TagKey {
             image: i.into(),
             tag: t.into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         }
     }
 

@@ -143,6 +143,7 @@ mod tests {
         let key = |i: &str, t: &str| TagKey {
             image: i.into(),
             tag: t.into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         };
         assert_eq!(
             w.keys().collect::<Vec<_>>(),
