@@ -33,7 +33,6 @@ pub fn nodeimage(l: Lenient<NodeImage>) -> Decoded {
                     TagKey {
                         image,
                         tag,
-                        purpose: nodeimage_api::kruise::Purpose::Pull,
                         purpose,
                     },
                     reason,

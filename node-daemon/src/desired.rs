@@ -31,17 +31,6 @@ pub struct TagKey {
     pub purpose: Purpose,
 }
 
-impl TagKey {
-    /// The key of a pull entry (what most callers and tests name).
-    pub fn pull(image: impl Into<String>, tag: impl Into<String>) -> Self {
-        TagKey {
-            image: image.into(),
-            tag: tag.into(),
-            purpose: Purpose::Pull,
-        }
-    }
-}
-
 impl std::fmt::Display for TagKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.tag.contains(':') {
@@ -210,7 +199,9 @@ fn target_of(
             Some(u.as_ref().clone())
         }
         (Purpose::Upgrade, None) => {
-            return Err(format!("cannot upgrade with {key}: purpose Upgrade without upgrade"));
+            return Err(format!(
+                "cannot upgrade with {key}: purpose Upgrade without upgrade"
+            ));
         }
         (Purpose::Pull, _) => None,
     };
@@ -624,6 +615,7 @@ mod tests {
     fn upgrade_entries_are_validated_and_resumed_with_their_step() {
         let up = |version: &str, job: &str| {
             let mut t = tag("v1.17.0");
+            t.purpose = Purpose::Upgrade;
             t.upgrade = Some(Box::new(TagUpgrade {
                 await_confirmation: false,
                 version: version.into(),
@@ -640,6 +632,19 @@ mod tests {
             target.upgrade.as_ref().map(|u| u.job.as_str()),
             Some("up-1")
         );
+        assert_eq!(t[0].key.purpose, Purpose::Upgrade);
+        // Only an upgrade entry upgrades: `upgrade` on a pull entry (written
+        // by an older controller) is a pull; `purpose: Upgrade` without an
+        // upgrade fails with a reason.
+        let mut pull = up("v1.17.0", "up-1");
+        pull.purpose = Purpose::Pull;
+        let t = tasks(&ni(&[("kubeedge/installation-package", pull)]));
+        assert_eq!(t[0].target.as_ref().map(|t| t.upgrade.is_none()), Ok(true));
+        let mut bare = tag("v1.17.0");
+        bare.purpose = Purpose::Upgrade;
+        let t = tasks(&ni(&[("kubeedge/installation-package", bare)]));
+        let err = t[0].target.clone().expect_err("invalid");
+        assert!(err.contains("purpose Upgrade without upgrade"), "{err}");
         for (version, job, want) in [
             ("1.17", "up", "upgrade.version"),
             ("v1.17.0", "../etc", "upgrade.job"),
@@ -671,5 +676,74 @@ mod tests {
             &BTreeMap::new(),
         );
         assert_eq!(p.start[0].resume, None);
+    }
+
+    #[test]
+    fn a_pull_and_an_upgrade_of_one_tag_are_two_tasks_each_read_by_its_own_status() {
+        let mut upgrade = tag("v1.17.0");
+        upgrade.purpose = Purpose::Upgrade;
+        upgrade.upgrade = Some(Box::new(TagUpgrade {
+            await_confirmation: false,
+            version: "v1.17.0".into(),
+            job: "up-1".into(),
+        }));
+        let mut pull = tag("v1.17.0");
+        pull.version = Some(2);
+        let spec = ni(&[("app", pull), ("app", upgrade)]);
+        let t = tasks(&spec);
+        let keys: Vec<(Purpose, i64)> = t.iter().map(|t| (t.key.purpose, t.version)).collect();
+        assert_eq!(keys, vec![(Purpose::Pull, 2), (Purpose::Upgrade, 0)]);
+        let pull_key = t[0].key.clone();
+        let upgrade_key = t[1].key.clone();
+        assert_ne!(pull_key, upgrade_key);
+        // (case, (pull status version, phase), (upgrade status version, phase),
+        // which purposes start)
+        type Rep = Option<(i64, ImagePullPhase)>;
+        let cases: Vec<(&str, Rep, Rep, Vec<Purpose>)> = vec![
+            (
+                "nothing reported",
+                None,
+                None,
+                vec![Purpose::Pull, Purpose::Upgrade],
+            ),
+            (
+                "the pull finished: only the upgrade runs",
+                Some((2, ImagePullPhase::Succeeded)),
+                None,
+                vec![Purpose::Upgrade],
+            ),
+            (
+                "the upgrade failed: the pull still runs",
+                None,
+                Some((0, ImagePullPhase::Failed)),
+                vec![Purpose::Pull],
+            ),
+            (
+                "each finished at its own version",
+                Some((2, ImagePullPhase::Succeeded)),
+                Some((0, ImagePullPhase::Failed)),
+                vec![],
+            ),
+            (
+                "the pull at an older version",
+                Some((1, ImagePullPhase::Succeeded)),
+                Some((0, ImagePullPhase::Succeeded)),
+                vec![Purpose::Pull],
+            ),
+        ];
+        for (case, pull_rep, upgrade_rep, want) in cases {
+            let mut reported = BTreeMap::new();
+            for (key, r) in [(&pull_key, pull_rep), (&upgrade_key, upgrade_rep)] {
+                if let Some((v, phase)) = r {
+                    let mut rep = rep(v, phase, true);
+                    rep.entry.purpose = key.purpose;
+                    rep.entry.tag = "v1.17.0".into();
+                    reported.insert(key.clone(), rep);
+                }
+            }
+            let p = plan(&t, &reported, &BTreeMap::new());
+            let started: Vec<Purpose> = p.start.iter().map(|t| t.key.purpose).collect();
+            assert_eq!(started, want, "{case}");
+        }
     }
 }

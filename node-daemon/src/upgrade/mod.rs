@@ -171,7 +171,11 @@ pub fn recorded(ni: &NodeImage, key: &TagKey, version: i64, state: UpgradeState)
         .as_ref()
         .and_then(|s| s.image_statuses.as_ref())
         .and_then(|m| m.get(key.image.as_str()))
-        .and_then(|i| i.tags.iter().find(|t| t.answers_at(&key.tag, key.purpose, version)))
+        .and_then(|i| {
+            i.tags
+                .iter()
+                .find(|t| t.answers_at(&key.tag, key.purpose, version))
+        })
         .is_some_and(|t| t.upgrade_state() == Some(state))
 }
 

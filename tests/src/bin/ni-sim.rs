@@ -695,16 +695,18 @@ fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
                 image_id: Some(format!("{image}@sha256:{:064x}", 0x5151).into()),
                 // An upgrade entry (its own entry, beside any pull of the
                 // tag) succeeds as a daemon reports a finished upgrade.
-                upgrade: t.upgrade.as_ref().filter(|_| t.purpose == Purpose::Upgrade).and_then(
-                    |u| {
+                upgrade: t
+                    .upgrade
+                    .as_ref()
+                    .filter(|_| t.purpose == Purpose::Upgrade)
+                    .and_then(|u| {
                         TagUpgradeStatus {
                             state: Some(UpgradeState::Successful),
                             to_version: Some(u.version.as_str().into()),
                             ..Default::default()
                         }
                         .boxed()
-                    },
-                ),
+                    }),
                 ..o.clone()
             }
         }
@@ -740,12 +742,10 @@ fn shape(s: &NodeImageStatus) -> Shape<'_> {
         .iter()
         .flatten()
         .flat_map(|(i, st)| {
-            st.tags
-                .iter()
-                .map(move |t| {
-                    let v = t.version.unwrap_or(0);
-                    (i.as_str(), t.tag.as_str(), t.purpose, v, t.phase)
-                })
+            st.tags.iter().map(move |t| {
+                let v = t.version.unwrap_or(0);
+                (i.as_str(), t.tag.as_str(), t.purpose, v, t.phase)
+            })
         })
         .collect();
     (counts, entries)

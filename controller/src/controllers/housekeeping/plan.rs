@@ -308,10 +308,12 @@ fn kept_entries(
     let mut kept: Vec<ImageTagStatus> = reported
         .iter()
         .filter(|s| !drop_orphans || tags.iter().any(|t| s.reports_on(&t.tag, t.purpose)))
-        .map(|s| match failed.iter().position(|e| e.reports_on(&s.tag, s.purpose)) {
-            Some(i) => failed.remove(i),
-            None => s.clone(),
-        })
+        .map(
+            |s| match failed.iter().position(|e| e.reports_on(&s.tag, s.purpose)) {
+                Some(i) => failed.remove(i),
+                None => s.clone(),
+            },
+        )
         .collect();
     kept.extend(failed);
     kept

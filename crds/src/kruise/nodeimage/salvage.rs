@@ -6,8 +6,8 @@
 //! I/O here.
 
 use super::{
-    ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
-    Purpose,
+    ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec,
+    NodeImageStatus, Purpose,
 };
 use crate::interned::SharedStr;
 use crate::lenient::Lenient;

@@ -154,7 +154,17 @@ pub struct ImageTagSpec {
 /// Which request a tag entry carries, and so which requesters its status
 /// answers (nodeimage extension; the contract in `contract.rs`).
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
     JsonSchema,
 )]
 pub enum Purpose {

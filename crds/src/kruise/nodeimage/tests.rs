@@ -247,8 +247,8 @@ fn a_tag_entry_is_keyed_by_tag_and_purpose_and_pull_is_the_default() {
     // The CRD keys `tags` by both, with `purpose` defaulted (a list-map
     // key must be required or defaulted), and ties `upgrade` to it.
     let crd = serde_json::to_value(<NodeImage as kube::CustomResourceExt>::crd()).expect("crd");
-    let tags = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        ["properties"]["images"]["additionalProperties"]["properties"]["tags"];
+    let tags = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["images"]["additionalProperties"]["properties"]["tags"];
     assert_eq!(
         tags["x-kubernetes-list-map-keys"],
         serde_json::json!(["tag", "purpose"])

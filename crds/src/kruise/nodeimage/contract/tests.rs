@@ -227,7 +227,10 @@ fn a_requester_kind_writes_entries_of_one_purpose() {
 fn a_pull_and_an_upgrade_of_one_tag_are_two_entries() {
     use Purpose::*;
     let image = ImageSpec {
-        tags: vec![spec_for("v1", Pull, Some(3)), spec_for("v1", Upgrade, Some(0))],
+        tags: vec![
+            spec_for("v1", Pull, Some(3)),
+            spec_for("v1", Upgrade, Some(0)),
+        ],
         ..Default::default()
     };
     // (tag, purpose, version of the entry found)
@@ -245,10 +248,17 @@ fn a_pull_and_an_upgrade_of_one_tag_are_two_entries() {
     if let Some(t) = image.entry_mut("v1", Upgrade) {
         t.version = Some(7);
     }
-    assert_eq!(image.tags[0].version, Some(3), "the pull entry is untouched");
+    assert_eq!(
+        image.tags[0].version,
+        Some(3),
+        "the pull entry is untouched"
+    );
     assert_eq!(image.tags[1].version, Some(7));
     let st = ImageStatus {
-        tags: vec![status_for("v1", Upgrade, Some(2)), status_for("v1", Pull, Some(5))],
+        tags: vec![
+            status_for("v1", Upgrade, Some(2)),
+            status_for("v1", Pull, Some(5)),
+        ],
     };
     assert_eq!(st.reported("v1", Pull).and_then(|s| s.version), Some(5));
     assert_eq!(st.reported("v1", Upgrade).and_then(|s| s.version), Some(2));
