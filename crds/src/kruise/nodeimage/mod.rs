@@ -11,6 +11,7 @@
 pub mod contract;
 pub mod patch;
 pub mod pins;
+mod purpose;
 pub mod salvage;
 mod spec;
 mod status;

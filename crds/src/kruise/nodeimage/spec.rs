@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use super::purpose::Purpose;
 use super::status::NodeImageStatus;
 
 /// Label that protects a NodeImage without a Node from the node mirror.
@@ -149,46 +150,6 @@ pub struct ImageTagSpec {
     /// `--enable-upgrades` run it, others fail the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<Box<TagUpgrade>>,
-}
-
-/// Which request a tag entry carries, and so which requesters its status
-/// answers (nodeimage extension; the contract in `contract.rs`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-)]
-pub enum Purpose {
-    /// Hold the image: ImagePullJob, ImageListPullJob, ImagePrePullJob, or a
-    /// hand-written entry. OpenKruise's only meaning.
-    #[default]
-    Pull,
-    /// Pull the image and run the node-agent upgrade it ships (NodeUpgradeJob).
-    Upgrade,
-}
-
-impl Purpose {
-    /// Whether this is the default, [`Purpose::Pull`] (status leaves it out).
-    pub fn is_pull(&self) -> bool {
-        *self == Purpose::Pull
-    }
-
-    /// The name as written in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Purpose::Pull => "Pull",
-            Purpose::Upgrade => "Upgrade",
-        }
-    }
 }
 
 /// nodeimage extension: the node-agent upgrade a tag entry asks for.

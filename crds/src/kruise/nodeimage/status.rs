@@ -1,6 +1,6 @@
 //! What a node reports: the NodeImage `status`, one entry per spec tag.
 
-use super::spec::Purpose;
+use super::purpose::Purpose;
 use crate::interned::SharedStr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
