@@ -28,7 +28,16 @@ pub fn nodeimage(l: Lenient<NodeImage>) -> Decoded {
         invalid: salvaged
             .invalid
             .into_iter()
-            .map(|((image, tag), reason)| (TagKey { image, tag }, reason))
+            .map(|((image, tag, purpose), reason)| {
+                (
+                    TagKey {
+                        image,
+                        tag,
+                        purpose,
+                    },
+                    reason,
+                )
+            })
             .collect(),
     }
 }
@@ -75,6 +84,7 @@ mod tests {
         let key = |i: &str, t: &str| TagKey {
             image: i.into(),
             tag: t.into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         };
         // (entry, fails with a reason containing)
         let cases = [

@@ -6,7 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use nodeimage_api::kruise::nodeimage::requester_key;
 use nodeimage_api::kruise::{
     ImagePullPhase, ImageSpec, ImageTagPullPolicy, ImageTagSpec, ImageTagStatus, NodeImage,
-    SandboxConfig, TagUpgrade, UpgradeState,
+    Purpose, SandboxConfig, TagUpgrade, UpgradeState,
 };
 use nodeimage_api::kubeedge::is_version;
 use nodeimage_api::reference::ImageRef;
@@ -19,13 +19,16 @@ pub const DEFAULT_TIMEOUT: Duration =
 /// Retries of an entry without `backoffLimit` (the API's default).
 pub const DEFAULT_BACKOFF_LIMIT: u32 = nodeimage_api::defaults::PULL_BACKOFF_LIMIT.unsigned_abs();
 
-/// Identifies a tag entry: the spec's image key and tag field.
+/// Identifies a tag entry: the spec's image key, tag field and purpose (a
+/// pull and an upgrade of one tag are two entries, two tasks).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TagKey {
     /// Key of `spec.images`.
     pub image: String,
     /// The `tag` field (a tag or a digest).
     pub tag: String,
+    /// The `purpose` field.
+    pub purpose: Purpose,
 }
 
 impl std::fmt::Display for TagKey {
@@ -144,6 +147,7 @@ pub fn tasks(ni: &NodeImage) -> Vec<PullTask> {
             let key = TagKey {
                 image: name.to_string(),
                 tag: t.tag.to_string(),
+                purpose: t.purpose,
             };
             let target = target_of(name, image, t, &secrets, &key);
             out.push(PullTask {
@@ -188,9 +192,19 @@ fn target_of(
         ImageRef::from_name_and_tag(name, &t.tag).map_err(|e| format!("cannot pull {key}: {e}"))?;
     let mode = pull_mode(t.image_pull_policy.as_deref())?;
     let limits = Limits::of(&t.pull_policy.clone().unwrap_or_default())?;
-    if let Some(u) = &t.upgrade {
-        validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
-    }
+    // Only an upgrade entry runs an upgrade (the CRD ties the two fields).
+    let upgrade = match (t.purpose, &t.upgrade) {
+        (Purpose::Upgrade, Some(u)) => {
+            validate_upgrade(u).map_err(|e| format!("cannot upgrade with {key}: {e}"))?;
+            Some(u.as_ref().clone())
+        }
+        (Purpose::Upgrade, None) => {
+            return Err(format!(
+                "cannot upgrade with {key}: purpose Upgrade without upgrade"
+            ));
+        }
+        (Purpose::Pull, _) => None,
+    };
     Ok(Target {
         image: image_ref,
         mode,
@@ -201,7 +215,7 @@ fn target_of(
         requesters: requesters(t),
         sandbox: image.sandbox_config.as_deref().cloned().unwrap_or_default(),
         check_items: t.check_items.as_deref().cloned().unwrap_or_default(),
-        upgrade: t.upgrade.as_deref().cloned(),
+        upgrade,
     })
 }
 
@@ -277,9 +291,11 @@ pub struct Reported {
 }
 
 impl Reported {
-    /// Whether this entry answers `task` (the contract: same tag, same version).
+    /// Whether this entry answers `task` (the contract: same tag and
+    /// purpose, same version).
     pub fn answers(&self, task: &PullTask) -> bool {
-        self.entry.answers_at(&task.key.tag, task.version)
+        self.entry
+            .answers_at(&task.key.tag, task.key.purpose, task.version)
     }
 
     /// Its phase.
@@ -313,6 +329,7 @@ pub fn reported(ni: &NodeImage) -> BTreeMap<TagKey, Reported> {
                 TagKey {
                     image: image.to_string(),
                     tag: t.tag.to_string(),
+                    purpose: t.purpose,
                 },
                 Reported { entry: t.clone() },
             );
@@ -465,6 +482,7 @@ mod tests {
         TagKey {
             image: i.into(),
             tag: t.into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         }
     }
 
@@ -597,6 +615,7 @@ mod tests {
     fn upgrade_entries_are_validated_and_resumed_with_their_step() {
         let up = |version: &str, job: &str| {
             let mut t = tag("v1.17.0");
+            t.purpose = Purpose::Upgrade;
             t.upgrade = Some(Box::new(TagUpgrade {
                 await_confirmation: false,
                 version: version.into(),
@@ -614,6 +633,19 @@ mod tests {
             target.upgrade.as_ref().map(|u| u.job.as_str()),
             Some("up-1")
         );
+        assert_eq!(t[0].key.purpose, Purpose::Upgrade);
+        // Only an upgrade entry upgrades: `upgrade` on a pull entry (written
+        // by an older controller) is a pull; `purpose: Upgrade` without an
+        // upgrade fails with a reason.
+        let mut pull = up("v1.17.0", "up-1");
+        pull.purpose = Purpose::Pull;
+        let t = tasks(&ni(&[("kubeedge/installation-package", pull)]));
+        assert_eq!(t[0].target.as_ref().map(|t| t.upgrade.is_none()), Ok(true));
+        let mut bare = tag("v1.17.0");
+        bare.purpose = Purpose::Upgrade;
+        let t = tasks(&ni(&[("kubeedge/installation-package", bare)]));
+        let err = t[0].target.clone().expect_err("invalid");
+        assert!(err.contains("purpose Upgrade without upgrade"), "{err}");
         for (version, job, want) in [
             ("1.17", "up", "upgrade.version"),
             ("v1.17.0", "../etc", "upgrade.job"),
@@ -645,5 +677,75 @@ mod tests {
             &BTreeMap::new(),
         );
         assert_eq!(p.start[0].resume, None);
+    }
+
+    #[test]
+    fn a_pull_and_an_upgrade_of_one_tag_are_two_tasks_each_read_by_its_own_status() {
+        let mut upgrade = tag("v1.17.0");
+        upgrade.purpose = Purpose::Upgrade;
+        upgrade.upgrade = Some(Box::new(TagUpgrade {
+            await_confirmation: false,
+            version: "v1.17.0".into(),
+            job: "up-1".into(),
+            image_digests: None,
+        }));
+        let mut pull = tag("v1.17.0");
+        pull.version = Some(2);
+        let spec = ni(&[("app", pull), ("app", upgrade)]);
+        let t = tasks(&spec);
+        let keys: Vec<(Purpose, i64)> = t.iter().map(|t| (t.key.purpose, t.version)).collect();
+        assert_eq!(keys, vec![(Purpose::Pull, 2), (Purpose::Upgrade, 0)]);
+        let pull_key = t[0].key.clone();
+        let upgrade_key = t[1].key.clone();
+        assert_ne!(pull_key, upgrade_key);
+        // (case, (pull status version, phase), (upgrade status version, phase),
+        // which purposes start)
+        type Rep = Option<(i64, ImagePullPhase)>;
+        let cases: Vec<(&str, Rep, Rep, Vec<Purpose>)> = vec![
+            (
+                "nothing reported",
+                None,
+                None,
+                vec![Purpose::Pull, Purpose::Upgrade],
+            ),
+            (
+                "the pull finished: only the upgrade runs",
+                Some((2, ImagePullPhase::Succeeded)),
+                None,
+                vec![Purpose::Upgrade],
+            ),
+            (
+                "the upgrade failed: the pull still runs",
+                None,
+                Some((0, ImagePullPhase::Failed)),
+                vec![Purpose::Pull],
+            ),
+            (
+                "each finished at its own version",
+                Some((2, ImagePullPhase::Succeeded)),
+                Some((0, ImagePullPhase::Failed)),
+                vec![],
+            ),
+            (
+                "the pull at an older version",
+                Some((1, ImagePullPhase::Succeeded)),
+                Some((0, ImagePullPhase::Succeeded)),
+                vec![Purpose::Pull],
+            ),
+        ];
+        for (case, pull_rep, upgrade_rep, want) in cases {
+            let mut reported = BTreeMap::new();
+            for (key, r) in [(&pull_key, pull_rep), (&upgrade_key, upgrade_rep)] {
+                if let Some((v, phase)) = r {
+                    let mut rep = rep(v, phase, true);
+                    rep.entry.purpose = key.purpose;
+                    rep.entry.tag = "v1.17.0".into();
+                    reported.insert(key.clone(), rep);
+                }
+            }
+            let p = plan(&t, &reported, &BTreeMap::new());
+            let started: Vec<Purpose> = p.start.iter().map(|t| t.key.purpose).collect();
+            assert_eq!(started, want, "{case}");
+        }
     }
 }

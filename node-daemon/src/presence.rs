@@ -155,6 +155,7 @@ mod tests {
         let key = TagKey {
             image: "r/a".into(),
             tag: "v1".into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         };
         let mut losses = Losses::default();
         let got: Vec<Lost> = (0..5).map(|_| losses.record(&key, 1)).collect();

@@ -86,6 +86,7 @@ impl<'a, R> Reporter<'a, R> {
     ) -> ImageTagStatus {
         self.with_upgrade(ImageTagStatus {
             tag: self.key.tag.as_str().into(),
+            purpose: self.key.purpose,
             phase,
             progress: Some(progress),
             start_time: self.start.clone(),

@@ -19,6 +19,7 @@ pub fn build(
         let key = TagKey {
             image: image.to_string(),
             tag: t.tag.to_string(),
+            purpose: t.purpose,
         };
         let entry = live
             .get(&key)
@@ -27,6 +28,7 @@ pub fn build(
             .cloned()
             .unwrap_or_else(|| ImageTagStatus {
                 tag: t.tag.clone(),
+                purpose: t.purpose,
                 phase: ImagePullPhase::Waiting,
                 version: Some(version),
                 ..Default::default()
@@ -132,6 +134,7 @@ mod tests {
                 TagKey {
                     image: "a".into(),
                     tag: "1".into(),
+                    purpose: nodeimage_api::kruise::Purpose::Pull,
                 },
                 ImageTagStatus {
                     tag: "1".into(),
@@ -145,6 +148,7 @@ mod tests {
                 TagKey {
                     image: "c".into(),
                     tag: "1".into(),
+                    purpose: nodeimage_api::kruise::Purpose::Pull,
                 },
                 // Live state of an older version is ignored.
                 ImageTagStatus {
@@ -201,6 +205,7 @@ mod tests {
         let key = |i: &str| TagKey {
             image: i.into(),
             tag: "1".into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         };
         let obj = ni(
             &[("a", "1", 0), ("b", "1", 0), ("c", "1", 0), ("d", "1", 0)],

@@ -17,6 +17,7 @@
 //! finds its node directory two levels above itself. Every job, Node,
 //! daemon, directory and pulled image is removed at the end.
 
+use nodeimage_tests::kruise;
 use nodeimage_tests::prepull::{
     NodeImagesWatch, TestNode, concurrency_over_time, remove_from_nodes,
 };
@@ -1204,4 +1205,159 @@ fn an_image_outside_the_allowed_list_is_refused_before_any_node_acts() {
         assert!(n.commands().is_empty(), "{}", n.name());
         assert_eq!(n.version(), OLD);
     }
+}
+
+/// An ImagePullJob of `image:NEW` on `node` alone, in its own namespace
+/// (completionPolicy Always, so it finishes).
+fn apply_pull_job(c: &Cluster, ns: &str, image: &str, node: &str) -> String {
+    let name = unique("e2e-pull-and-upgrade");
+    let manifest = format!(
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  image: {image}:{NEW}\n  selector:\n    names: [{node}]\n  pullPolicy:\n    timeoutSeconds: 120\n    backoffLimit: 1\n  completionPolicy:\n    type: Always\n"
+    );
+    c.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    name
+}
+
+/// (succeeded, failed, completed) of an ImagePullJob.
+fn pull_outcome(c: &Cluster, ns: &str, name: &str) -> (i64, i64, bool) {
+    let job = kruise::get(c, kruise::IPJ, Some(ns), name)
+        .unwrap_or_else(|| panic!("ImagePullJob {ns}/{name} is gone"));
+    (
+        kruise::count(&job, "succeeded"),
+        kruise::count(&job, "failed"),
+        kruise::completed(&job),
+    )
+}
+
+/// Waits until the ImagePullJob has finished with its one node pulled.
+fn wait_pulled(c: &Cluster, ns: &str, name: &str) {
+    kruise::wait_job(
+        c,
+        kruise::IPJ,
+        ns,
+        name,
+        "finished with its node pulled",
+        WAIT,
+        |j| kruise::completed(j) && kruise::count(j, "succeeded") == 1,
+    );
+}
+
+/// The tag entries of `image` on `node`: (purpose, phase) of each status
+/// entry, in status order.
+fn tag_statuses(c: &Cluster, node: &str, image: &str) -> Vec<(String, String)> {
+    let ni = nodeimage_tests::nodeimage::get(c, node).unwrap_or(Value::Null);
+    ni["status"]["imageStatuses"][image]["tags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            (
+                t["purpose"].as_str().unwrap_or("Pull").to_string(),
+                t["phase"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A pull and an upgrade of the same image and tag on one node, the pull
+/// first: the ImagePullJob succeeds, then a NodeUpgradeJob of that image
+/// and version fails (rolled back) on the node; the pull job's result stays
+/// succeeded, and the NodeImage shows two entries, each with its outcome.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_pull_then_a_failing_upgrade_of_one_tag_keep_their_own_outcomes() {
+    let c = cluster();
+    let image = push_package(&c, &[NEW]);
+    let _pulled = pulled(&c, &image);
+    let run_id = unique("run");
+    let node = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&c.socket(0)), true);
+    std::fs::write(node.path("fail-upgrade"), "").expect("marker");
+    let ns = kruise::TestNs::create(&c, "e2e-pull-upgrade");
+    let key = image.clone();
+
+    let pull = apply_pull_job(&c, &ns.name, &image, node.name());
+    wait_pulled(&c, &ns.name, &pull);
+
+    let job = Job::apply(&c, &image, &[&node], "  timeoutSeconds: 120\n");
+    let (status, _) = job.wait_finished();
+    assert_eq!(
+        sea(&status, node.name()),
+        tuple("Failed", "Rollback", "Success"),
+        "{status}"
+    );
+    assert_eq!(node.version(), OLD, "the backup was restored");
+    // The pull job's result did not change when the upgrade came and failed.
+    kruise::consistently(
+        "the pull job stays succeeded",
+        Duration::from_secs(5),
+        || match pull_outcome(&c, &ns.name, &pull) {
+            (1, 0, true) => Ok(()),
+            other => Err(format!("(succeeded, failed, completed) = {other:?}")),
+        },
+    );
+    let statuses = tag_statuses(&c, node.name(), &key);
+    assert!(
+        statuses.contains(&("Pull".to_string(), "Succeeded".to_string())),
+        "{statuses:?}"
+    );
+}
+
+/// The other order: a NodeUpgradeJob runs (slowly) and then fails; an
+/// ImagePullJob of the same image and tag that arrives while the upgrade
+/// entry is on the node pulls and succeeds on its own (it does not take the
+/// upgrade's outcome, and its pull does not restart the upgrade: the tool
+/// runs once), and stays succeeded when the upgrade fails.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn an_upgrade_then_a_pull_of_one_tag_keep_their_own_outcomes() {
+    let c = cluster();
+    let image = push_package(&c, &[NEW]);
+    let _pulled = pulled(&c, &image);
+    let run_id = unique("run");
+    let node = UpgradeNode::create(&c, &run_id, Some(OLD), Some(&c.socket(0)), true);
+    std::fs::write(node.path("fail-upgrade"), "").expect("marker");
+    std::fs::write(node.path("upgrade-seconds"), "12").expect("slow upgrade");
+    let ns = kruise::TestNs::create(&c, "e2e-upgrade-pull");
+
+    let job = Job::apply(&c, &image, &[&node], "  timeoutSeconds: 120\n");
+    // Wait until the upgrade runs (its entry is on the node, the tool started).
+    wait_for("the upgrade tool to start", WAIT, || {
+        node.commands()
+            .iter()
+            .any(|c| c.starts_with("upgrade edge"))
+            .then_some(())
+    });
+    let pull = apply_pull_job(&c, &ns.name, &image, node.name());
+    wait_pulled(&c, &ns.name, &pull);
+    assert!(
+        !matches!(
+            job.get()["status"]["state"].as_str(),
+            Some("Successful" | "Failed")
+        ),
+        "the upgrade had finished before the pull: the test proves nothing"
+    );
+
+    let (status, _) = job.wait_finished();
+    assert_eq!(
+        sea(&status, node.name()),
+        tuple("Failed", "Rollback", "Success"),
+        "{status}"
+    );
+    assert_eq!(
+        node.commands(),
+        vec![
+            "backup edge".to_string(),
+            format!("upgrade edge --toVersion {NEW} --image {image} --force"),
+            "rollback edge".to_string(),
+        ],
+        "the pull did not run the upgrade again"
+    );
+    kruise::consistently(
+        "the pull job stays succeeded",
+        Duration::from_secs(5),
+        || match pull_outcome(&c, &ns.name, &pull) {
+            (1, 0, true) => Ok(()),
+            other => Err(format!("(succeeded, failed, completed) = {other:?}")),
+        },
+    );
 }

@@ -137,9 +137,9 @@ impl TagChanges {
                 }
                 let status = statuses
                     .and_then(|m| m.get(image))
-                    .and_then(|s| s.tags.iter().find(|t| t.tag == tag.tag));
+                    .and_then(|s| s.reported(&tag.tag, tag.purpose));
                 let mut key = DefaultHasher::new();
-                (image, &tag.tag).hash(&mut key);
+                (image, &tag.tag, tag.purpose).hash(&mut key);
                 out.push(Seen {
                     key: key.finish(),
                     fingerprint: fingerprint(labels, tag, status),

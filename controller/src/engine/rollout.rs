@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 use nodeimage_api::kruise::{
     CompletionPolicy, CompletionPolicyType, ImagePullJobTemplate, ImagePullPhase, ImageTagSpec,
-    ImageTagStatus, NodeImage,
+    ImageTagStatus, NodeImage, Purpose,
 };
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,16 +76,19 @@ pub fn selector(ls: LabelSelector) -> Result<Selector, String> {
     Selector::try_from(ls).map_err(|e| e.to_string())
 }
 
-/// A tag entry a job writes: the NodeImage image key and tag.
+/// A tag entry a job writes: the NodeImage image key, tag and purpose (a
+/// NodeUpgradeJob's is an upgrade, every other kind's a pull).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
     /// Key in `spec.images`.
     pub image: String,
     /// The tag (or digest).
     pub tag: String,
+    /// Which of the tag's entries: the job kind's (`contract::purpose_of`).
+    pub purpose: Purpose,
 }
 
-/// The NodeImage entry (image key, tag) for a job's image, or why it has none.
+/// The NodeImage pull entry (image key, tag) for a job's image, or why it has none.
 pub fn entry_for(image: &str) -> Result<Entry, String> {
     let r = ImageRef::parse(image).map_err(|e| e.to_string())?;
     let tag = r
@@ -96,6 +99,7 @@ pub fn entry_for(image: &str) -> Result<Entry, String> {
     Ok(Entry {
         image: r.familiar_name(),
         tag,
+        purpose: Purpose::Pull,
     })
 }
 
@@ -166,9 +170,7 @@ fn owned_tag<'a>(ni: &'a NodeImage, entry: &Entry, uid: &str) -> Option<&'a Imag
         .images
         .as_ref()?
         .get(entry.image.as_str())?
-        .tags
-        .iter()
-        .find(|t| t.tag == entry.tag)
+        .entry(&entry.tag, entry.purpose)
         .filter(|t| {
             t.owner_references
                 .iter()

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::interned::{Owners, SharedStr};
 use nodeimage_api::kruise::{
-    ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, ReferenceObject, SandboxConfig,
-    TagUpgrade,
+    ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, Purpose, ReferenceObject,
+    SandboxConfig, TagUpgrade,
 };
 use std::collections::BTreeMap;
 
@@ -37,13 +37,15 @@ pub struct EntryRequest {
     pub pull_again_before: Option<DateTime<Utc>>,
 }
 
-/// The version the node last reported for `image:tag`, if any.
-pub fn reported_version(ni: &NodeImage, image: &str, tag: &str) -> Option<i64> {
+/// The version the node last reported for the entry `image:tag` of
+/// `purpose`, if any (another purpose's entry of the tag counts its own
+/// versions).
+pub fn reported_version(ni: &NodeImage, image: &str, tag: &str, purpose: Purpose) -> Option<i64> {
     ni.status
         .as_ref()
         .and_then(|s| s.image_statuses.as_ref())
         .and_then(|m| m.get(image))
-        .and_then(|s| s.tags.iter().find(|t| t.tag == tag))
+        .and_then(|s| s.reported(tag, purpose))
         .and_then(|t| t.version)
 }
 
@@ -58,7 +60,8 @@ fn pull_again(tag: &mut ImageTagSpec, now: DateTime<Utc>) {
     tag.created_at = Some(api_time(now));
 }
 
-/// Writes `req` into `images`; returns whether anything changed.
+/// Writes `req` into `images` as a pull entry ([`Purpose::Pull`]); returns
+/// whether anything changed.
 ///
 /// - A new tag gets the job as owner, `createdAt` now, and version one above
 ///   what status last reported for it (`reported_version`), else 0.
@@ -74,12 +77,25 @@ fn pull_again(tag: &mut ImageTagSpec, now: DateTime<Utc>) {
 /// - A tag created before `req.pull_again_before` (the job follows its tag
 ///   and the tag moved since) gets a new version too: the same path, so
 ///   "pull again" has one home.
-/// - A tag that carries an `upgrade` (a NodeUpgradeJob's) gains the owner
-///   without a version bump: a bump would run the upgrade again; the node's
-///   result of the upgrade answers this job too.
+/// - A NodeUpgradeJob's entry of the same tag ([`Purpose::Upgrade`]) is
+///   another entry: never touched here, so neither request reads or bumps
+///   the other's outcome (the NodeImage contract, `purpose_of`).
 pub fn upsert(
     images: &mut BTreeMap<SharedStr, ImageSpec>,
     req: &EntryRequest,
+    reported_version: Option<i64>,
+    now: DateTime<Utc>,
+) -> bool {
+    upsert_keyed(images, req, Purpose::Pull, reported_version, now)
+}
+
+/// [`upsert`] for the entry of `purpose`. An upgrade entry gains an owner
+/// without a version bump: a bump would run the upgrade again
+/// ([`upsert_upgrade`] decides when it runs).
+fn upsert_keyed(
+    images: &mut BTreeMap<SharedStr, ImageSpec>,
+    req: &EntryRequest,
+    purpose: Purpose,
     reported_version: Option<i64>,
     now: DateTime<Utc>,
 ) -> bool {
@@ -94,9 +110,10 @@ pub fn upsert(
             .any(|x| x.namespace == s.namespace && x.name == s.name)
     };
     let secret_missing = req.secrets.iter().any(|s| !has(s));
-    match image.tags.iter_mut().find(|t| t.tag == req.tag) {
+    match image.entry_mut(&req.tag, purpose) {
         None => image.tags.push(ImageTagSpec {
             tag: SharedStr::new(&req.tag),
+            purpose,
             created_at: Some(api_time(now)),
             pull_policy: Some(req.pull_policy.clone().into()),
             owner_references: Some(vec![req.owner.clone()].into()),
@@ -116,7 +133,7 @@ pub fn upsert(
                     .as_ref()
                     .is_none_or(|c| crate::runtime::clock::instant(c) < t)
             });
-            if (new_owner || secret_missing || moved) && tag.upgrade.is_none() {
+            if (new_owner || secret_missing || moved) && purpose == Purpose::Pull {
                 pull_again(tag, now);
             }
             tag.pull_policy = Some(req.pull_policy.clone().into());
@@ -142,10 +159,11 @@ pub fn upsert(
     before.as_ref() != images.get(req.image.as_str())
 }
 
-/// Writes a NodeUpgradeJob's entry: `req` as [`upsert`] writes it, carrying
-/// `upgrade`. A tag that did not carry this upgrade yet gets a new version
-/// (unless it is new, or `upsert` just bumped it) so that the node runs it;
-/// a confirmation (only `awaitConfirmation` changes) keeps the version and
+/// Writes a NodeUpgradeJob's entry: `req` as [`upsert`] writes it, but as
+/// the tag's [`Purpose::Upgrade`] entry, carrying `upgrade`; a pull entry of
+/// the same tag is left as it is. An entry that did not carry this upgrade
+/// yet gets a new version (unless it is new) so that the node runs it; a
+/// confirmation (only `awaitConfirmation` changes) keeps the version and
 /// restarts the node's timeout.
 pub fn upsert_upgrade(
     images: &mut BTreeMap<SharedStr, ImageSpec>,
@@ -154,23 +172,19 @@ pub fn upsert_upgrade(
     reported_version: Option<i64>,
     now: DateTime<Utc>,
 ) -> bool {
-    let find = |images: &BTreeMap<SharedStr, ImageSpec>| {
-        images
-            .get(req.image.as_str())
-            .and_then(|i| i.tags.iter().find(|t| t.tag == req.tag))
-            .map(|t| t.version)
-    };
-    let prior = find(images);
-    let mut changed = upsert(images, req, reported_version, now);
+    let existed = images
+        .get(req.image.as_str())
+        .is_some_and(|i| i.entry(&req.tag, Purpose::Upgrade).is_some());
+    let mut changed = upsert_keyed(images, req, Purpose::Upgrade, reported_version, now);
     let Some(tag) = images
         .get_mut(req.image.as_str())
-        .and_then(|i| i.tags.iter_mut().find(|t| t.tag == req.tag))
+        .and_then(|i| i.entry_mut(&req.tag, Purpose::Upgrade))
     else {
         return changed;
     };
     let same_run = tag.upgrade.as_ref().is_some_and(|u| u.same_run(upgrade));
     if !same_run {
-        if prior.is_some_and(|v| v == tag.version) {
+        if existed {
             pull_again(tag, now);
         }
         tag.upgrade = Some(Box::new(upgrade.clone()));
@@ -199,7 +213,12 @@ pub fn apply_requests(
     now: DateTime<Utc>,
 ) -> bool {
     requests.iter().fold(false, |changed, req| {
-        let reported = reported_version(current, &req.image, &req.tag);
+        let purpose = if upgrade.is_some() {
+            Purpose::Upgrade
+        } else {
+            Purpose::Pull
+        };
+        let reported = reported_version(current, &req.image, &req.tag, purpose);
         let wrote = match upgrade {
             Some(u) => upsert_upgrade(images, req, u, reported, now),
             None => upsert(images, req, reported, now),
@@ -232,9 +251,9 @@ pub fn would_change(
 }
 
 /// Removes the owner `uid` from every tag; tags left without owners (that had
-/// one) are removed, and images left without tags. A tag kept for other
-/// owners loses the `upgrade` of the NodeUpgradeJob that leaves, so that no
-/// later pull of it runs the upgrade again. Returns whether anything changed.
+/// one) are removed, and images left without tags. An upgrade entry is owned
+/// by NodeUpgradeJobs only, so a pull of its tag never inherits it. Returns
+/// whether anything changed.
 pub fn release(images: &mut BTreeMap<SharedStr, ImageSpec>, uid: &str) -> bool {
     let before = images.clone();
     for image in images.values_mut() {
@@ -243,16 +262,7 @@ pub fn release(images: &mut BTreeMap<SharedStr, ImageSpec>, uid: &str) -> bool {
                 return true;
             };
             let had = owners.len();
-            let upgrade_job = t.upgrade.as_ref().map(|u| u.job.as_str());
-            let leaving_upgrader = owners.iter().any(|o| {
-                o.uid.as_deref() == Some(uid)
-                    && o.kind.as_deref() == Some("NodeUpgradeJob")
-                    && o.name.as_deref() == upgrade_job
-            });
             owners.retain(|o| o.uid.as_deref() != Some(uid));
-            if leaving_upgrader {
-                t.upgrade = None;
-            }
             !(had > 0 && owners.is_empty())
         });
     }

@@ -12,8 +12,8 @@ pub use imagepulljob::{
 };
 pub use nodeimage::{
     FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec,
-    ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, ReferenceObject, SharedPolicy,
-    SyncStatus, TagStatusFields, TagUpgrade, TagUpgradeStatus, UpgradeState,
+    ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, Purpose, ReferenceObject,
+    SharedPolicy, SyncStatus, TagStatusFields, TagUpgrade, TagUpgradeStatus, UpgradeState,
 };
 
 /// The finalizer OpenKruise's controller puts on the jobs it runs; nodeimage

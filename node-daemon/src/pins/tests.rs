@@ -11,6 +11,7 @@ fn key(image: &str) -> TagKey {
     TagKey {
         image: image.into(),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 
@@ -230,6 +231,7 @@ fn tags_of_left_out_images_get_the_message_and_each_is_announced_once() {
         w.tags.insert(TagKey {
             image: "b".into(),
             tag: "v2".into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         });
     }
     let left: BTreeMap<String, NotPinned> =

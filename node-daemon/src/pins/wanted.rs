@@ -124,6 +124,7 @@ mod tests {
         let mut ni = NodeImage::new("n", NodeImageSpec { images: Some(spec) });
         // An upgrade entry's image is not pinned.
         if let Some(t) = ni.spec.images.as_mut().and_then(|m| m.get_mut("reg.io/up")) {
+            t.tags[0].purpose = nodeimage_api::kruise::Purpose::Upgrade;
             t.tags[0].upgrade = Some(
                 nodeimage_api::kruise::TagUpgrade {
                     version: "v1.2.3".into(),
@@ -143,6 +144,7 @@ mod tests {
         let key = |i: &str, t: &str| TagKey {
             image: i.into(),
             tag: t.into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         };
         assert_eq!(
             w.keys().collect::<Vec<_>>(),

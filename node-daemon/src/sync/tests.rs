@@ -27,6 +27,7 @@ fn key(name: &str) -> TagKey {
     TagKey {
         image: name.into(),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 

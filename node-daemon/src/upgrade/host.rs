@@ -234,9 +234,7 @@ fn step_limit(ni: &NodeImage, key: &TagKey) -> Option<u64> {
         .images
         .as_ref()?
         .get(key.image.as_str())?
-        .tags
-        .iter()
-        .find(|t| t.tag == key.tag)?
+        .entry(&key.tag, key.purpose)?
         .pull_policy
         .as_ref()?
         .timeout_seconds

@@ -111,7 +111,7 @@ fn current<'a>(
         .images
         .as_ref()
         .and_then(|m| m.get(key.image.as_str()))
-        .and_then(|i| i.tags.iter().find(|t| t.tag == key.tag))
+        .and_then(|i| i.entry(&key.tag, key.purpose))
         .filter(|t| t.version.unwrap_or(0) == version)
         .and_then(|t| t.upgrade.as_deref())
         .filter(|u| u.same_run(upgrade))
@@ -173,7 +173,11 @@ pub fn recorded(ni: &NodeImage, key: &TagKey, version: i64, state: UpgradeState)
         .as_ref()
         .and_then(|s| s.image_statuses.as_ref())
         .and_then(|m| m.get(key.image.as_str()))
-        .and_then(|i| i.tags.iter().find(|t| t.answers_at(&key.tag, version)))
+        .and_then(|i| {
+            i.tags
+                .iter()
+                .find(|t| t.answers_at(&key.tag, key.purpose, version))
+        })
         .is_some_and(|t| t.upgrade_state() == Some(state))
 }
 

@@ -101,6 +101,7 @@ fn key(tag: &str) -> TagKey {
     TagKey {
         image: "a".into(),
         tag: tag.into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 

@@ -55,7 +55,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use nodeimage_api::kruise::nodeimage::{contract, patch};
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus};
+use nodeimage_api::kruise::{
+    ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus, Purpose, TagUpgradeStatus,
+    UpgradeState,
+};
 use nodeimage_api::reference::ImageRef;
 use tokio::sync::mpsc;
 
@@ -690,6 +693,20 @@ fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
                 progress: Some(100),
                 completion_time: Some(now()),
                 image_id: Some(format!("{image}@sha256:{:064x}", 0x5151).into()),
+                // An upgrade entry (its own entry, beside any pull of the
+                // tag) succeeds as a daemon reports a finished upgrade.
+                upgrade: t
+                    .upgrade
+                    .as_ref()
+                    .filter(|_| t.purpose == Purpose::Upgrade)
+                    .and_then(|u| {
+                        TagUpgradeStatus {
+                            state: Some(UpgradeState::Successful),
+                            to_version: Some(u.version.as_str().into()),
+                            ..Default::default()
+                        }
+                        .boxed()
+                    }),
                 ..o.clone()
             }
         }
@@ -711,17 +728,24 @@ fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
     due.then_some((out, pulling, succeeded))
 }
 
-/// Counts and (image, tag, version, phase) of every entry.
-fn shape(s: &NodeImageStatus) -> (Vec<Option<i32>>, Vec<(&str, &str, i64, ImagePullPhase)>) {
+/// Counts and (image, tag, purpose, version, phase) of every entry.
+type Shape<'a> = (
+    Vec<Option<i32>>,
+    Vec<(&'a str, &'a str, Purpose, i64, ImagePullPhase)>,
+);
+
+/// The [`Shape`] of a status.
+fn shape(s: &NodeImageStatus) -> Shape<'_> {
     let counts = vec![Some(s.desired), s.waiting, s.pulling, s.succeeded, s.failed];
     let entries = s
         .image_statuses
         .iter()
         .flatten()
         .flat_map(|(i, st)| {
-            st.tags
-                .iter()
-                .map(move |t| (i.as_str(), t.tag.as_str(), t.version.unwrap_or(0), t.phase))
+            st.tags.iter().map(move |t| {
+                let v = t.version.unwrap_or(0);
+                (i.as_str(), t.tag.as_str(), t.purpose, v, t.phase)
+            })
         })
         .collect();
     (counts, entries)

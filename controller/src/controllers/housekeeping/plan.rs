@@ -307,11 +307,13 @@ fn kept_entries(
 ) -> Vec<ImageTagStatus> {
     let mut kept: Vec<ImageTagStatus> = reported
         .iter()
-        .filter(|s| !drop_orphans || tags.iter().any(|t| t.tag == s.tag))
-        .map(|s| match failed.iter().position(|e| e.tag == s.tag) {
-            Some(i) => failed.remove(i),
-            None => s.clone(),
-        })
+        .filter(|s| !drop_orphans || tags.iter().any(|t| s.reports_on(&t.tag, t.purpose)))
+        .map(
+            |s| match failed.iter().position(|e| e.reports_on(&s.tag, s.purpose)) {
+                Some(i) => failed.remove(i),
+                None => s.clone(),
+            },
+        )
         .collect();
     kept.extend(failed);
     kept
@@ -324,9 +326,9 @@ fn has_orphans(
 ) -> bool {
     statuses.iter().any(|(name, status)| {
         status.tags.iter().any(|s| {
-            !images
+            images
                 .get(name)
-                .is_some_and(|i: &ImageSpec| i.tags.iter().any(|t| t.tag == s.tag))
+                .is_none_or(|i: &ImageSpec| i.entry(&s.tag, s.purpose).is_none())
         })
     })
 }
@@ -366,6 +368,7 @@ fn failed_entry(
         .unwrap_or_default();
     ImageTagStatus {
         tag: tag.tag.clone(),
+        purpose: tag.purpose,
         phase: ImagePullPhase::Failed,
         version: Some(version),
         completion_time: Some(api_time(now)),

@@ -32,7 +32,7 @@ use crate::runtime::policy::UpgradeImages;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, TagUpgrade};
+use nodeimage_api::kruise::{ImageTagPullPolicy, NodeImage, Purpose, TagUpgrade};
 use nodeimage_api::kubeedge::{
     CONFIRM_ANNOTATION, DEFAULT_UPGRADE_IMAGE, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus,
     UpgradeDigests, is_version, upgrade_digests,
@@ -163,7 +163,8 @@ pub fn owner_ref(job: &NodeUpgradeJob) -> ObjectReference {
 /// The entry a job writes: `image` (default `kubeedge/installation-package`)
 /// without its tag or digest, tagged with `version`; refused (the job fails
 /// before any node acts) when the image's repository is not one of
-/// `allowed` (`--upgrade-images`) or `imageDigestGatter` is not usable.
+/// `allowed` (`--upgrade-images`) or `imageDigestGatter` is not usable;
+/// the tag's upgrade entry ([`Purpose::Upgrade`]), beside any pull entry.
 pub fn upgrade_entry(job: &NodeUpgradeJob, allowed: &UpgradeImages) -> Result<Entry, String> {
     upgrade_target(job, allowed).map(|(entry, _)| entry)
 }
@@ -194,6 +195,7 @@ pub fn upgrade_target(
     let entry = Entry {
         image: r.familiar_name(),
         tag: version.to_string(),
+        purpose: Purpose::Upgrade,
     };
     Ok((entry, digests))
 }

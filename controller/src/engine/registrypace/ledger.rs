@@ -356,7 +356,7 @@ pub(super) fn shows(ni: Option<&NodeImage>, entry: &Entry, uid: &str) -> bool {
         .and_then(|m| m.get(entry.image.as_str()));
     image.is_some_and(|i| {
         i.tags.iter().any(|t| {
-            t.tag == entry.tag
+            t.is_keyed(&entry.tag, entry.purpose)
                 && t.owner_references
                     .iter()
                     .flatten()

@@ -220,6 +220,7 @@ fn reservations_and_the_queue_across_plans() {
     let entry = Entry {
         image: format!("{REG}/app"),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     };
     let entries = std::slice::from_ref(&entry);
     let (store, mut writer) = cache(vec![]);
@@ -294,6 +295,7 @@ fn unlimited_registries_plan_freely_and_report() {
     let quay = Entry {
         image: "quay.io/x/y".into(),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     };
     let p = paced(&pacing, &job(1, "j"), &[quay], 0, starts(&["a", "b"], 2));
     assert_eq!(p.plan.nodes.len(), 2, "no limit on quay.io");
@@ -301,6 +303,7 @@ fn unlimited_registries_plan_freely_and_report() {
     let app = Entry {
         image: format!("{REG}/app"),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     };
     let p = paced(&pacing, &job(2, "k"), &[app], 0, starts(&["a"], 1));
     assert!(p.plan.nodes.is_empty() && p.events()[0].note.contains("rate-limited"));
@@ -325,6 +328,7 @@ fn app() -> Entry {
     Entry {
         image: format!("{REG}/app"),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 
@@ -406,6 +410,7 @@ fn jobs_held_by_another_registry_do_not_wake_each_other() {
         Entry {
             image: format!("{FULL}/y"),
             tag: "v1".into(),
+            purpose: nodeimage_api::kruise::Purpose::Pull,
         },
     ];
     for s in 0..3 {

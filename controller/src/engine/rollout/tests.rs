@@ -109,6 +109,7 @@ fn entry(i: &str, t: &str) -> Entry {
     Entry {
         image: i.into(),
         tag: t.into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 
@@ -126,7 +127,8 @@ fn entries_normalise_like_openkruise() {
             entry_for(input),
             Ok(Entry {
                 image: image.into(),
-                tag: tag.into()
+                tag: tag.into(),
+                purpose: nodeimage_api::kruise::Purpose::Pull
             }),
             "{input}"
         );

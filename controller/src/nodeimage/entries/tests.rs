@@ -156,51 +156,98 @@ fn tag_of<'a>(images: &'a BTreeMap<SharedStr, ImageSpec>, image: &str) -> &'a Im
 #[test]
 fn upgrade_entries_run_once_per_upgrade() {
     let img = "kubeedge/installation-package";
-    // New tag: version from status, carrying the upgrade.
+    let upgrade_entry = |images: &BTreeMap<SharedStr, ImageSpec>| {
+        images[img].entry("v1.17.0", Purpose::Upgrade).cloned()
+    };
+    // New entry: version from the upgrade's status, carrying the upgrade.
     let mut images = BTreeMap::new();
     let (u, up) = upgrader("u1", "up");
     assert!(upsert_upgrade(&mut images, &u, &up, Some(2), now(1)));
-    assert_eq!(tag_of(&images, img).version, Some(3));
-    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up));
+    let e = upgrade_entry(&images).expect("the upgrade entry");
+    assert_eq!((e.version, e.purpose), (Some(3), Purpose::Upgrade));
+    assert_eq!(e.upgrade.as_deref(), Some(&up));
     // Again: nothing changes.
     assert!(!upsert_upgrade(&mut images, &u, &up, Some(2), now(2)));
 
-    // A pull job joining the upgrade's tag does not bump it (no re-run).
+    // A pull job of the same tag writes its own entry; the upgrade's is untouched.
     assert!(upsert(
         &mut images,
         &pull_of("p1", img, "v1.17.0"),
         None,
         now(3)
     ));
-    assert_eq!(tag_of(&images, img).version, Some(3));
-    assert_eq!(
-        tag_of(&images, img)
-            .owner_references
-            .as_ref()
-            .map(|o| o.len()),
-        Some(2)
-    );
-    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up));
+    assert_eq!(images[img].tags.len(), 2);
+    let pull = images[img].entry("v1.17.0", Purpose::Pull).cloned();
+    let pull = pull.expect("the pull entry");
+    assert_eq!((pull.version, pull.upgrade.is_none()), (Some(0), true));
+    assert_eq!(upgrade_entry(&images), Some(e.clone()));
 
-    // The upgrade job leaves: the tag stays for the pull job, without the upgrade.
-    assert!(release(&mut images, "u1"));
-    assert_eq!(tag_of(&images, img).upgrade, None);
-    assert_eq!(tag_of(&images, img).version, Some(3));
-
-    // An upgrade joining a plain tag bumps it once and marks it.
+    // Another upgrade job of the tag joins the upgrade entry and runs once.
     let (u2, up2) = upgrader("u2", "up2");
     assert!(upsert_upgrade(&mut images, &u2, &up2, None, now(4)));
-    assert_eq!(tag_of(&images, img).version, Some(4));
-    assert_eq!(tag_of(&images, img).created_at, Some(api_time(now(4))));
-    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up2));
+    let e2 = upgrade_entry(&images).expect("the upgrade entry");
+    assert_eq!(e2.version, Some(4));
+    assert_eq!(e2.created_at, Some(api_time(now(4))));
+    assert_eq!(e2.upgrade.as_deref(), Some(&up2));
     assert!(!upsert_upgrade(&mut images, &u2, &up2, None, now(5)));
+    assert_eq!(
+        images[img].entry("v1.17.0", Purpose::Pull),
+        Some(&pull),
+        "the pull entry is untouched"
+    );
 
-    // Another owner's release keeps the upgrade.
-    assert!(release(&mut images, "p1"));
-    assert_eq!(tag_of(&images, img).upgrade.as_deref(), Some(&up2));
-    // The last owner leaves: gone.
+    // The upgrade jobs leave: their entry goes, the pull's stays.
+    assert!(release(&mut images, "u1"));
     assert!(release(&mut images, "u2"));
+    assert_eq!(upgrade_entry(&images), None);
+    assert_eq!(images[img].entry("v1.17.0", Purpose::Pull), Some(&pull));
+    // The pull job leaves: gone.
+    assert!(release(&mut images, "p1"));
     assert!(images.is_empty());
+}
+
+#[test]
+fn a_pull_and_an_upgrade_of_one_tag_keep_their_own_versions_in_either_order() {
+    let img = "kubeedge/installation-package";
+    let versions = |images: &BTreeMap<SharedStr, ImageSpec>| {
+        let of = |p| images[img].entry("v1.17.0", p).and_then(|t| t.version);
+        (of(Purpose::Pull), of(Purpose::Upgrade))
+    };
+    let (u, up) = upgrader("u1", "up");
+    let pull = pull_of("p1", img, "v1.17.0");
+    // (case, steps: true = the upgrade arrives, false = the pull, and the
+    // (pull, upgrade) versions after each step)
+    type Case = (&'static str, Vec<(bool, (Option<i64>, Option<i64>))>);
+    let cases: Vec<Case> = vec![
+        (
+            "pull first",
+            vec![
+                (false, (Some(0), None)),
+                (true, (Some(0), Some(0))),
+                (false, (Some(0), Some(0))),
+                (true, (Some(0), Some(0))),
+            ],
+        ),
+        (
+            "upgrade first",
+            vec![
+                (true, (None, Some(0))),
+                (false, (Some(0), Some(0))),
+                (true, (Some(0), Some(0))),
+            ],
+        ),
+    ];
+    for (case, steps) in cases {
+        let mut images = BTreeMap::new();
+        for (i, (upgrade, want)) in steps.into_iter().enumerate() {
+            if upgrade {
+                upsert_upgrade(&mut images, &u, &up, None, now(i as i64));
+            } else {
+                upsert(&mut images, &pull, None, now(i as i64));
+            }
+            assert_eq!(versions(&images), want, "{case}: step {i}");
+        }
+    }
 }
 
 #[test]
@@ -351,14 +398,15 @@ fn a_moved_tag_is_pulled_again_once_by_entries_created_before_the_move() {
 }
 
 #[test]
-fn a_moved_tag_carrying_an_upgrade_keeps_its_version() {
+fn a_moved_tag_leaves_its_upgrade_entry_at_its_version() {
     let mut images = BTreeMap::new();
-    upsert(&mut images, &req("a", 600), None, now(10));
-    if let Some(t) = images.get_mut("nginx").map(|i| &mut i.tags[0]) {
-        t.upgrade = Some(Box::default());
-    }
-    let mut r = req("a", 600);
-    r.pull_again_before = Some(now(20));
-    upsert(&mut images, &r, None, now(30));
-    assert_eq!(images["nginx"].tags[0].version, Some(0));
+    let (u, up) = upgrader("u1", "up");
+    let mut pull = pull_of("p1", "kubeedge/installation-package", "v1.17.0");
+    upsert(&mut images, &pull, None, now(10));
+    upsert_upgrade(&mut images, &u, &up, None, now(10));
+    pull.pull_again_before = Some(now(20));
+    upsert(&mut images, &pull, None, now(30));
+    let image = &images["kubeedge/installation-package"];
+    let v = |p| image.entry("v1.17.0", p).and_then(|t| t.version);
+    assert_eq!((v(Purpose::Pull), v(Purpose::Upgrade)), (Some(1), Some(0)));
 }

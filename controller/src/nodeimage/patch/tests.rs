@@ -97,7 +97,7 @@ fn spec_writes_clear_the_managed_fields() {
     // one empty entry the API server reads as "clear".
     let mut doc = json!({
         "metadata": {"managedFields": [{"manager": "m", "operation": "Update"}]},
-        "spec": {"images": {"a": {"tags": [{"tag": "1", "version": 0}]}}},
+        "spec": {"images": {"a": {"tags": [{"tag": "1", "purpose": "Pull", "version": 0}]}}},
     });
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops.clone())).expect("decodes");

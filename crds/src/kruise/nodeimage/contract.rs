@@ -7,24 +7,64 @@
 //! [`ImagePullPhase`]'s variants, a KubeEdge state one of
 //! [`crate::kubeedge::state`]'s constants.
 
-use super::spec::{ImageTagSpec, NodeImage, NodeImageSpec};
+use super::spec::{ImageSpec, ImageTagSpec, NodeImage, NodeImageSpec, Purpose};
 use super::status::{ImagePullPhase, ImageStatus, ImageTagStatus, NodeImageStatus};
 use crate::interned::SharedStr;
 use crate::kubeedge::state;
 use std::collections::BTreeMap;
 
-impl ImageTagStatus {
-    /// Whether this entry reports on `spec`: the same tag at the same
-    /// version, an absent version counting as 0 on both sides. An entry for
-    /// another version says nothing about the pull the spec asks for now.
-    pub fn answers(&self, spec: &ImageTagSpec) -> bool {
-        self.answers_at(&spec.tag, spec.version.unwrap_or(0))
+/// The purpose of the entries a requester of `kind` writes: a NodeUpgradeJob
+/// asks for an upgrade, every other kind (and a hand-written entry, with no
+/// owner) for a pull. A pull and an upgrade of one image and tag are two
+/// entries, so neither requester ever reads the other's outcome, and neither
+/// version bump re-runs the other.
+pub fn purpose_of(kind: &str) -> Purpose {
+    match kind {
+        "NodeUpgradeJob" => Purpose::Upgrade,
+        _ => Purpose::Pull,
+    }
+}
+
+impl ImageTagSpec {
+    /// Whether this is the entry keyed by `tag` and `purpose` (the keys of an
+    /// image's `tags` list, as the CRD declares them).
+    pub fn is_keyed(&self, tag: &str, purpose: Purpose) -> bool {
+        self.tag == tag && self.purpose == purpose
+    }
+}
+
+impl ImageSpec {
+    /// The entry keyed by `tag` and `purpose`, if the image has one.
+    pub fn entry(&self, tag: &str, purpose: Purpose) -> Option<&ImageTagSpec> {
+        self.tags.iter().find(|t| t.is_keyed(tag, purpose))
     }
 
-    /// [`Self::answers`] for a caller that holds a tag and a version (an
-    /// absent one as 0) rather than a spec entry, such as a running pull.
-    pub fn answers_at(&self, tag: &str, version: i64) -> bool {
-        self.tag == tag && self.version.unwrap_or(0) == version
+    /// [`Self::entry`], to edit.
+    pub fn entry_mut(&mut self, tag: &str, purpose: Purpose) -> Option<&mut ImageTagSpec> {
+        self.tags.iter_mut().find(|t| t.is_keyed(tag, purpose))
+    }
+}
+
+impl ImageTagStatus {
+    /// Whether this entry reports on `spec`: the same tag and purpose at the
+    /// same version, an absent version counting as 0 on both sides. An entry
+    /// for another version says nothing about the pull the spec asks for
+    /// now, and one of another purpose answers another requester.
+    pub fn answers(&self, spec: &ImageTagSpec) -> bool {
+        self.answers_at(&spec.tag, spec.purpose, spec.version.unwrap_or(0))
+    }
+
+    /// [`Self::answers`] for a caller that holds a tag, a purpose and a
+    /// version (an absent one as 0) rather than a spec entry, such as a
+    /// running pull.
+    pub fn answers_at(&self, tag: &str, purpose: Purpose, version: i64) -> bool {
+        self.reports_on(tag, purpose) && self.version.unwrap_or(0) == version
+    }
+
+    /// Whether this entry reports on the entry keyed by `tag` and `purpose`,
+    /// at whatever version.
+    pub fn reports_on(&self, tag: &str, purpose: Purpose) -> bool {
+        self.tag == tag && self.purpose == purpose
     }
 }
 
@@ -58,6 +98,12 @@ impl ImageStatus {
     /// The entry of this image that answers `spec`, if the node wrote one.
     pub fn entry_for(&self, spec: &ImageTagSpec) -> Option<&ImageTagStatus> {
         self.tags.iter().find(|s| s.answers(spec))
+    }
+
+    /// The entry reporting on `tag` and `purpose` at whatever version (a
+    /// new entry's version follows it).
+    pub fn reported(&self, tag: &str, purpose: Purpose) -> Option<&ImageTagStatus> {
+        self.tags.iter().find(|s| s.reports_on(tag, purpose))
     }
 }
 
@@ -174,7 +220,7 @@ impl NodeImageStatus {
 
 /// A whole status with one entry per spec tag, in spec order: `entry` picks
 /// each from the image name, the spec tag and the observed entry that
-/// answers it (if any); images without tags are left out,
+/// answers it (if any), given the spec tag's purpose; images without tags are left out,
 /// `firstSyncStatus` is kept, and the counts are recounted. The daemon and
 /// the tests' simulator build the status they write with it.
 pub fn status_for_spec(
@@ -190,7 +236,11 @@ pub fn status_for_spec(
         let tags: Vec<ImageTagStatus> = spec
             .tags
             .iter()
-            .map(|t| entry(image, t, old.and_then(|o| o.entry_for(t))))
+            .map(|t| {
+                let mut e = entry(image, t, old.and_then(|o| o.entry_for(t)));
+                e.purpose = t.purpose;
+                e
+            })
             .collect();
         if !tags.is_empty() {
             statuses.insert(image.clone(), ImageStatus { tags });

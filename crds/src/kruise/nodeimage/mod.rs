@@ -11,6 +11,7 @@
 pub mod contract;
 pub mod patch;
 pub mod pins;
+mod purpose;
 pub mod salvage;
 mod spec;
 mod status;
@@ -22,7 +23,8 @@ pub use contract::{is_failed_test, status_for_spec};
 pub use patch::{StatusGuard, guarded_status_patch, guarded_status_patch_with, images_patch};
 pub use spec::{
     FAKE_NODEIMAGE_LABEL, ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, NodeImageSpec,
-    ReferenceObject, SECRET_REFERENCES_ANNOTATION, SharedPolicy, TagUpgrade, requester_key,
+    Purpose, ReferenceObject, SECRET_REFERENCES_ANNOTATION, SharedPolicy, TagUpgrade,
+    requester_key,
 };
 pub use status::{
     ImagePullPhase, ImageStatus, ImageTagStatus, NodeImageStatus, SyncStatus, TagStatusFields,

@@ -6,7 +6,8 @@
 //! I/O here.
 
 use super::{
-    ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus,
+    ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec,
+    NodeImageStatus, Purpose,
 };
 use crate::interned::SharedStr;
 use crate::lenient::Lenient;
@@ -21,9 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// as they are stored.
 pub const UNREADABLE_IMAGES: &str = "nodeimage.dev/unreadable-images";
 
-/// An entry that does not decode: its image key and its `tag` field (or
-/// `<entry N>` when even that is missing).
-pub type EntryKey = (String, String);
+/// An entry that does not decode: its image key, its `tag` field (or
+/// `<entry N>` when even that is missing) and its `purpose` (Pull unless it
+/// reads as another).
+pub type EntryKey = (String, String, Purpose);
 
 /// A NodeImage as far as it decodes, and why each other entry does not.
 #[derive(Debug)]
@@ -62,7 +64,7 @@ pub fn marked_explained(l: Lenient<NodeImage>) -> (NodeImage, Option<String>) {
     } = lenient(l);
     let explained =
         (!invalid.is_empty()).then(|| invalid.values().cloned().collect::<Vec<_>>().join("; "));
-    let images: BTreeSet<&str> = invalid.keys().map(|(image, _)| image.as_str()).collect();
+    let images: BTreeSet<&str> = invalid.keys().map(|(image, _, _)| image.as_str()).collect();
     let annotations = nodeimage.metadata.annotations.get_or_insert_default();
     match serde_json::to_string(&images) {
         Ok(list) if !images.is_empty() => {
@@ -145,6 +147,10 @@ pub fn salvage(metadata: ObjectMeta, raw: &Value) -> Salvaged {
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("<entry {i}>"));
+            let purpose = t
+                .get("purpose")
+                .and_then(|p| Purpose::deserialize(p).ok())
+                .unwrap_or_default();
             let decoded = match &image_level {
                 Ok(_) => ImageTagSpec::deserialize(t).map_err(|e| e.to_string()),
                 Err(e) => Err(format!("image fields: {e}")),
@@ -153,11 +159,12 @@ pub fn salvage(metadata: ObjectMeta, raw: &Value) -> Salvaged {
                 Ok(spec) => tags.push(spec),
                 Err(reason) => {
                     invalid.insert(
-                        (name.clone(), tag.clone()),
+                        (name.clone(), tag.clone(), purpose),
                         format!("invalid entry spec.images[{name:?}].tags[{i}]: {reason}"),
                     );
                     tags.push(ImageTagSpec {
                         tag: tag.into(),
+                        purpose,
                         version: t.get("version").and_then(Value::as_i64),
                         ..Default::default()
                     });

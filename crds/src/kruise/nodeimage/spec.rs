@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use super::purpose::Purpose;
 use super::status::NodeImageStatus;
 
 /// Label that protects a NodeImage without a Node from the node mirror.
@@ -71,7 +72,7 @@ pub struct ImageSpec {
         length(max = crate::limits::TAGS_MAX),
         extend(
             "x-kubernetes-list-type" = "map",
-            "x-kubernetes-list-map-keys" = ["tag"]
+            "x-kubernetes-list-map-keys" = ["tag", "purpose"]
         )
     )]
     pub tags: Vec<ImageTagSpec>,
@@ -100,10 +101,22 @@ pub struct ReferenceObject {
 /// One tag to pull, with the policy of its pull and who asked for it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.upgrade) == (has(self.purpose) && self.purpose == 'Upgrade')",
+    "message": "upgrade and purpose go together: an entry with upgrade must have purpose: Upgrade, and one with purpose: Upgrade must have upgrade"
+}]))]
 pub struct ImageTagSpec {
     /// The tag, or a digest such as `sha256:…`.
     #[schemars(length(min = 1))]
     pub tag: SharedStr,
+    /// nodeimage extension (not in OpenKruise): which request this entry
+    /// carries, `Pull` (the default, OpenKruise's meaning) or `Upgrade` (a
+    /// NodeUpgradeJob's). With `tag` it keys the entry: a pull and an upgrade
+    /// of the same tag are two entries, each with its own owners, version
+    /// and status.
+    #[serde(default)]
+    #[schemars(extend("default" = "Pull"))]
+    pub purpose: Purpose,
     /// When this entry was written; the controller fills it if missing and
     /// measures the node's response timeout from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,5 +1,6 @@
 //! What a node reports: the NodeImage `status`, one entry per spec tag.
 
+use super::purpose::Purpose;
 use crate::interned::SharedStr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
@@ -69,6 +70,8 @@ pub enum ImagePullPhase {
 pub struct ImageTagStatus {
     /// The tag (or digest) this entry reports on.
     pub tag: SharedStr,
+    /// The purpose of the spec entry this reports on (`Pull` unless written).
+    pub purpose: Purpose,
     /// Waiting, Pulling, Succeeded or Failed.
     pub phase: ImagePullPhase,
     /// Percentage of bytes pulled, 0–100.
@@ -136,6 +139,10 @@ impl ImageTagStatus {
 pub struct TagStatusFields {
     /// The tag (or digest) this entry reports on.
     pub tag: SharedStr,
+    /// nodeimage extension: the `purpose` of the spec entry this reports on;
+    /// absent for `Pull` (so a pull's status reads as OpenKruise's).
+    #[serde(default, skip_serializing_if = "Purpose::is_pull")]
+    pub purpose: Purpose,
     /// Waiting, Pulling, Succeeded or Failed.
     pub phase: ImagePullPhase,
     /// Percentage of bytes pulled, 0–100.
@@ -178,6 +185,7 @@ impl From<TagStatusFields> for ImageTagStatus {
     fn from(f: TagStatusFields) -> Self {
         Self {
             tag: f.tag,
+            purpose: f.purpose,
             phase: f.phase,
             progress: f.progress,
             start_time: f.start_time,
@@ -201,6 +209,7 @@ impl From<ImageTagStatus> for TagStatusFields {
         let u = s.upgrade.map(|u| *u).unwrap_or_default();
         Self {
             tag: s.tag,
+            purpose: s.purpose,
             phase: s.phase,
             progress: s.progress,
             start_time: s.start_time,

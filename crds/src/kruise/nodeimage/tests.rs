@@ -78,7 +78,7 @@ fn a_tag_status_has_flat_json_and_boxes_only_what_an_upgrade_sets() {
         "completionTime": "2026-11-25T10:00:05Z", "message": "pulled",
     });
     let upgrade = serde_json::json!({
-        "tag": "v1.31", "phase": "Pulling", "upgradeState": "BackingUp",
+        "tag": "v1.31", "purpose": "Upgrade", "phase": "Pulling", "upgradeState": "BackingUp",
         "upgradeLog": "/var/log/up.log", "fromVersion": "v1.30", "toVersion": "v1.31",
     });
     for (case, json, boxed) in [("pull", pull, false), ("upgrade", upgrade, true)] {
@@ -106,6 +106,7 @@ fn every_field() -> TagStatusFields {
     let time = |s: &str| Time(s.parse().expect("an RFC 3339 time"));
     TagStatusFields {
         tag: "v1.31".into(),
+        purpose: Purpose::Upgrade,
         phase: ImagePullPhase::Pulling,
         progress: Some(42),
         start_time: Some(time("2026-11-25T10:00:00Z")),
@@ -141,6 +142,7 @@ fn every_status_field_round_trips_through_both_status_types() {
     // without `..`, so a new field of ImageTagStatus must be checked here).
     let ImageTagStatus {
         tag,
+        purpose,
         phase,
         progress,
         start_time,
@@ -158,9 +160,10 @@ fn every_status_field_round_trips_through_both_status_types() {
     } = *upgrade.expect("the upgrade fields are set");
     let flat = every_field();
     assert_eq!(
-        (tag, phase, progress, version, image_id, message),
+        (tag, purpose, phase, progress, version, image_id, message),
         (
             flat.tag,
+            flat.purpose,
             flat.phase,
             flat.progress,
             flat.version,
@@ -237,4 +240,51 @@ fn a_rate_limited_entry_names_its_registry_and_nothing_else_does() {
             "{phase:?} {message:?}"
         );
     }
+}
+
+#[test]
+fn a_tag_entry_is_keyed_by_tag_and_purpose_and_pull_is_the_default() {
+    // The CRD keys `tags` by both, with `purpose` defaulted (a list-map
+    // key must be required or defaulted), and ties `upgrade` to it.
+    let crd = serde_json::to_value(<NodeImage as kube::CustomResourceExt>::crd()).expect("crd");
+    let tags = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["images"]["additionalProperties"]["properties"]["tags"];
+    assert_eq!(
+        tags["x-kubernetes-list-map-keys"],
+        serde_json::json!(["tag", "purpose"])
+    );
+    assert_eq!(tags["items"]["properties"]["purpose"]["default"], "Pull");
+    let rules = tags["items"]["x-kubernetes-validations"].to_string();
+    assert!(rules.contains("self.purpose == 'Upgrade'"), "{rules}");
+    // (case, entry JSON, purpose decoded, JSON written back)
+    let cases = [
+        (
+            "a hand-written OpenKruise entry",
+            serde_json::json!({"tag": "v1"}),
+            Purpose::Pull,
+            serde_json::json!({"tag": "v1", "purpose": "Pull"}),
+        ),
+        (
+            "an upgrade",
+            serde_json::json!({"tag": "v1", "purpose": "Upgrade",
+                               "upgrade": {"version": "v1.2.3", "job": "j"}}),
+            Purpose::Upgrade,
+            serde_json::json!({"tag": "v1", "purpose": "Upgrade",
+                               "upgrade": {"version": "v1.2.3", "job": "j"}}),
+        ),
+    ];
+    for (case, json, purpose, back) in cases {
+        let t: ImageTagSpec = serde_json::from_value(json).expect(case);
+        assert_eq!(t.purpose, purpose, "{case}");
+        // Written as the API server stores it (defaulted), so a JSON Patch
+        // `test` of the entry as read matches.
+        assert_eq!(serde_json::to_value(&t).expect(case), back, "{case}");
+    }
+    // A pull's status carries no purpose: it reads as OpenKruise's.
+    let pull = ImageTagStatus {
+        tag: "v1".into(),
+        ..Default::default()
+    };
+    let json = serde_json::to_value(&pull).expect("serialises");
+    assert_eq!(json, serde_json::json!({"tag": "v1", "phase": "Waiting"}));
 }

@@ -38,6 +38,7 @@ fn key() -> TagKey {
     TagKey {
         image: NAME.into(),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 

@@ -29,6 +29,7 @@ fn key_of(name: &str) -> TagKey {
     TagKey {
         image: name.into(),
         tag: "v1".into(),
+        purpose: nodeimage_api::kruise::Purpose::Pull,
     }
 }
 

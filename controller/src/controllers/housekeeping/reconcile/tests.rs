@@ -55,7 +55,7 @@ fn housekeeping(replies: Vec<Reply>, nodes: &[&str]) -> (Arc<State>, Script) {
 
 /// The tag entry `v1` of image `r/a`, owned by an ImagePullJob.
 fn owned_tag() -> Value {
-    json!({"tag": "v1", "version": 1, "createdAt": "2026-01-01T00:00:00Z",
+    json!({"tag": "v1", "purpose": "Pull", "version": 1, "createdAt": "2026-01-01T00:00:00Z",
            "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1",
                "kind": "ImagePullJob", "namespace": "ns", "name": "j", "uid": "uid-j"}]})
 }

@@ -12,7 +12,7 @@ use crate::nodeimage::entries::EntryRequest;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use nodeimage_api::kruise::nodeimage::contract::{FailureCause, failure_cause};
-use nodeimage_api::kruise::{ImageTagStatus, NodeImage, TagUpgrade, UpgradeState};
+use nodeimage_api::kruise::{ImageTagStatus, NodeImage, Purpose, TagUpgrade, UpgradeState};
 use nodeimage_api::kubeedge::{
     CONFIRM_ANNOTATION, NodeUpgradeJob, NodeUpgradeJobStatus, TaskStatus, UpgradeDigests,
 };
@@ -52,6 +52,7 @@ impl<'a> Upgrade<'a> {
             entry: entry.cloned().unwrap_or(Entry {
                 image: String::new(),
                 tag: String::new(),
+                purpose: Purpose::Upgrade,
             }),
             version,
             digests: target.and_then(|(_, d)| d.clone()),

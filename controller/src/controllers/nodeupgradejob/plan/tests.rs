@@ -59,6 +59,7 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
         ..Default::default()
     };
     let entry = ImageTagSpec {
+        purpose: Purpose::Upgrade,
         upgrade: Some(Box::new(TagUpgrade {
             await_confirmation: false,
             version: V.into(),
@@ -69,6 +70,7 @@ fn nodeimage(name: &str, created: Option<i64>, report: Option<Report>) -> Arc<No
     };
     let status = report.map(|r| ImageTagStatus {
         tag: V.into(),
+        purpose: Purpose::Upgrade,
         version: Some(0),
         phase: r.phase.unwrap_or_default(),
         message: r.message.map(Into::into),

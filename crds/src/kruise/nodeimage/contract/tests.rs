@@ -79,6 +79,14 @@ fn spec_entry(tag: &str, version: Option<i64>) -> ImageTagSpec {
     }
 }
 
+/// [`spec_entry`] with `purpose`.
+fn spec_for(tag: &str, purpose: Purpose, version: Option<i64>) -> ImageTagSpec {
+    ImageTagSpec {
+        purpose,
+        ..spec_entry(tag, version)
+    }
+}
+
 /// The status entry a node writes for [`spec_entry`]`(tag, version)`.
 fn status_entry(tag: &str, version: Option<i64>) -> ImageTagStatus {
     let spec = spec_entry(tag, version);
@@ -90,48 +98,238 @@ fn status_entry(tag: &str, version: Option<i64>) -> ImageTagStatus {
     }
 }
 
+/// [`status_entry`] with `purpose`.
+fn status_for(tag: &str, purpose: Purpose, version: Option<i64>) -> ImageTagStatus {
+    ImageTagStatus {
+        purpose,
+        ..status_entry(tag, version)
+    }
+}
+
 #[test]
-fn an_entry_answers_the_same_tag_at_the_same_version() {
-    // (case, status entry (tag, version), spec entry (tag, version), answers)
-    type Entry<'a> = (&'a str, Option<i64>);
+fn an_entry_answers_the_same_tag_and_purpose_at_the_same_version() {
+    use Purpose::*;
+    // (case, status entry (tag, purpose, version), spec entry (tag, purpose, version), answers)
+    type Entry<'a> = (&'a str, Purpose, Option<i64>);
     let cases: Vec<(&str, Entry, Entry, bool)> = vec![
         (
             "same tag and version",
-            ("v1", Some(2)),
-            ("v1", Some(2)),
+            ("v1", Pull, Some(2)),
+            ("v1", Pull, Some(2)),
             true,
         ),
-        ("both without a version", ("v1", None), ("v1", None), true),
+        (
+            "both without a version",
+            ("v1", Pull, None),
+            ("v1", Pull, None),
+            true,
+        ),
         (
             "absent status version is 0",
-            ("v1", None),
-            ("v1", Some(0)),
+            ("v1", Pull, None),
+            ("v1", Pull, Some(0)),
             true,
         ),
         (
             "absent spec version is 0",
-            ("v1", Some(0)),
-            ("v1", None),
+            ("v1", Pull, Some(0)),
+            ("v1", Pull, None),
             true,
         ),
-        ("an older version", ("v1", Some(1)), ("v1", Some(2)), false),
-        ("a newer version", ("v1", Some(3)), ("v1", Some(2)), false),
-        ("absent is not 1", ("v1", None), ("v1", Some(1)), false),
-        ("another tag", ("v2", Some(2)), ("v1", Some(2)), false),
-        ("tags compare exactly", ("V1", None), ("v1", None), false),
+        (
+            "an older version",
+            ("v1", Pull, Some(1)),
+            ("v1", Pull, Some(2)),
+            false,
+        ),
+        (
+            "a newer version",
+            ("v1", Pull, Some(3)),
+            ("v1", Pull, Some(2)),
+            false,
+        ),
+        (
+            "absent is not 1",
+            ("v1", Pull, None),
+            ("v1", Pull, Some(1)),
+            false,
+        ),
+        (
+            "another tag",
+            ("v2", Pull, Some(2)),
+            ("v1", Pull, Some(2)),
+            false,
+        ),
+        (
+            "tags compare exactly",
+            ("V1", Pull, None),
+            ("v1", Pull, None),
+            false,
+        ),
         (
             "a digest",
-            ("sha256:ab", None),
-            ("sha256:ab", Some(0)),
+            ("sha256:ab", Pull, None),
+            ("sha256:ab", Pull, Some(0)),
             true,
         ),
+        (
+            "an upgrade answers its upgrade",
+            ("v1", Upgrade, Some(1)),
+            ("v1", Upgrade, Some(1)),
+            true,
+        ),
+        (
+            "an upgrade's result never answers a pull of the tag",
+            ("v1", Upgrade, Some(0)),
+            ("v1", Pull, Some(0)),
+            false,
+        ),
+        (
+            "a pull's result never answers an upgrade of the tag",
+            ("v1", Pull, Some(0)),
+            ("v1", Upgrade, Some(0)),
+            false,
+        ),
+        (
+            "purposes differ, versions too",
+            ("v1", Pull, Some(3)),
+            ("v1", Upgrade, Some(0)),
+            false,
+        ),
     ];
-    for (case, (st, sv), (pt, pv), want) in cases {
-        let got = status_entry(st, sv).answers(&spec_entry(pt, pv));
+    for (case, (st, su, sv), (pt, pu, pv), want) in cases {
+        let got = status_for(st, su, sv).answers(&spec_for(pt, pu, pv));
         assert_eq!(got, want, "{case}");
-        let at = status_entry(st, sv).answers_at(pt, pv.unwrap_or(0));
+        let at = status_for(st, su, sv).answers_at(pt, pu, pv.unwrap_or(0));
         assert_eq!(at, want, "{case}: answers_at");
+        let on = status_for(st, su, sv).reports_on(pt, pu);
+        assert_eq!(on, st == pt && su == pu, "{case}: reports_on");
     }
+}
+
+#[test]
+fn a_requester_kind_writes_entries_of_one_purpose() {
+    // (owner kind, purpose of its entries)
+    let cases = [
+        ("ImagePullJob", Purpose::Pull),
+        ("ImagePrePullJob", Purpose::Pull),
+        ("ImageListPullJob", Purpose::Pull),
+        ("", Purpose::Pull),
+        ("NodeUpgradeJob", Purpose::Upgrade),
+        ("nodeupgradejob", Purpose::Pull),
+    ];
+    for (kind, want) in cases {
+        assert_eq!(purpose_of(kind), want, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_pull_and_an_upgrade_of_one_tag_are_two_entries() {
+    use Purpose::*;
+    let image = ImageSpec {
+        tags: vec![
+            spec_for("v1", Pull, Some(3)),
+            spec_for("v1", Upgrade, Some(0)),
+        ],
+        ..Default::default()
+    };
+    // (tag, purpose, version of the entry found)
+    let cases = [
+        ("v1", Pull, Some(Some(3))),
+        ("v1", Upgrade, Some(Some(0))),
+        ("v2", Pull, None),
+        ("v2", Upgrade, None),
+    ];
+    for (tag, purpose, want) in cases {
+        let got = image.entry(tag, purpose).map(|t| t.version);
+        assert_eq!(got, want, "{tag} {purpose:?}");
+    }
+    let mut image = image;
+    if let Some(t) = image.entry_mut("v1", Upgrade) {
+        t.version = Some(7);
+    }
+    assert_eq!(
+        image.tags[0].version,
+        Some(3),
+        "the pull entry is untouched"
+    );
+    assert_eq!(image.tags[1].version, Some(7));
+    let st = ImageStatus {
+        tags: vec![
+            status_for("v1", Upgrade, Some(2)),
+            status_for("v1", Pull, Some(5)),
+        ],
+    };
+    assert_eq!(st.reported("v1", Pull).and_then(|s| s.version), Some(5));
+    assert_eq!(st.reported("v1", Upgrade).and_then(|s| s.version), Some(2));
+    assert_eq!(st.reported("v2", Pull), None);
+}
+
+#[test]
+fn each_purpose_reads_its_own_outcome_and_counts_once() {
+    use ImagePullPhase::*;
+    // A pull (version 3) and an upgrade (version 0) of app:v1, and the
+    // node's two answers: the pull succeeded, the upgrade failed.
+    let mut ni = NodeImage::new(
+        "n",
+        NodeImageSpec {
+            images: Some(BTreeMap::from([(
+                SharedStr::from("app"),
+                ImageSpec {
+                    tags: vec![
+                        spec_for("v1", Purpose::Upgrade, Some(0)),
+                        spec_for("v1", Purpose::Pull, Some(3)),
+                    ],
+                    ..Default::default()
+                },
+            )])),
+        },
+    );
+    let upgrade = ImageTagStatus {
+        phase: Failed,
+        ..status_for("v1", Purpose::Upgrade, Some(0))
+    };
+    let pull = ImageTagStatus {
+        phase: Succeeded,
+        ..status_for("v1", Purpose::Pull, Some(3))
+    };
+    let mut st = NodeImageStatus {
+        image_statuses: Some(BTreeMap::from([(
+            SharedStr::from("app"),
+            ImageStatus {
+                tags: vec![pull.clone(), upgrade.clone()],
+            },
+        )])),
+        ..Default::default()
+    };
+    st.recount(&ni.spec);
+    assert_eq!(
+        (st.desired, st.succeeded, st.failed, st.waiting),
+        (2, Some(1), Some(1), Some(0))
+    );
+    let spec = &ni.spec.images.as_ref().unwrap()["app"];
+    assert_eq!(st.entry_for("app", &spec.tags[0]), Some(&upgrade));
+    assert_eq!(st.entry_for("app", &spec.tags[1]), Some(&pull));
+    ni.status = Some(st);
+    // The status a node writes follows the spec's purposes, whatever the
+    // writer's closure sets, and keeps each entry's own answer.
+    let out = status_for_spec(&ni, |_, t, old| {
+        let mut e = old.cloned().unwrap_or_default();
+        e.tag = t.tag.clone();
+        e
+    });
+    let tags = &out.image_statuses.as_ref().unwrap()["app"].tags;
+    assert_eq!(tags, &vec![upgrade, pull]);
+    let fresh = status_for_spec(&ni, |_, t, _| ImageTagStatus {
+        tag: t.tag.clone(),
+        ..Default::default()
+    });
+    let purposes: Vec<Purpose> = fresh.image_statuses.as_ref().unwrap()["app"]
+        .tags
+        .iter()
+        .map(|t| t.purpose)
+        .collect();
+    assert_eq!(purposes, vec![Purpose::Upgrade, Purpose::Pull]);
 }
 
 #[test]
