@@ -73,4 +73,4 @@ fi
 cargo_build_all || fail "cargo build ${CARGO_SELECTION[*]} failed"
 cd "$REPO_ROOT"
 NODEIMAGE_HELM=$HELM NODEIMAGE_ENV=$STATE/env.sh \
-  cargo test --workspace --quiet --test chart -- --ignored --test-threads=1
+  cargo test --workspace --quiet --test chart --test chart_access -- --ignored --test-threads=1

@@ -95,15 +95,15 @@ pub struct Flags {
     pub startup_gate_timeout: Duration,
 
     /// Namespaces whose ImagePullJobs and ImageListPullJobs may gate new
-    /// nodes (comma-separated; `*`: every namespace). Cluster-scoped
-    /// ImagePrePullJobs always may. Default: none, so a tenant's job
-    /// annotated nodeimage.dev/gate-new-nodes gates nothing.
+    /// nodes (comma-separated; `*`: every namespace; empty: none, the
+    /// default). Cluster-scoped ImagePrePullJobs always may, so a tenant's
+    /// job annotated nodeimage.dev/gate-new-nodes gates nothing by default.
     #[arg(long, value_delimiter = ',')]
     pub startup_gate_namespaces: Vec<String>,
 
     /// Namespaces whose Secrets an ImagePrePullJob's `imageSecrets`
-    /// (namespace/name) may name (comma-separated). Default `*`: any, as
-    /// in KubeEdge.
+    /// (namespace/name) may name (comma-separated; `*`: every namespace,
+    /// the default, as in KubeEdge; empty: none).
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub image_secret_namespaces: Vec<String>,
 
@@ -208,6 +208,42 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("1d").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    /// Every namespace flag reads alike: `*` is every namespace, an empty
+    /// value none, names only those (the chart renders each list so).
+    #[test]
+    fn namespace_lists_read_alike() {
+        use crate::runtime::policy::Namespaces;
+        let lists = |args: &[&str]| {
+            let f = Flags::parse_from(std::iter::once("c").chain(args.iter().copied()));
+            [
+                Namespaces::from_list(&f.startup_gate_namespaces),
+                Namespaces::from_list(&f.image_secret_namespaces),
+                Namespaces::from_list(&f.predownload_namespaces),
+            ]
+        };
+        let none = || Namespaces::Only(Default::default());
+        let only = |n: &[&str]| Namespaces::Only(n.iter().map(|s| s.to_string()).collect());
+        // The defaults: gating none, secrets and pre-download any.
+        assert_eq!(lists(&[]), [none(), Namespaces::Any, Namespaces::Any]);
+        for (value, want) in [
+            ("", none()),
+            ("*", Namespaces::Any),
+            ("team-a,team-b", only(&["team-a", "team-b"])),
+        ] {
+            let args = [
+                format!("--startup-gate-namespaces={value}"),
+                format!("--image-secret-namespaces={value}"),
+                format!("--predownload-namespaces={value}"),
+            ];
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert_eq!(
+                lists(&args),
+                [want.clone(), want.clone(), want],
+                "{value:?}"
+            );
+        }
     }
 
     #[test]

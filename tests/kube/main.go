@@ -2,8 +2,9 @@
 // nodeimage's tests and demo: kube-apiserver with an embedded etcd, a
 // kube-controller-manager limited to the controllers a test cluster needs
 // (garbage collection, namespaces, service accounts, the root CA ConfigMap,
-// and the deployment, replicaset, daemonset and pod GC controllers that run
-// pods), kube-scheduler, and
+// the deployment, replicaset, daemonset and pod GC controllers that run
+// pods, and the aggregation of ClusterRoles into view, edit and admin),
+// kube-scheduler, and
 // kubelet for the real node.
 //
 // Usage:
@@ -151,7 +152,7 @@ func runControllerManager(dir string) {
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 		"--authentication-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
 		"--authorization-kubeconfig=" + filepath.Join(dir, "kubeconfig"),
-		"--controllers=garbagecollector,namespace,serviceaccount,deployment,replicaset,daemonset,podgc,root-ca-cert-publisher,resourcequota",
+		"--controllers=garbagecollector,namespace,serviceaccount,deployment,replicaset,daemonset,podgc,root-ca-cert-publisher,resourcequota,clusterrole-aggregation",
 		// Published as the kube-root-ca.crt ConfigMap in every namespace,
 		// which pods' service-account volumes need.
 		"--root-ca-file=" + filepath.Join(dir, "pki", "ca.crt"),

@@ -373,10 +373,12 @@ impl Install {
     /// A shell block of the docs (crate::docs), run with `bash -euo
     /// pipefail` against the cluster: `kubectl` and `helm` are this test's
     /// binaries (shell functions, so the block's own words are kept), and
-    /// helm gets `--plain-http` for the loopback registry.
+    /// helm's commands that reach a registry get `--plain-http` for the
+    /// loopback registry (the others refuse the flag).
     pub fn doc_script(&self, script: &str) -> Run {
         let prelude = "kubectl() { \"$NI_KUBECTL\" --request-timeout=30s \"$@\"; }\n\
-                       helm() { \"$NI_HELM\" \"$@\" --plain-http; }\n";
+                       helm() { case $1 in install|upgrade|pull|push|show|template) \
+                       \"$NI_HELM\" \"$@\" --plain-http ;; *) \"$NI_HELM\" \"$@\" ;; esac; }\n";
         let mut cmd = Command::new("bash");
         cmd.args(["-euo", "pipefail", "-c"])
             .arg(format!("{prelude}{script}"))

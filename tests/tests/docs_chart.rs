@@ -23,6 +23,8 @@
 //!   lists each, is tests/tests/chart_readme.rs.
 //! - docs/release.md's install block (run by the install test) installs the
 //!   chart's version and sets both image repositories the chart requires.
+//! - Uninstalling: docs/install.md's marked block (run by the install
+//!   test) is README's, and the chart's NOTES.txt carries it.
 
 use nodeimage_tests::{docs, repo_root};
 use serde_json::Value;
@@ -493,6 +495,80 @@ fn release_install_block_matches_the_chart() {
     assert!(
         crds < install,
         "the CRDs must be applied before the chart:\n{body}"
+    );
+}
+
+/// The chart's NOTES.txt as the template source of `line`: the doc's
+/// release namespace, name, daemon port and taint key are the values the
+/// NOTES fill in from the release and the chart's values.
+fn notes_template_of(line: &str) -> String {
+    line.replace(
+        "NS=nodeimage-system RELEASE=nodeimage",
+        "NS={{ .Release.Namespace }} RELEASE={{ .Release.Name }}",
+    )
+    .replace(":10226/", ":{{ .Values.daemon.port }}/")
+    .replace(
+        "nodeimage.dev/images-pending-",
+        "{{ .Values.startupGate.taintKey }}-",
+    )
+}
+
+/// README, docs/install.md and the chart's NOTES give one uninstall
+/// procedure: docs/install.md's marked block (run by the install test),
+/// copied unchanged into README and, indented, into NOTES.txt with the
+/// release's and the values' own names.
+#[test]
+fn uninstall_is_one_procedure_in_readme_install_md_and_notes() {
+    let install = docs::marked_block(&read("docs/install.md"), "uninstall")
+        .unwrap_or_else(|e| panic!("docs/install.md: {e}"));
+    let readme = docs::marked_block(&read("README.md"), "uninstall")
+        .unwrap_or_else(|e| panic!("README.md: {e}"));
+    assert_eq!(
+        readme, install,
+        "README's uninstall block differs from docs/install.md's"
+    );
+    for (name, value) in [("NS", "nodeimage-system"), ("RELEASE", "nodeimage")] {
+        assert_eq!(install.var(name), Some(value), "the block's {name}");
+    }
+    let body = &install.body;
+    for step in [
+        "kubectl delete imagepulljobs,imagelistpulljobs -A --all",
+        "--set daemon.pinning.enabled=false --wait",
+        "nodeimage_daemon_pinned_images 0",
+        "helm uninstall $RELEASE",
+        "nodeimage.dev/images-pending-",
+    ] {
+        assert!(
+            body.contains(step),
+            "the uninstall block lacks {step:?}:\n{body}"
+        );
+    }
+    let order: Vec<usize> = [
+        "kubectl delete",
+        "daemon.pinning.enabled=false",
+        "helm uninstall",
+    ]
+    .iter()
+    .map(|s| body.find(s).expect("each step"))
+    .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "jobs, then pins, then the release:\n{body}"
+    );
+    let md = read("docs/install.md");
+    let first = md
+        .lines()
+        .find(|l| l.starts_with("NS=nodeimage-system RELEASE="))
+        .expect("the block's first line");
+    let notes = read("charts/nodeimage/templates/NOTES.txt");
+    let want: String = std::iter::once(first)
+        .chain(body.lines())
+        .map(|l| format!("  {}\n", notes_template_of(l)))
+        .collect();
+    assert!(
+        notes.contains(&want),
+        "charts/nodeimage/templates/NOTES.txt must carry docs/install.md's uninstall block \
+         (indented by two spaces, the release's and values' names filled in):\n{want}"
     );
 }
 

@@ -38,8 +38,12 @@
 //!   8. the node pool replaced: both Nodes leave and join again with the
 //!      start-up taint while the controller's pods are gone; the controller
 //!      comes back on a gated node and opens both;
-//!   9. uninstall in the documented order (jobs first, then `helm uninstall`):
-//!      nothing is left stuck on a finalizer and the CRDs stay.
+//!   9. uninstall with docs/install.md's marked block, run as written (the
+//!      jobs, pinning off and a wait for every daemon to have unpinned,
+//!      `helm uninstall`, the start-up taint): a hand-written NodeImage
+//!      entry pinned on each real node beforehand, no image carries
+//!      nodeimage's pin label in either real node's containerd after it
+//!      (ctr), nothing is left stuck on a finalizer, and the CRDs stay.
 //!
 //! One test, its steps in order (they share the release): it runs alone and
 //! last in tests/run-all.sh, since it replaces the e2e tests' nodeimage and
@@ -110,7 +114,7 @@ fn install_with_helm_on_the_real_node() {
         every_node_gated,
     );
     t.step(
-        "uninstall in the documented order: jobs, then helm uninstall",
+        "uninstall as docs/install.md says: no nodeimage pin left on either real node",
         uninstall,
     );
 }
@@ -1132,30 +1136,72 @@ fn every_node_gated(t: &mut Install) {
     }
 }
 
+/// The images nodeimage pinned in real node `n`'s containerd (its label
+/// `nodeimage.dev/pinned-by`, read with ctr: CRI does not show labels).
+fn nodeimage_pins(t: &Install, n: &nodeimage_tests::realnodes::RealNodeEnv) -> Vec<String> {
+    let socket = Install::show(&n.socket);
+    let ls = t.tool(
+        "ctr",
+        &["--address", &socket, "-n", "k8s.io", "images", "ls"],
+    );
+    assert!(
+        ls.success,
+        "ctr images ls on {} failed: {}",
+        n.describe(),
+        text(&ls)
+    );
+    ls.stdout
+        .lines()
+        .filter(|l| l.contains("nodeimage.dev/pinned-by="))
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+        .collect()
+}
+
 fn uninstall(t: &mut Install) {
+    // A hand-written NodeImage entry on each real node: deleting the jobs
+    // does not take it away, so its pin goes only through the block's step 2.
+    let registry = t.var("NODEIMAGE_REGISTRY");
+    let image = format!("{registry}/test");
+    let patch = serde_json::json!({"spec": {"images": {image.clone(): {"tags": [{"tag": "v1"}]}}}});
+    for n in t.node_names() {
+        t.kc_ok(
+            &[
+                "patch",
+                "nodeimage",
+                &n,
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+            None,
+        );
+    }
+    for n in &t.nodes {
+        t.wait_for(&format!("a nodeimage pin on {}", n.describe()), 180, || {
+            let pins = nodeimage_pins(t, n);
+            if pins.iter().any(|p| p.starts_with(&image)) {
+                Ok(())
+            } else {
+                Err(format!("nodeimage's pins there: {pins:?}"))
+            }
+        });
+    }
+    let md = std::fs::read_to_string(t.repo_path("docs/install.md")).expect("read docs/install.md");
+    let block =
+        docs::marked_block(&md, "uninstall").unwrap_or_else(|e| panic!("docs/install.md: {e}"));
+    let script = block
+        .with_values(&[
+            ("NS", NS.to_string()),
+            ("RELEASE", RELEASE.to_string()),
+            ("CHART", Install::show(&t.repo_path(CHART))),
+        ])
+        .unwrap_or_else(|e| panic!("docs/install.md: {e}"));
+    let run = t.doc_script(&script);
     assert!(
-        t.kc_quiet(&[
-            "delete",
-            "imagepulljobs,imagelistpulljobs",
-            "-A",
-            "--all",
-            "--wait=true",
-            "--timeout=120s"
-        ]),
-        "deleting the jobs before the uninstall did not finish (a finalizer stuck?)"
+        run.success,
+        "docs/install.md's uninstall block failed:\n{}",
+        text(&run)
     );
-    assert!(
-        t.kc_quiet(&[
-            "delete",
-            "imageprepulljobs,nodeupgradejobs",
-            "--all",
-            "--wait=true",
-            "--timeout=120s"
-        ]),
-        "deleting the KubeEdge jobs did not finish"
-    );
-    let out = t.helm(&["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "3m"]);
-    assert!(out.success, "helm uninstall failed: {}", text(&out));
     let left = format!(
         "{}{}",
         t.kc(&["get", "imagepulljobs,imagelistpulljobs", "-A", "-o", "name"])
@@ -1165,6 +1211,28 @@ fn uninstall(t: &mut Install) {
     );
     let left = left.trim_end();
     assert!(left.is_empty(), "objects left after uninstall: {left}");
+    for n in &t.nodes {
+        let pins = nodeimage_pins(t, n);
+        assert!(
+            pins.is_empty(),
+            "nodeimage pins left in the containerd of {} after the documented uninstall: {pins:?}",
+            n.describe()
+        );
+    }
+    let tainted = t.kc_out(&[
+        "get",
+        "nodes",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}{" "}{.spec.taints[*].key}{"\n"}{end}"#,
+    ]);
+    let tainted: Vec<&str> = tainted
+        .lines()
+        .filter(|l| l.contains("nodeimage.dev/images-pending"))
+        .collect();
+    assert!(
+        tainted.is_empty(),
+        "nodes still carry the start-up taint: {tainted:?}"
+    );
     for crd in ["nodeimages.apps.kruise.io", "imagepulljobs.apps.kruise.io"] {
         assert!(
             t.kc_silent(&["get", "crd", crd]),
@@ -1182,7 +1250,10 @@ fn uninstall(t: &mut Install) {
             "the secrets namespace {SECRETS_NS} is stuck terminating"
         );
     }
-    t.pass("uninstalled: no job left, no stuck namespace, the CRDs stay");
+    t.pass(&format!(
+        "uninstalled as documented: no nodeimage pin in the containerd of {}, no job left, no start-up taint, the CRDs stay",
+        t.node_names().join(" or ")
+    ));
 }
 
 #[test]
