@@ -51,7 +51,10 @@ pub enum Error {
 /// Runs until a stop signal (or a lost lease), then shuts down cleanly.
 pub async fn run(flags: Flags) -> Result<(), Error> {
     // A config kubelet would refuse stops the daemon before anything else.
-    let providers = credential_providers(&flags)?;
+    let providers = nodeimage_ops::credproviders::Providers::from_flags(
+        flags.image_credential_provider_config.as_deref(),
+        flags.image_credential_provider_bin_dir.as_deref(),
+    )?;
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let runtime = containerd::Runtime::new(&flags.containerd_socket, flags.runtime_api)
         .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;
@@ -162,21 +165,6 @@ impl Tasks {
         tracing::info!("daemon stopped cleanly");
         Ok(())
     }
-}
-
-/// kubelet's credential-provider plugins, when both flags name them.
-fn credential_providers(
-    flags: &Flags,
-) -> Result<Option<Arc<nodeimage_ops::credproviders::Providers>>, Error> {
-    let (Some(config), Some(dir)) = (
-        &flags.image_credential_provider_config,
-        &flags.image_credential_provider_bin_dir,
-    ) else {
-        return Ok(None);
-    };
-    let p = nodeimage_ops::credproviders::Providers::load(config, dir)?;
-    tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
-    Ok(Some(Arc::new(p)))
 }
 
 /// Says how the daemon starts, and warns when upgrades may run on the node.

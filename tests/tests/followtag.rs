@@ -293,7 +293,24 @@ fn refused_annotations_are_said_and_the_job_goes_on() {
             None,
             "{name}"
         );
+        // Said once per cause: the reconciles that follow the first (its
+        // entries, its status) do not say it again.
+        assert_eq!(
+            times_said(&c, &ns.name, name, "FollowTagRefused"),
+            1,
+            "{name}"
+        );
     }
+}
+
+/// How many times `reason` was said on `ns/name`: each Event counts its
+/// repeats (`count`, which the events API fills from the series).
+fn times_said(c: &Cluster, ns: &str, name: &str, reason: &str) -> u64 {
+    kruise::events_of(c, ns, name)
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| e["count"].as_u64().unwrap_or(1).max(1))
+        .sum()
 }
 
 /// On the registry that needs Basic auth: a job with a pull secret for it
@@ -371,6 +388,18 @@ fn lookups_use_the_jobs_pull_secret_and_say_a_refusal() {
             .is_some_and(|s| s.starts_with("lookup failed:")),
         "{status:?}"
     );
+    // The node's pull fails too (401, backoffLimit 1): the reconciles its
+    // entry and status cause do not say the lookup's failure again.
+    kruise::wait_job(
+        &c,
+        IPJ,
+        &ns.name,
+        "without",
+        "failed=1",
+        Duration::from_secs(120),
+        |j| count(j, "failed") == 1,
+    );
+    assert_eq!(times_said(&c, &ns.name, "without", "TagLookupFailed"), 1);
 }
 
 /// The registry host only the proxy resolves (a `.invalid` name).

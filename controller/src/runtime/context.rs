@@ -23,22 +23,6 @@ pub enum ContextError {
     UpgradeImages(String),
 }
 
-/// kubelet's credential-provider plugins, when both flags name them
-/// (checked at start, as kubelet and the daemon do).
-fn credential_providers(
-    flags: &Flags,
-) -> Result<Option<std::sync::Arc<nodeimage_ops::credproviders::Providers>>, ContextError> {
-    let (Some(config), Some(dir)) = (
-        &flags.image_credential_provider_config,
-        &flags.image_credential_provider_bin_dir,
-    ) else {
-        return Ok(None);
-    };
-    let p = nodeimage_ops::credproviders::Providers::load(config, dir)?;
-    tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured for followed tags");
-    Ok(Some(std::sync::Arc::new(p)))
-}
-
 /// Client, event reporter and settings, cloned into every controller.
 #[derive(Clone)]
 pub struct Context {
@@ -94,7 +78,10 @@ impl Context {
             stores: std::sync::Arc::default(),
             follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
-            follow_tag_providers: credential_providers(flags)?,
+            follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags(
+                flags.image_credential_provider_config.as_deref(),
+                flags.image_credential_provider_bin_dir.as_deref(),
+            )?,
         })
     }
 

@@ -72,6 +72,21 @@ pub struct Found {
 }
 
 impl Providers {
+    /// The plugins of kubelet's two flags, `--image-credential-provider-config`
+    /// and `--image-credential-provider-bin-dir` (None unless both are
+    /// given), loaded and logged once at start by whichever binary has them.
+    pub fn from_flags(
+        config: Option<&Path>,
+        dir: Option<&Path>,
+    ) -> Result<Option<std::sync::Arc<Providers>>, LoadError> {
+        let (Some(config), Some(dir)) = (config, dir) else {
+            return Ok(None);
+        };
+        let p = Providers::load(config, dir)?;
+        tracing::info!(config = %config.display(), dir = %dir.display(), providers = ?p.names(), "credential providers configured");
+        Ok(Some(std::sync::Arc::new(p)))
+    }
+
     /// Reads `config` and checks that every plugin is in `dir`, as kubelet
     /// does at start.
     pub fn load(config: &Path, dir: &Path) -> Result<Providers, LoadError> {

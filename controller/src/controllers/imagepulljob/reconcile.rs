@@ -194,14 +194,17 @@ impl JobReconciler for State {
             tracing::info!(job = %key, succeeded = status.succeeded, failed = status.failed, "job completed");
             pullsecrets::release(&ctx.client, &ctx.secrets_namespace, &key).await?;
         }
+        // The job's own status writes do not wake it (see `mod.rs`): the job
+        // as last written here, whose resourceVersion guards the writes that
+        // follow against a newer job than the one this reconcile read.
+        let latest = written.as_ref().unwrap_or(job.as_ref());
+        let latest = self.write_followed(&api, latest, &followed).await?;
         if p.completed {
-            // The job's own status writes do not wake it (see `mod.rs`): the
-            // job as last written here, whose resourceVersion also keeps
-            // this write from racing the status patch.
-            let latest = written.as_ref().unwrap_or(job.as_ref());
+            let latest = latest
+                .as_ref()
+                .unwrap_or(written.as_ref().unwrap_or(job.as_ref()));
             tagwrites::edit_finalizers(&api, latest, None, Self::UPSTREAM_FINALIZERS).await?;
         }
-        self.write_followed(&api, &job, &followed).await?;
         if p.delete {
             let name = job.name_any();
             tracing::info!(job = %key, "deleting job: ttlSecondsAfterFinished passed");
@@ -231,26 +234,32 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 }
 
 impl State {
-    /// Publishes what following the tag says and writes the job's
-    /// follow-tag annotations when they change: after the finalizer edit,
-    /// whose write is guarded by the version the reconcile read.
+    /// Writes the job's follow-tag annotations when they change, guarded by
+    /// the resourceVersion of `job` (the job as this reconcile last wrote or
+    /// read it), then publishes what following the tag says: a reconcile
+    /// that read the job before an earlier one's write conflicts instead of
+    /// saying it again. The job as written (None: nothing to write).
     async fn write_followed(
         &self,
         api: &Api<ImagePullJob>,
         job: &ImagePullJob,
         followed: &followtag::Verdict,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<ImagePullJob>, Error> {
+        let written = match followtag::annotations_patch(followed, job.resource_version()) {
+            None => None,
+            Some(body) => {
+                let params = kube::api::PatchParams::default();
+                let what = format!("writing follow-tag annotations of {}", key_path(job));
+                let written = api
+                    .patch(&job.name_any(), &params, &kube::api::Patch::Merge(&body))
+                    .await
+                    .map_err(api_err(what))?;
+                Some(written)
+            }
+        };
         jobshell::publish(&self.shared.ctx, job, &followed.events).await;
         self.follow.published(followed);
-        let Some(body) = followtag::annotations_patch(followed) else {
-            return Ok(());
-        };
-        let params = kube::api::PatchParams::default();
-        let what = format!("writing follow-tag annotations of {}", key_path(job));
-        api.patch(&job.name_any(), &params, &kube::api::Patch::Merge(&body))
-            .await
-            .map_err(api_err(what))?;
-        Ok(())
+        Ok(written)
     }
 
     /// What following its tag means for `job` now (nothing without the

@@ -191,8 +191,12 @@ async fn credentials(
     (creds, notes)
 }
 
-/// The merge patch writing `verdict`'s annotations (None: nothing to write).
-pub fn annotations_patch(verdict: &Verdict) -> Option<serde_json::Value> {
+/// The merge patch writing `verdict`'s annotations, guarded by
+/// `resource_version` when given (None: nothing to write).
+pub fn annotations_patch(
+    verdict: &Verdict,
+    resource_version: Option<String>,
+) -> Option<serde_json::Value> {
     if verdict.annotations.is_empty() {
         return None;
     }
@@ -206,5 +210,9 @@ pub fn annotations_patch(verdict: &Verdict) -> Option<serde_json::Value> {
             )
         })
         .collect();
-    Some(serde_json::json!({"metadata": {"annotations": map}}))
+    let mut metadata = serde_json::json!({"annotations": map});
+    if let Some(rv) = resource_version {
+        metadata["resourceVersion"] = rv.into();
+    }
+    Some(serde_json::json!({ "metadata": metadata }))
 }
