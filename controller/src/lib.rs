@@ -15,7 +15,7 @@ mod messages;
 mod nodeimage;
 mod runtime;
 
-use cluster::{nodecache, nodeimages, tagwrites};
+use cluster::{nodecache, nodeimages, podcache, tagwrites};
 use controllers::{
     housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, nodemirror, nodeupgradejob,
     predownload, startupgate,
@@ -185,9 +185,12 @@ async fn controllers(
     let for_writer = nodeimages.subscribe();
     let [for_housekeeping, for_pull, for_prepull, for_upgrade] =
         std::array::from_fn(|_| nodeimages.subscribe());
-    let mut nodes = nodecache::Nodes::new();
+    let mut nodes = nodecache::nodes();
     let [n_mirror, n_housekeeping, n_prepull, n_upgrade, n_gate] =
         std::array::from_fn(|_| nodes.subscribe());
+    let mut pods = podcache::pods(engine::podimages::trim_pod);
+    let [p_pull, p_deployments, p_statefulsets, p_daemonsets] =
+        std::array::from_fn(|_| pods.subscribe());
     let node_store = nodes.store();
     let nodeimages_for_gate = (nodeimages.store.clone(), nodeimages.synced.clone());
     let writes_seen = for_writer
@@ -196,6 +199,7 @@ async fn controllers(
     tokio::join!(
         nodeimages.run(ctx.clone(), readiness.clone(), stop.clone()),
         nodes.run(ctx.client.clone(), readiness.clone(), stop.clone()),
+        pods.run(ctx.client.clone(), readiness.clone(), stop.clone()),
         writer.clone().follow(writes_seen.boxed()),
         nodemirror::run(ctx.clone(), readiness.clone(), stop.clone(), n_mirror),
         housekeeping::run(
@@ -209,10 +213,10 @@ async fn controllers(
             ctx.clone(),
             writer.clone(),
             pacing.clone(),
-            readiness.clone(),
             stop.clone(),
             for_pull,
-            node_store.clone()
+            node_store.clone(),
+            p_pull
         ),
         jobshell::run_node_tasks(
             imageprepulljob::WIRING,
@@ -228,7 +232,12 @@ async fn controllers(
             ctx.clone(),
             readiness.clone(),
             stop.clone(),
-            node_store.clone()
+            node_store.clone(),
+            predownload::PodFeeds {
+                deployments: p_deployments,
+                statefulsets: p_statefulsets,
+                daemonsets: p_daemonsets,
+            }
         ),
         startupgate::run(ctx.clone(), gate, stop.clone(), n_gate, nodeimages_for_gate),
         jobshell::run_node_tasks(

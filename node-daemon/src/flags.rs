@@ -3,7 +3,7 @@
 use crate::upgrade::version::VersionSource;
 use nodeimage_ops::telemetry::LogFormat;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Pulls the images listed in this node's NodeImage through the node's
 /// containerd (CRI, namespace k8s.io, as kubelet does) and reports per-tag
@@ -122,6 +122,16 @@ pub struct Flags {
     /// --image-credential-provider-bin-dir).
     #[arg(long, requires = "image_credential_provider_config")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+}
+
+impl Flags {
+    /// kubelet's credential-provider config and plugin directory, as given.
+    pub fn credential_providers(&self) -> (Option<&Path>, Option<&Path>) {
+        (
+            self.image_credential_provider_config.as_deref(),
+            self.image_credential_provider_bin_dir.as_deref(),
+        )
+    }
 }
 
 /// Parses `90`, `90s`, `10m`, `1h30m` into a duration.

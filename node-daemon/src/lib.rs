@@ -25,6 +25,8 @@ mod upgrade;
 mod worker;
 mod writer;
 
+use nodeimage_ops::credproviders::Providers;
+
 use flags::Flags;
 use kube::runtime::events::Reporter;
 use nodeimage_api::kruise::NodeImage;
@@ -51,10 +53,7 @@ pub enum Error {
 /// Runs until a stop signal (or a lost lease), then shuts down cleanly.
 pub async fn run(flags: Flags) -> Result<(), Error> {
     // A config kubelet would refuse stops the daemon before anything else.
-    let providers = nodeimage_ops::credproviders::Providers::from_flags(
-        flags.image_credential_provider_config.as_deref(),
-        flags.image_credential_provider_bin_dir.as_deref(),
-    )?;
+    let providers = Providers::from_flags(flags.credential_providers())?;
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let runtime = containerd::Runtime::new(&flags.containerd_socket, flags.runtime_api)
         .map_err(|e| Error::Runtime(flags.containerd_socket.display().to_string(), e))?;

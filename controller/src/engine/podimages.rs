@@ -2,7 +2,7 @@
 //! (sidecars included) and its image volumes', each with whether it is
 //! always pulled. One rule for a workload's template and for its Pods.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
 use std::collections::BTreeMap;
 
 /// One image a pod spec needs.
@@ -129,4 +129,28 @@ pub fn used(spec: &PodSpec) -> std::collections::BTreeSet<String> {
         .flatten()
         .filter_map(|v| v.image.as_ref().and_then(|i| i.reference.clone()));
     images.chain(volumes).filter(|i| !i.is_empty()).collect()
+}
+
+/// Keeps only what node selection and pre-download read of a pod: its
+/// labels, node, phase, Ready condition and images.
+pub fn trim_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    p.metadata.annotations = None;
+    p.metadata.owner_references = None;
+    if let Some(spec) = p.spec.as_mut() {
+        *spec = slim(spec);
+        spec.image_pull_secrets = None;
+    }
+    if let Some(st) = p.status.as_mut() {
+        let phase = st.phase.take();
+        let ready = st
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .cloned();
+        *st = Default::default();
+        st.phase = phase;
+        st.conditions = ready.map(|c| vec![c]);
+    }
 }

@@ -78,10 +78,10 @@ impl Context {
             stores: std::sync::Arc::default(),
             follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
-            follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags(
+            follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags((
                 flags.image_credential_provider_config.as_deref(),
                 flags.image_credential_provider_bin_dir.as_deref(),
-            )?,
+            ))?,
         })
     }
 

@@ -5,7 +5,7 @@
 //! listed yet". They live as long as the process, like the stores behind
 //! them.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::ImagePullJob;
@@ -35,10 +35,6 @@ pub type RegistryReport = Arc<dyn Fn() -> Vec<RegistryGauge> + Send + Sync>;
 pub struct Stores {
     /// Every NodeImage (set by `lib.rs` from `cluster::nodeimages`).
     pub nodeimages: OnceLock<Store<NodeImage>>,
-    /// Every Pod, trimmed to its labels, node, phase, Ready condition and
-    /// images (set by the ImagePullJob controller, which selects nodes by
-    /// Pods; pre-download reads it).
-    pub pods: OnceLock<Store<Pod>>,
     /// ImagePullJobs (set by the ImagePullJob controller).
     pub image_pull_jobs: OnceLock<Store<ImagePullJob>>,
     /// ImagePrePullJobs (set by the ImagePrePullJob controller).

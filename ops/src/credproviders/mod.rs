@@ -76,8 +76,7 @@ impl Providers {
     /// and `--image-credential-provider-bin-dir` (None unless both are
     /// given), loaded and logged once at start by whichever binary has them.
     pub fn from_flags(
-        config: Option<&Path>,
-        dir: Option<&Path>,
+        (config, dir): (Option<&Path>, Option<&Path>),
     ) -> Result<Option<std::sync::Arc<Providers>>, LoadError> {
         let (Some(config), Some(dir)) = (config, dir) else {
             return Ok(None);

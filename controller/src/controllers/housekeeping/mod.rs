@@ -56,7 +56,10 @@ pub async fn run(
         synced: nodes_synced,
         events,
     } = nodes;
-    let node_events = node_events(NodeSubscription::event_stream(events), relisted_tx.clone());
+    let node_events = node_events(
+        crate::cluster::cache::event_stream(events),
+        relisted_tx.clone(),
+    );
     let (pull_jobs, pull_deleted) = job_cache::<ImagePullJob>(
         "imagepulljobs",
         &client,

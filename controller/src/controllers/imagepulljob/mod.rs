@@ -14,7 +14,7 @@ mod reconcile;
 
 use crate::cluster::nodeimages::Subscription;
 use crate::cluster::wakeups::{LabelChanges, TagChanges};
-use crate::cluster::watch::{self, SyncSignals, Synced};
+use crate::cluster::watch;
 use crate::engine::jobshell;
 use crate::runtime::context::Context;
 use futures::{Stream, StreamExt};
@@ -25,7 +25,6 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodeimage_api::{ImagePullJob, NodeImage};
-use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
 
@@ -37,24 +36,18 @@ pub async fn run(
     ctx: Context,
     writer: crate::cluster::tagwrites::NodeWriter,
     pacing: Arc<crate::engine::registrypace::RegistryPacing>,
-    readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
     nodes: Store<k8s_openapi::api::core::v1::Node>,
+    pods: crate::cluster::podcache::PodSubscription,
 ) {
     jobshell::ensure_secrets_namespace(&ctx, "pull secrets").await;
     let client = ctx.client.clone();
-    let pods_synced = Synced::default();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = pod_events(
-        &client,
-        pod_writer,
-        SyncSignals {
-            synced: pods_synced.clone(),
-            check: readiness.check("pods-synced").await,
-            relisted: None,
-        },
-    );
+    let crate::cluster::podcache::PodSubscription {
+        store: pods,
+        synced: pods_synced,
+        events: pod_events,
+    } = pods;
     let (jobs, job_writer) = reflector::store::<ImagePullJob>();
     let skipped = crate::cluster::skipped::Skipped::new(&ctx, KIND, Some("message"));
     let controller = Controller::for_stream(
@@ -62,7 +55,6 @@ pub async fn run(
         jobs.clone(),
     );
     let _ = ctx.stores.image_pull_jobs.set(jobs.clone());
-    let _ = ctx.stores.pods.set(pods.clone());
     let reach = crate::engine::followtag::Reach {
         http_registries: ctx.follow_tag_http_registries.clone(),
         proxies: nodeimage_api::noproxy::Proxies::from_env(),
@@ -88,32 +80,12 @@ pub async fn run(
     let controller = controller
         .reconcile_on(paced)
         .watches_shared_stream(nodeimages.changes, on_nodeimage(jobs.clone(), relabelled))
-        .watches_stream(pod_events, on_pod(jobs.clone()))
+        .watches_stream(
+            crate::cluster::cache::touched(pod_events),
+            on_pod(jobs.clone()),
+        )
         .watches_stream(secret_events(&client), on_secret(jobs));
     jobshell::drive(controller, stop, state).await;
-}
-
-/// The pods, reflected into `writer` (trimmed to what selection reads),
-/// as a stream of the pods that changed or went.
-fn pod_events(
-    client: &kube::Client,
-    writer: reflector::store::Writer<Pod>,
-    signals: SyncSignals,
-) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    let api = Api::all(client.clone());
-    watch::reflect(
-        "imagepulljob-pods",
-        api,
-        writer,
-        reconcile::trim_pod,
-        signals,
-    )
-    .filter_map(|e| {
-        std::future::ready(match e {
-            watcher::Event::Apply(p) | watcher::Event::Delete(p) => Some(Ok(p)),
-            _ => None,
-        })
-    })
 }
 
 /// The Secrets that changed or went, by their metadata.

@@ -51,30 +51,6 @@ pub struct State {
     pub follow: followtag::FollowTags,
 }
 
-/// Keeps only what node selection and pre-download read of a pod: its
-/// labels, node, phase, Ready condition and images.
-pub fn trim_pod(p: &mut Pod) {
-    p.metadata.managed_fields = None;
-    p.metadata.annotations = None;
-    p.metadata.owner_references = None;
-    if let Some(spec) = p.spec.as_mut() {
-        *spec = crate::engine::podimages::slim(spec);
-        spec.image_pull_secrets = None;
-    }
-    if let Some(st) = p.status.as_mut() {
-        let phase = st.phase.take();
-        let ready = st
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready")
-            .cloned();
-        *st = Default::default();
-        st.phase = phase;
-        st.conditions = ready.map(|c| vec![c]);
-    }
-}
-
 fn pod_info(p: &Pod) -> PodInfo {
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
     PodInfo {
@@ -136,14 +112,7 @@ impl JobReconciler for State {
         let ctx = &self.shared.ctx;
         let api = ImagePullJob::api(ctx.client.clone(), &job);
         let key = job_key(&job);
-        let names = plan::secrets_to_copy(&job);
-        let synced = if names.is_empty() {
-            pullsecrets::Synced::default()
-        } else {
-            let ns = job.namespace().unwrap_or_default();
-            let client = &ctx.client;
-            pullsecrets::sync(client, &ctx.secrets_namespace, &ns, names, &key).await?
-        };
+        let synced = self.sync_secrets(&job, &key).await?;
         let refused = synced.refused.iter().map(ToString::to_string).collect();
         let gate_refusal = nodeimage_api::gate::is_gating(job.annotations())
             .then(|| ctx.policy.gate_refusal(job.namespace().as_deref()))
@@ -234,6 +203,21 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 }
 
 impl State {
+    /// The job's pull secrets, copied where the daemons read them (none
+    /// named: nothing to copy).
+    async fn sync_secrets(
+        &self,
+        job: &ImagePullJob,
+        key: &str,
+    ) -> Result<pullsecrets::Synced, Error> {
+        let names = plan::secrets_to_copy(job);
+        if names.is_empty() {
+            return Ok(pullsecrets::Synced::default());
+        }
+        let (ctx, ns) = (&self.shared.ctx, job.namespace().unwrap_or_default());
+        Ok(pullsecrets::sync(&ctx.client, &ctx.secrets_namespace, &ns, names, key).await?)
+    }
+
     /// Writes the job's follow-tag annotations when they change, guarded by
     /// the resourceVersion of `job` (the job as this reconcile last wrote or
     /// read it), then publishes what following the tag says: a reconcile

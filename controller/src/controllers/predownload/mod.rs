@@ -7,18 +7,20 @@
 //! Decisions in `plan` (settings from annotations in `settings`, the
 //! workload's shape in `workload`, where a template fits in
 //! `engine::placement`); this shell reads the workload, its Pods (the
-//! ImagePullJob controller's Pod cache), the shared Node cache, its
-//! ServiceAccount and its jobs, and writes.
+//! shared Pod cache), the shared Node cache, its ServiceAccount and its
+//! jobs, and writes.
 //!
 //! A workload is woken when it changes (its status too: a rollout's
-//! progress shows there), when one of its jobs changes, and every
-//! [`RECHECK`] while it has jobs or pending images, since Pod changes do
-//! not wake it.
+//! progress shows there), when one of its jobs changes, when a Pod its
+//! selector matches changes (a new Pod bound to a node, a Pod that now
+//! runs the new images), and every [`RECHECK`] while it has jobs or pending
+//! images, for what no event says (a Node that now fits its template).
 
 pub mod plan;
 pub mod settings;
 pub mod workload;
 
+use crate::cluster::podcache::PodSubscription;
 use crate::engine::jobevents::JobEvent;
 use crate::engine::jobshell::{Error, api_err, publish_on};
 use crate::runtime::context::Context;
@@ -28,21 +30,23 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use nodeimage_api::ImagePullJob;
 use nodeimage_api::predownload as names;
 use nodeimage_ops::health::Readiness;
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch as signal;
 use workload::AsWorkload;
 
-/// How often a workload with jobs or pending images is looked at again.
-pub const RECHECK: Duration = Duration::from_secs(30);
+/// How often a workload with jobs or pending images is looked at again,
+/// beside the events that wake it.
+pub const RECHECK: Duration = Duration::from_secs(120);
 
 /// What one kind's reconciler reads.
 struct State {
@@ -51,6 +55,18 @@ struct State {
     jobs: Store<ImagePullJob>,
     /// Every Node, trimmed (the shared Node cache).
     nodes: Store<Node>,
+    /// Every Pod, trimmed (the shared Pod cache).
+    pods: Store<Pod>,
+}
+
+/// The Pod cache's subscriptions, one per workload kind.
+pub struct PodFeeds {
+    /// For Deployments.
+    pub deployments: PodSubscription,
+    /// For StatefulSets.
+    pub statefulsets: PodSubscription,
+    /// For DaemonSets.
+    pub daemonsets: PodSubscription,
 }
 
 /// Runs pre-download for the three kinds until `stop` turns true; does
@@ -60,6 +76,7 @@ pub async fn run(
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodes: Store<Node>,
+    pods: PodFeeds,
 ) {
     if ctx.policy.predownload_namespaces
         == crate::runtime::policy::Namespaces::Only(Default::default())
@@ -68,9 +85,21 @@ pub async fn run(
         return;
     }
     tokio::join!(
-        run_kind::<Deployment>(ctx.clone(), readiness.clone(), stop.clone(), nodes.clone()),
-        run_kind::<StatefulSet>(ctx.clone(), readiness.clone(), stop.clone(), nodes.clone()),
-        run_kind::<DaemonSet>(ctx, readiness, stop, nodes),
+        run_kind::<Deployment>(
+            ctx.clone(),
+            readiness.clone(),
+            stop.clone(),
+            nodes.clone(),
+            pods.deployments
+        ),
+        run_kind::<StatefulSet>(
+            ctx.clone(),
+            readiness.clone(),
+            stop.clone(),
+            nodes.clone(),
+            pods.statefulsets
+        ),
+        run_kind::<DaemonSet>(ctx, readiness, stop, nodes, pods.daemonsets),
     );
 }
 
@@ -79,6 +108,7 @@ async fn run_kind<K>(
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodes: Store<Node>,
+    pods: PodSubscription,
 ) where
     K: AsWorkload
         + Resource<DynamicType = ()>
@@ -121,9 +151,17 @@ async fn run_kind<K>(
             .is_ok_and(|j| j.owner_references().iter().any(|o| o.kind == kind));
         std::future::ready(ours)
     });
-    let controller = Controller::for_stream(trigger, workloads).owns_stream(job_events);
+    let pod_events = crate::cluster::cache::touched(pods.events);
+    let controller = Controller::for_stream(trigger, workloads.clone())
+        .owns_stream(job_events)
+        .watches_stream(pod_events, on_pod(workloads));
     ready.set(true);
-    let state = Arc::new(State { ctx, jobs, nodes });
+    let state = Arc::new(State {
+        ctx,
+        jobs,
+        nodes,
+        pods: pods.store,
+    });
     lifecycle::run_controller(
         "predownload",
         controller,
@@ -147,13 +185,11 @@ where
     if !asks && jobs.is_empty() {
         return Ok(Action::await_change());
     }
-    let Some(pods) = ctx.stores.pods.get() else {
-        return Ok(Action::requeue(Duration::from_secs(5)));
-    };
     // Resolves once the Pod cache has its first list (an error only when
     // its writer is gone, at shutdown).
-    let _ = pods.wait_until_ready().await;
-    let views: Vec<plan::PodView> = pods
+    let _ = state.pods.wait_until_ready().await;
+    let views: Vec<plan::PodView> = state
+        .pods
         .state()
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(w.namespace.as_str()))
@@ -183,6 +219,29 @@ where
     } else {
         Action::await_change()
     })
+}
+
+/// A changed Pod wakes the workloads of its namespace that ask for
+/// pre-download and whose selector matches it.
+fn on_pod<K>(workloads: Store<K>) -> impl Fn(Pod) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: AsWorkload + Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    move |pod| {
+        let ns = pod.namespace().unwrap_or_default();
+        workloads
+            .state()
+            .iter()
+            .filter(|k| k.meta().namespace.as_deref() == Some(ns.as_str()))
+            .filter(|k| {
+                let none = BTreeMap::new();
+                let annotations = k.meta().annotations.as_ref().unwrap_or(&none);
+                let asks = !matches!(settings::read(annotations).switch, settings::Switch::Off);
+                asks && plan::selects(&k.workload(), pod.labels())
+            })
+            .map(|k| ObjectRef::from_obj(k.as_ref()))
+            .collect()
+    }
 }
 
 /// The pull secrets of the workload's ServiceAccount, read only when its

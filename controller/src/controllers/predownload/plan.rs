@@ -374,8 +374,15 @@ fn create_missing(
     }
 }
 
-/// The active Pods the workload's selector matches.
-fn selected_pods<'a>(w: &Workload, pods: &'a [PodView]) -> Result<Vec<&'a PodView>, String> {
+/// Whether the workload's selector (a usable one) matches `labels`: a
+/// change of that Pod may change the workload's plan.
+pub fn selects(w: &Workload, labels: &BTreeMap<String, String>) -> bool {
+    selector_of(w).is_ok_and(|sel| sel.matches(labels))
+}
+
+/// The workload's Pod selector, refused when missing, empty (every Pod of
+/// the namespace) or invalid.
+fn selector_of(w: &Workload) -> Result<kube::core::Selector, String> {
     let Some(sel) = w.selector.clone() else {
         return Err(format!("{} has no spec.selector", w.describe()));
     };
@@ -387,7 +394,12 @@ fn selected_pods<'a>(w: &Workload, pods: &'a [PodView]) -> Result<Vec<&'a PodVie
             w.describe()
         ));
     }
-    let sel = rollout::selector(sel).map_err(|e| format!("spec.selector: {e}"))?;
+    rollout::selector(sel).map_err(|e| format!("spec.selector: {e}"))
+}
+
+/// The active Pods the workload's selector matches.
+fn selected_pods<'a>(w: &Workload, pods: &'a [PodView]) -> Result<Vec<&'a PodView>, String> {
+    let sel = selector_of(w)?;
     Ok(pods
         .iter()
         .filter(|p| p.active && sel.matches(&p.labels))

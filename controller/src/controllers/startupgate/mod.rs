@@ -38,7 +38,7 @@ pub async fn run(
 ) {
     let NodeSubscription { store, events, .. } = nodes;
     let _ = ctx.stores.nodes.set(store.clone());
-    let node_events = NodeSubscription::event_stream(events).filter_map(|event| {
+    let node_events = crate::cluster::cache::event_stream(events).filter_map(|event| {
         std::future::ready(match event {
             watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
                 Some(Ok::<_, watcher::Error>(n))

@@ -180,7 +180,7 @@ pub async fn run_node_tasks<K, Key>(
         events,
     } = nodes;
     let node_events =
-        NodeSubscription::event_stream(events).filter_map(watch::changes_only(w.node_key));
+        crate::cluster::cache::event_stream(events).filter_map(watch::changes_only(w.node_key));
     ensure_secrets_namespace(&ctx, "image secrets").await;
     let client = ctx.client.clone();
 
