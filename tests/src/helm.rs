@@ -248,3 +248,84 @@ impl TokenConfig {
         run(cmd)
     }
 }
+
+/// How API Priority and Fairness classified one request: the UIDs the API
+/// server names in its `X-Kubernetes-PF-FlowSchema-UID` and
+/// `X-Kubernetes-PF-PriorityLevel-UID` response headers, and the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    /// The matching FlowSchema's UID (empty when the header is absent).
+    pub flow_schema: String,
+    /// Its priority level's UID (empty when the header is absent).
+    pub priority_level: String,
+    /// The HTTP status code of the response.
+    pub status: u16,
+}
+
+impl TokenConfig {
+    /// A GET of `path` (e.g. `/version`) with only this token, and how API
+    /// Priority and Fairness classified it (curl, to read the headers).
+    pub fn classify(&self, c: &Cluster, path: &str) -> Classified {
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            "--cacert",
+            &self.ca.to_string_lossy(),
+            "-H",
+            &format!("Authorization: Bearer {}", self.token),
+            &format!("{}{path}", c.var("NODEIMAGE_API_SERVER")),
+        ]);
+        let r = run(cmd);
+        assert!(r.success, "curl GET {path}: {}", r.text());
+        parse_classified(&r.stdout)
+            .unwrap_or_else(|| panic!("GET {path}: no status line in:\n{}", r.stdout))
+    }
+}
+
+/// The APF headers and status of a response's header block (curl `-D -`);
+/// None without a status line.
+fn parse_classified(headers: &str) -> Option<Classified> {
+    let mut lines = headers.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let mut out = Classified {
+        flow_schema: String::new(),
+        priority_level: String::new(),
+        status,
+    };
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        match name.trim().to_ascii_lowercase().as_str() {
+            "x-kubernetes-pf-flowschema-uid" => out.flow_schema = value.trim().to_string(),
+            "x-kubernetes-pf-prioritylevel-uid" => out.priority_level = value.trim().to_string(),
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_apf_headers_whatever_their_case() {
+        let h = "HTTP/2 200 \r\ncontent-type: application/json\r\nx-kubernetes-pf-flowschema-uid: a-1\r\nX-Kubernetes-PF-PriorityLevel-UID:  b-2 \r\n\r\n";
+        assert_eq!(
+            parse_classified(h),
+            Some(Classified {
+                flow_schema: "a-1".into(),
+                priority_level: "b-2".into(),
+                status: 200
+            })
+        );
+        let none = parse_classified("HTTP/1.1 404 Not Found\r\n\r\n").expect("a status");
+        assert_eq!((none.status, none.flow_schema.as_str()), (404, ""));
+        assert_eq!(parse_classified(""), None);
+    }
+}
