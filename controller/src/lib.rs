@@ -4,7 +4,8 @@
 //! Its modules are grouped by role, from the bottom up: `flags`, `messages`,
 //! `runtime` (the process), `nodeimage` (the model), `cluster` (what it
 //! remembers and the one entry writer), `engine` (what every job kind
-//! shares), `controllers`. Each uses only those before it;
+//! shares), `controllers`, and `wiring` (the caches, made once and handed
+//! to the controllers). Each uses only those before it;
 //! tests/lint/modcycles.py checks that no two lean on each other.
 
 mod cluster;
@@ -15,14 +16,10 @@ mod messages;
 mod nodeimage;
 mod runtime;
 
-use cluster::{nodecache, nodeimages, podcache, tagwrites};
-use controllers::{
-    housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, nodemirror, nodeupgradejob,
-    predownload, startupgate,
-};
-use engine::jobshell;
+mod wiring;
+
+use controllers::startupgate;
 use flags::Flags;
-use futures::StreamExt;
 use nodeimage::nodes;
 use nodeimage_ops::{client, health, shutdown};
 use runtime::{context, leader, lifecycle};
@@ -73,7 +70,14 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     let readiness = health::Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let health_addr = flags.health_addr;
-    let health = serve_health(&ctx, &flags, readiness.clone(), stop_rx.clone());
+    let caches = wiring::Caches::new(&ctx, limits);
+    let health = serve_health(
+        &ctx,
+        &flags,
+        caches.scraped(),
+        readiness.clone(),
+        stop_rx.clone(),
+    );
 
     // With leader election, wait (as a ready standby) until we hold the lease.
     let Some(mut leading) = lead(&ctx, &flags).await? else {
@@ -95,7 +99,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             i64::try_from(flags.startup_gate_timeout.as_secs()).unwrap_or(i64::MAX),
         ),
     };
-    let work = controllers(ctx.clone(), limits, gate, readiness, stop_rx);
+    let work = wiring::controllers(ctx.clone(), caches, gate, readiness, stop_rx);
     let mut work = std::pin::pin!(work);
     let mut lost_lease = false;
     tokio::select! {
@@ -122,12 +126,13 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
 fn serve_health(
     ctx: &context::Context,
     flags: &Flags,
+    caches: std::sync::Arc<runtime::readers::Scraped>,
     readiness: health::Readiness,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let mut registry = nodeimage_ops::metrics::registry("controller");
     ctx.metrics
-        .register(&mut registry, ctx.stores.clone(), &flags.startup_gate_taint);
+        .register(&mut registry, caches, &flags.startup_gate_taint);
     let registry = std::sync::Arc::new(registry);
     let render: health::MetricsFn =
         std::sync::Arc::new(move || nodeimage_ops::metrics::render(&registry));
@@ -166,113 +171,6 @@ async fn lead(
     tracing::info!(identity = %election.identity, "leading: starting the controllers");
     ctx.metrics.leader.set(1);
     Ok(Some(Some(rx)))
-}
-
-/// Every controller of this binary over the shared caches, the one entry
-/// writer and the one registry pacing, until `stop` turns true. Every
-/// reader subscribes to a cache before the cache runs.
-async fn controllers(
-    ctx: context::Context,
-    limits: engine::registrypace::Limits,
-    gate: startupgate::plan::Settings,
-    readiness: health::Readiness,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let nodeimages = nodeimages::NodeImages::new();
-    let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
-    let pacing = registry_pacing(&ctx, limits, &nodeimages, stop.clone());
-    let _ = ctx.stores.nodeimages.set(nodeimages.store.clone());
-    let for_writer = nodeimages.subscribe();
-    let [for_housekeeping, for_pull, for_prepull, for_upgrade] =
-        std::array::from_fn(|_| nodeimages.subscribe());
-    let mut nodes = nodecache::nodes();
-    let [n_mirror, n_housekeeping, n_prepull, n_upgrade, n_gate] =
-        std::array::from_fn(|_| nodes.subscribe());
-    let mut pods = podcache::pods(engine::podimages::trim_pod);
-    let [p_pull, p_deployments, p_statefulsets, p_daemonsets] =
-        std::array::from_fn(|_| pods.subscribe());
-    let node_store = nodes.store();
-    let nodeimages_for_gate = (nodeimages.store.clone(), nodeimages.synced.clone());
-    let writes_seen = for_writer
-        .changes
-        .take_until(lifecycle::stopped(stop.clone()));
-    tokio::join!(
-        nodeimages.run(ctx.clone(), readiness.clone(), stop.clone()),
-        nodes.run(ctx.client.clone(), readiness.clone(), stop.clone()),
-        pods.run(ctx.client.clone(), readiness.clone(), stop.clone()),
-        writer.clone().follow(writes_seen.boxed()),
-        nodemirror::run(ctx.clone(), readiness.clone(), stop.clone(), n_mirror),
-        housekeeping::run(
-            ctx.clone(),
-            readiness.clone(),
-            stop.clone(),
-            for_housekeeping,
-            n_housekeeping
-        ),
-        imagepulljob::run(
-            ctx.clone(),
-            writer.clone(),
-            pacing.clone(),
-            stop.clone(),
-            for_pull,
-            node_store.clone(),
-            p_pull
-        ),
-        jobshell::run_node_tasks(
-            imageprepulljob::WIRING,
-            ctx.clone(),
-            writer.clone(),
-            pacing.clone(),
-            stop.clone(),
-            for_prepull,
-            n_prepull
-        ),
-        imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone()),
-        predownload::run(
-            ctx.clone(),
-            readiness.clone(),
-            stop.clone(),
-            node_store.clone(),
-            predownload::PodFeeds {
-                deployments: p_deployments,
-                statefulsets: p_statefulsets,
-                daemonsets: p_daemonsets,
-            }
-        ),
-        startupgate::run(ctx.clone(), gate, stop.clone(), n_gate, nodeimages_for_gate),
-        jobshell::run_node_tasks(
-            nodeupgradejob::WIRING,
-            ctx,
-            writer,
-            pacing,
-            stop,
-            for_upgrade,
-            n_upgrade
-        ),
-    );
-}
-
-/// The one registry pacing of every job kind, over the NodeImage cache, with
-/// its per-registry report handed to the metrics; it follows the cache's
-/// changes (to hand freed slots on) until `stop` turns true.
-fn registry_pacing(
-    ctx: &context::Context,
-    limits: engine::registrypace::Limits,
-    nodeimages: &nodeimages::NodeImages,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> std::sync::Arc<engine::registrypace::RegistryPacing> {
-    let pacing = std::sync::Arc::new(engine::registrypace::RegistryPacing::new(
-        limits,
-        nodeimages.store.clone(),
-    ));
-    let report = pacing.clone();
-    let report: runtime::stores::RegistryReport =
-        std::sync::Arc::new(move || report.report(chrono::Utc::now()));
-    let _ = ctx.stores.registries.set(report);
-    let changes = nodeimages.subscribe().changes;
-    let changes = changes.take_until(lifecycle::stopped(stop)).boxed();
-    tokio::spawn(pacing.clone().follow(changes));
-    pacing
 }
 
 /// Waits for the health server and says how the run ended.

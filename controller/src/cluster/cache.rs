@@ -3,6 +3,7 @@
 //! with its own stream of the watch's events, deletions included. A reader
 //! never makes a second watch of a kind another reader already has.
 
+use crate::cluster::skipped::Skipped;
 use crate::cluster::watch::{self, SyncSignals, Synced};
 use crate::runtime::lifecycle;
 use futures::{Stream, StreamExt};
@@ -23,6 +24,9 @@ pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
     what: &'static str,
     check: &'static str,
     trim: fn(&mut K),
+    /// Where undecodable objects are reported (`None`: the kind's schema is
+    /// Kubernetes' own, every object decodes).
+    skipped: Option<Skipped>,
     store: Store<K>,
     writer: Writer<K>,
     synced: Synced,
@@ -35,6 +39,9 @@ pub struct Subscription<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub store: Store<K>,
     /// Set once the store holds a complete list.
     pub synced: Synced,
+    /// The kind's skipped objects (lenient caches only): stored, existing,
+    /// but in no store because they do not decode.
+    pub undecodable: Option<Skipped>,
     /// The watch's events (applied, deleted, list markers), after the store
     /// applied them.
     pub events: mpsc::Receiver<watcher::Event<K>>,
@@ -49,14 +56,31 @@ pub fn event_stream<K: Send + 'static>(
     })
 }
 
-/// The objects a subscription's events applied or deleted, as a controller's
-/// wake-up stream reads them (list markers dropped).
+/// The objects a subscription's events applied (listed ones too) or
+/// deleted, as a controller's wake-up stream reads them (list markers
+/// dropped).
 pub fn touched<K: Send + 'static>(
     events: mpsc::Receiver<watcher::Event<K>>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
     event_stream(events).filter_map(|e| {
         std::future::ready(match e {
-            watcher::Event::Apply(o) | watcher::Event::Delete(o) => Some(Ok(o)),
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                Some(Ok(o))
+            }
+            _ => None,
+        })
+    })
+}
+
+/// The objects a subscription's events applied (listed ones too), as a
+/// controller of the kind reads them: a deleted object has nothing left to
+/// reconcile (what it owned is released while it is being deleted).
+pub fn applied<K: Send + 'static>(
+    events: mpsc::Receiver<watcher::Event<K>>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+    event_stream(events).filter_map(|e| {
+        std::future::ready(match e {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => Some(Ok(o)),
             _ => None,
         })
     })
@@ -75,11 +99,32 @@ where
             what,
             check,
             trim,
+            skipped: None,
             store,
             writer,
             synced: Synced::default(),
             subscribers: Vec::new(),
         }
+    }
+
+    /// An empty cache of a kind whose stored objects may not decode (a
+    /// custom resource stored before a schema bound existed): those are
+    /// skipped and reported by `skipped`, never allowed to stop the watch.
+    pub fn lenient(
+        what: &'static str,
+        check: &'static str,
+        trim: fn(&mut K),
+        skipped: Skipped,
+    ) -> Self {
+        Self {
+            skipped: Some(skipped),
+            ..Self::new(what, check, trim)
+        }
+    }
+
+    /// Set once the store holds a complete list.
+    pub fn synced(&self) -> Synced {
+        self.synced.clone()
     }
 
     /// A new subscriber. Subscribe before [`Cache::run`] starts, and keep
@@ -90,6 +135,7 @@ where
         Subscription {
             store: self.store.clone(),
             synced: self.synced.clone(),
+            undecodable: self.skipped.clone(),
             events: rx,
         }
     }
@@ -114,7 +160,14 @@ where
             relisted: None,
         };
         let (what, subscribers) = (self.what, self.subscribers);
-        watch::reflect(what, Api::all(client), self.writer, self.trim, signals)
+        let events = match self.skipped {
+            None => watch::reflect(what, Api::all(client), self.writer, self.trim, signals).boxed(),
+            Some(skipped) => {
+                watch::reflect_decoded(what, client, skipped, self.writer, self.trim, signals)
+                    .boxed()
+            }
+        };
+        events
             .take_until(lifecycle::stopped(stop))
             .for_each(|event| {
                 let subscribers = &subscribers;

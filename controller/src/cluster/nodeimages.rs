@@ -2,23 +2,30 @@
 //! controller read NodeImages; one watch and one store serve them all, and
 //! each gets its own wakeup stream. (Separate caches held a copy of every
 //! NodeImage per controller and decoded each node's status writes once per
-//! controller.) The node mirror keeps its own metadata-only watch: it needs
-//! deletions, which a shared stream does not carry.
+//! controller.) The node mirror reads the watch's events as metadata
+//! ([`NodeImages::subscribe_meta`]: it needs deletions, which the shared
+//! stream does not carry) and records what it owns of each NodeImage before
+//! the projection drops it ([`NodeImages::observe`]).
 
 use crate::cluster::watch::{self, SyncSignals, Synced};
 use crate::runtime::lifecycle;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::watcher;
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::ImageStatus;
 use nodeimage_api::kruise::nodeimage::salvage;
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
-use tokio::sync::watch as signal;
+use tokio::sync::{mpsc, watch as signal};
 
 /// Wakeups a subscriber may fall behind by before the watch waits for it.
 const BUFFER: usize = 1024;
+
+/// What sees each NodeImage whole, before the projection.
+type Observer = Box<dyn FnMut(&NodeImage) + Send>;
 
 /// The shared store and what its watch needs to run.
 pub struct NodeImages {
@@ -27,6 +34,8 @@ pub struct NodeImages {
     /// Set once the store holds a complete list.
     pub synced: Synced,
     writer: Writer<NodeImage>,
+    observers: Vec<Observer>,
+    meta_subscribers: Vec<mpsc::Sender<watcher::Event<PartialObjectMeta<NodeImage>>>>,
 }
 
 /// What one controller reads of the shared cache.
@@ -47,7 +56,27 @@ impl NodeImages {
             store,
             synced: Synced::default(),
             writer,
+            observers: Vec::new(),
+            meta_subscribers: Vec::new(),
         }
+    }
+
+    /// Lets `observe` see each NodeImage whole, before [`compact`] drops
+    /// what the store need not keep. Call before [`NodeImages::run`].
+    pub fn observe(&mut self, observe: impl FnMut(&NodeImage) + Send + 'static) {
+        self.observers.push(Box::new(observe));
+    }
+
+    /// The watch's events, deletions and list markers included, as each
+    /// NodeImage's (projected) metadata, after the store applied them.
+    /// Subscribe before [`NodeImages::run`]; keep reading, or the watch
+    /// waits.
+    pub fn subscribe_meta(
+        &mut self,
+    ) -> mpsc::Receiver<watcher::Event<PartialObjectMeta<NodeImage>>> {
+        let (tx, rx) = mpsc::channel(128);
+        self.meta_subscribers.push(tx);
+        rx
     }
 
     /// The store, and a stream of NodeImages as they change (every one
@@ -76,19 +105,53 @@ impl NodeImages {
             check: readiness.check("nodeimages-synced").await,
             relisted: None,
         };
+        let mut observers = self.observers;
+        let trim = move |ni: &mut NodeImage| {
+            for observe in &mut observers {
+                observe(ni);
+            }
+            compact(ni);
+        };
+        let subscribers = self.meta_subscribers;
         watch::reflect_salvaged(
             "nodeimages",
             ctx.client.clone(),
             crate::cluster::skipped::Skipped::new(&ctx, "NodeImage", None),
             salvage::marked_explained,
             self.writer,
-            compact,
+            trim,
             signals,
         )
         .take_until(lifecycle::stopped(stop))
-        .for_each(|_| std::future::ready(()))
+        .for_each(|event| {
+            let subscribers = &subscribers;
+            async move {
+                if subscribers.is_empty() {
+                    return;
+                }
+                let meta = metadata_of(event);
+                for tx in subscribers {
+                    // A subscriber that has stopped needs nothing more.
+                    let _ = tx.send(meta.clone()).await;
+                }
+            }
+        })
         .await;
         tracing::info!("nodeimage watch stopped");
+    }
+}
+
+/// A watch event with each NodeImage reduced to its metadata.
+fn metadata_of(event: watcher::Event<NodeImage>) -> watcher::Event<PartialObjectMeta<NodeImage>> {
+    use kube::api::PartialObjectMetaExt;
+    match event {
+        watcher::Event::Apply(ni) => watcher::Event::Apply(ni.metadata.into_response_partial()),
+        watcher::Event::InitApply(ni) => {
+            watcher::Event::InitApply(ni.metadata.into_response_partial())
+        }
+        watcher::Event::Delete(ni) => watcher::Event::Delete(ni.metadata.into_response_partial()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

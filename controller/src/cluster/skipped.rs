@@ -150,6 +150,13 @@ impl Skipped {
         tokio::spawn(async move { this.publish_note::<K>(meta, note).await });
     }
 
+    /// Whether the object with this uid is stored but skipped now (it does
+    /// not decode): it exists, though no store holds it.
+    pub fn holds(&self, uid: &str) -> bool {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.contains_key(uid)
+    }
+
     fn id<K>(l: &Lenient<K>) -> String {
         l.metadata.uid.clone().unwrap_or_else(|| l.key())
     }

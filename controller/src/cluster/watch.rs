@@ -21,32 +21,8 @@ use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether a reflector store has completed its first list.
-#[derive(Clone, Debug, Default)]
-pub struct Synced(Arc<AtomicBool>);
-
-impl Synced {
-    /// True once the store holds a complete list.
-    pub fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    /// Marks the store as holding a complete list.
-    fn set(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-
-    /// A flag that is already set, for tests of code that reads stores.
-    #[cfg(test)]
-    pub fn done() -> Self {
-        let s = Self::default();
-        s.set();
-        s
-    }
-}
+pub use crate::runtime::readers::Synced;
 
 /// Where a watch reports that its store is synced.
 pub struct SyncSignals {
@@ -74,6 +50,27 @@ where
     F: FnMut(&mut K) + Send + 'static,
 {
     watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .filter_map(signalled(what, signals))
+}
+
+/// [`reflect`] for a kind whose objects may not decode: those are skipped
+/// and reported by `skipped` ([`decoded`]); the others fill the store.
+pub fn reflect_decoded<K, F>(
+    what: &'static str,
+    client: kube::Client,
+    skipped: Skipped,
+    writer: Writer<K>,
+    trim: F,
+    signals: SyncSignals,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: FnMut(&mut K) + Send + 'static,
+{
+    decoded(client, skipped)
         .default_backoff()
         .modify(trim)
         .reflect(writer)
@@ -122,14 +119,12 @@ where
         .applied_objects()
 }
 
-/// [`controller_trigger`] without the job's status-only changes: a job is
-/// woken when its generation (spec, and deletion), finalizers, labels or
-/// annotations change, not by its own status writes. Everything it reads
-/// of the status is in the store when something else wakes it.
-pub fn spec_trigger<K>(
-    client: kube::Client,
-    writer: Writer<K>,
-    skipped: Skipped,
+/// A controller's trigger stream without the job's status-only changes: a
+/// job is woken when its generation (spec, and deletion), finalizers,
+/// labels or annotations change, not by its own status writes. Everything
+/// it reads of the status is in the store when something else wakes it.
+pub fn spec_changes<K>(
+    trigger: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -143,7 +138,7 @@ where
         .combine(predicates::labels::<K>)
         .combine(predicates::annotations::<K>)
         .combine(deleting);
-    controller_trigger(client, writer, skipped).predicate_filter(what, Default::default())
+    trigger.predicate_filter(what, Default::default())
 }
 
 /// [`reflect`] into a shared store (whose subscribers are woken by every

@@ -40,8 +40,6 @@ pub struct Context {
     pub policy: crate::runtime::policy::Policy,
     /// Reconcile metrics.
     pub metrics: crate::runtime::metrics::Metrics,
-    /// The stores each controller hands to the others' readers.
-    pub stores: std::sync::Arc<crate::runtime::stores::Stores>,
     /// Registries whose followed tags are looked up over plain HTTP.
     pub follow_tag_http_registries: Vec<String>,
     /// Most nodes a workload's pre-download adds beyond those of its Pods.
@@ -75,7 +73,6 @@ impl Context {
                 .map_err(ContextError::UpgradeImages)?,
             },
             metrics: crate::runtime::metrics::Metrics::default(),
-            stores: std::sync::Arc::default(),
             follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
             follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags((

@@ -3,7 +3,7 @@
 //! time, NodeImages, per-job node counts and jobs by phase. Per-job series
 //! vanish with their job because they are computed from the current cache.
 
-use crate::runtime::stores::Stores;
+use crate::runtime::readers::Scraped;
 use kube::ResourceExt;
 use nodeimage_api::kruise::ImagePullJob;
 use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
@@ -162,8 +162,8 @@ impl Drop for ReconcileTimer {
 impl Metrics {
     /// Registers everything under `nodeimage_controller` / `nodeimage`,
     /// with the per-kind counters of every reconciled kind present at 0;
-    /// the scrape-time metrics read `stores` (they never write them).
-    pub fn register(&self, r: &mut Registry, stores: Arc<Stores>, gate_taint: &str) {
+    /// the scrape-time metrics read `caches` (they never write them).
+    pub fn register(&self, r: &mut Registry, caches: Arc<Scraped>, gate_taint: &str) {
         for kind in RECONCILED_KINDS {
             let l = KindLabels {
                 kind: (*kind).into(),
@@ -235,7 +235,7 @@ impl Metrics {
             self.followtag_digest_changes.clone(),
         );
         self.predownload.register(r);
-        r.register_collector(Box::new(CacheCollector(stores, gate_taint.to_string())));
+        r.register_collector(Box::new(CacheCollector(caches, gate_taint.to_string())));
     }
 
     /// Starts timing a reconcile of `kind`.
@@ -409,26 +409,23 @@ pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
 
 /// How many cached Nodes carry the start-up gate's taint `key` (none when
 /// the gate is off, `key` empty).
-fn gated_nodes(
-    store: &kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
-    key: &str,
-) -> usize {
+fn gated_nodes(nodes: &[Arc<k8s_openapi::api::core::v1::Node>], key: &str) -> usize {
     let gated = |n: &std::sync::Arc<k8s_openapi::api::core::v1::Node>| {
         let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref());
         !key.is_empty() && nodeimage_api::gate::has_taint(taints, key)
     };
-    store.state().iter().filter(|n| gated(n)).count()
+    nodes.iter().filter(|n| gated(n)).count()
 }
 
-/// The shared stores, and the start-up gate's taint key (empty: off).
+/// The shared caches, and the start-up gate's taint key (empty: off).
 #[derive(Debug)]
-struct CacheCollector(Arc<Stores>, String);
+struct CacheCollector(Arc<Scraped>, String);
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = &self.0;
-        if let Some(store) = c.nodeimages.get() {
-            let g = ConstGauge::new(store.state().len() as i64);
+        if let Some(all) = c.nodeimages.listed() {
+            let g = ConstGauge::new(all.len() as i64);
             g.encode(encoder.encode_descriptor(
                 "nodeimage_nodeimages",
                 "NodeImages in the cluster",
@@ -436,8 +433,8 @@ impl Collector for CacheCollector {
                 g.metric_type(),
             )?)?;
         }
-        if let Some(store) = c.nodes.get() {
-            let gated = gated_nodes(store, &self.1);
+        if let Some(all) = c.nodes.listed() {
+            let gated = gated_nodes(&all, &self.1);
             let g = ConstGauge::new(i64::try_from(gated).unwrap_or(i64::MAX));
             g.encode(encoder.encode_descriptor(
                 "nodeimage_startup_gated_nodes",
@@ -447,14 +444,14 @@ impl Collector for CacheCollector {
             )?)?;
         }
         let mut jobs: Vec<JobCounts> = Vec::new();
-        if let Some(s) = c.image_pull_jobs.get() {
-            jobs.extend(s.state().iter().map(|j| image_pull_job_counts(j)));
+        if let Some(all) = c.image_pull_jobs.listed() {
+            jobs.extend(all.iter().map(|j| image_pull_job_counts(j)));
         }
-        if let Some(s) = c.image_pre_pull_jobs.get() {
-            jobs.extend(s.state().iter().map(|j| image_pre_pull_job_counts(j)));
+        if let Some(all) = c.image_pre_pull_jobs.listed() {
+            jobs.extend(all.iter().map(|j| image_pre_pull_job_counts(j)));
         }
-        if let Some(s) = c.node_upgrade_jobs.get() {
-            jobs.extend(s.state().iter().map(|j| node_upgrade_job_counts(j)));
+        if let Some(all) = c.node_upgrade_jobs.listed() {
+            jobs.extend(all.iter().map(|j| node_upgrade_job_counts(j)));
         }
         let nodes: Family<JobLabels, Gauge> = Family::default();
         let mut phases: BTreeMap<(&'static str, &'static str), i64> = BTreeMap::new();
@@ -497,9 +494,7 @@ impl Collector for CacheCollector {
             None,
             by_phase.metric_type(),
         )?)?;
-        if let Some(report) = c.registries.get() {
-            registries::encode(&report(), &mut encoder)?;
-        }
+        registries::encode(&(c.registries)(), &mut encoder)?;
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! The process: what every controller shares (`context`), start and stop
 //! (`lifecycle`), leader election (`leader`), the clock the plans read
-//! (`clock`), the metrics (`metrics`), the stores handed from their makers
-//! to their readers (`stores`) and what the platform team allows tenants'
+//! (`clock`), the metrics (`metrics`), how readers see the shared caches
+//! (`readers`) and what the platform team allows tenants'
 //! jobs (`policy`).
 
 pub mod clock;
@@ -10,4 +10,4 @@ pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod policy;
-pub mod stores;
+pub mod readers;

@@ -12,21 +12,19 @@ mod owners;
 pub mod plan;
 mod reconcile;
 
+use crate::cluster::cache::{self, Subscription as CacheSubscription};
 use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::nodeimages::Subscription;
-use crate::cluster::watch::{self, SyncSignals, Synced};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeImage, NodeUpgradeJob};
-use nodeimage_ops::health::Readiness;
 use owners::{JobCache, OwnerCaches};
 use reconcile::{error_policy, reconcile};
 use std::sync::Arc;
@@ -35,47 +33,35 @@ use tokio::sync::watch as signal;
 /// Housekeeping's controller name in logs.
 const NAME: &str = "housekeeping";
 
+/// The job kinds' shared caches, read for the owners of tags.
+pub struct OwnerFeeds {
+    /// ImagePullJobs.
+    pub pull: CacheSubscription<ImagePullJob>,
+    /// ImagePrePullJobs.
+    pub prepull: CacheSubscription<ImagePrePullJob>,
+    /// NodeUpgradeJobs.
+    pub upgrade: CacheSubscription<NodeUpgradeJob>,
+}
+
 /// Runs housekeeping until `stop` turns true.
 pub async fn run(
     ctx: Context,
-    readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodeimages: Subscription,
     nodes: NodeSubscription,
+    owners: OwnerFeeds,
 ) {
-    let client = ctx.client.clone();
     let (relisted_tx, relisted_rx) = mpsc::unbounded::<()>();
-    let signals = |check| SyncSignals {
-        synced: Synced::default(),
-        check,
-        relisted: Some(relisted_tx.clone()),
-    };
-
     let NodeSubscription {
         store: nodes,
         synced: nodes_synced,
         events,
+        ..
     } = nodes;
-    let node_events = node_events(
-        crate::cluster::cache::event_stream(events),
-        relisted_tx.clone(),
-    );
-    let (pull_jobs, pull_deleted) = job_cache::<ImagePullJob>(
-        "imagepulljobs",
-        &client,
-        signals(readiness.check("imagepulljobs-synced").await),
-    );
-    let (pre_pull_jobs, pre_pull_deleted) = job_cache::<ImagePrePullJob>(
-        "imageprepulljobs",
-        &client,
-        signals(readiness.check("imageprepulljobs-synced").await),
-    );
-    let (upgrade_jobs, upgrade_deleted) = job_cache::<NodeUpgradeJob>(
-        "nodeupgradejobs",
-        &client,
-        signals(readiness.check("nodeupgradejobs-synced").await),
-    );
-    drop(relisted_tx);
+    let node_events = node_events(cache::event_stream(events), relisted_tx.clone());
+    let (pull_jobs, pull_deleted) = job_cache(owners.pull, relisted_tx.clone());
+    let (pre_pull_jobs, pre_pull_deleted) = job_cache(owners.prepull, relisted_tx.clone());
+    let (upgrade_jobs, upgrade_deleted) = job_cache(owners.upgrade, relisted_tx);
 
     let state = Arc::new(reconcile::State {
         ctx,
@@ -128,42 +114,43 @@ fn node_events(
     })
 }
 
-/// A metadata cache of one job kind, and the stream of its deleted jobs.
+/// One job kind's cache as housekeeping reads it, and the stream of its
+/// deleted jobs; each completed (re)list is told to `relisted`.
 fn job_cache<K>(
-    what: &'static str,
-    client: &kube::Client,
-    signals: SyncSignals,
+    sub: CacheSubscription<K>,
+    relisted: mpsc::UnboundedSender<()>,
 ) -> (
     JobCache<K>,
-    impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
-    let synced = signals.synced.clone();
-    let deleted = watch::reflect(
-        what,
-        Api::all(client.clone()),
-        writer,
-        watch::without_managed_fields,
-        signals,
-    )
-    .filter_map(|event| {
+    let undecodable = sub.undecodable;
+    let cache = JobCache {
+        store: sub.store,
+        synced: sub.synced,
+        undecodable: Arc::new(move |uid| undecodable.as_ref().is_some_and(|s| s.holds(uid))),
+    };
+    let deleted = cache::event_stream(sub.events).filter_map(move |event| {
         std::future::ready(match event {
             watcher::Event::Delete(job) => Some(Ok(job)),
+            watcher::Event::InitDone => {
+                let _ = relisted.unbounded_send(());
+                None
+            }
             _ => None,
         })
     });
-    (JobCache { store, synced }, deleted)
+    (cache, deleted)
 }
 
 /// Maps a deleted job to the NodeImages holding tags it owned.
 fn owned_by<K: Resource<DynamicType = ()>>(
     nodeimages: Store<NodeImage>,
-) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<NodeImage>> + Send + Sync + 'static {
+) -> impl Fn(K) -> Vec<ObjectRef<NodeImage>> + Send + Sync + 'static {
     move |job| {
-        let Some(uid) = job.metadata.uid.as_deref() else {
+        let Some(uid) = job.meta().uid.as_deref() else {
             return Vec::new();
         };
         nodeimages

@@ -5,17 +5,24 @@ use super::plan::{OwnerLookup, OwnerState};
 use crate::cluster::watch::Synced;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
-use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::kruise::NodeImageSpec;
 use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeUpgradeJob};
 
-/// A cache of one job kind's metadata and whether it has been listed.
+/// Whether a uid is that of a job that exists but does not decode (the
+/// shared cache skips it, so its store does not hold it).
+pub type Undecodable = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// One job kind's shared cache, whether it has been listed, and its
+/// skipped jobs.
 pub struct JobCache<K: Resource<DynamicType = ()> + 'static> {
-    /// Metadata of every job of the kind.
-    pub store: Store<PartialObjectMeta<K>>,
+    /// Every job of the kind that decodes.
+    pub store: Store<K>,
     /// Whether `store` has been listed.
     pub synced: Synced,
+    /// Jobs of the kind that exist but do not decode: they still own
+    /// their tags.
+    pub undecodable: Undecodable,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> JobCache<K> {
@@ -34,9 +41,12 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> JobCache<K> {
             (false, _) => ObjectRef::new(name),
         };
         match self.store.get(&key) {
+            None if owner.uid.as_deref().is_some_and(|u| (self.undecodable)(u)) => {
+                OwnerState::Exists
+            }
             None => OwnerState::Gone,
             Some(job) => match owner.uid.as_deref() {
-                Some(uid) if job.metadata.uid.as_deref() != Some(uid) => OwnerState::Gone,
+                Some(uid) if job.meta().uid.as_deref() != Some(uid) => OwnerState::Gone,
                 _ => OwnerState::Exists,
             },
         }

@@ -3,13 +3,14 @@
 
 pub mod plan;
 
+use crate::cluster::cache::{Subscription, touched};
 use crate::engine::jobshell::{self, Error, JobKind, api_err};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
 use chrono::Utc;
-use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use nodeimage_api::{ImageListPullJob, ImagePullJob};
 use nodeimage_ops::health::Readiness;
@@ -26,25 +27,24 @@ impl JobKind for ImageListPullJob {
     }
 }
 
-/// Runs the ImageListPullJob controller until `stop` turns true.
-pub async fn run(ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+/// Runs the ImageListPullJob controller until `stop` turns true; its
+/// children come from the shared ImagePullJob cache (`children`), matched
+/// by their owner references.
+pub async fn run(
+    ctx: Context,
+    readiness: Readiness,
+    stop: signal::Receiver<bool>,
+    children: Subscription<ImagePullJob>,
+) {
     let client = ctx.client.clone();
     let ready = readiness.check("imagelistpulljobs-synced").await;
     let (lists, list_writer) = reflector::store::<ImageListPullJob>();
     let skipped = crate::cluster::skipped::Skipped::new(&ctx, "ImageListPullJob", None);
-    // Children are matched by their owner references alone (metadata), so
-    // a child that does not decode still wakes its list.
-    let children = watcher::watcher(
-        Api::<PartialObjectMeta<ImagePullJob>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects();
     let controller = Controller::for_stream(
         crate::cluster::watch::controller_trigger(client, list_writer, skipped),
         lists,
     )
-    .owns_stream(children);
+    .owns_stream(touched(children.events));
     ready.set(true);
     let name = ImageListPullJob::NAME;
     lifecycle::run_controller(

@@ -20,5 +20,4 @@ pub const WIRING: NodeTaskWiring<ImagePrePullJob, crate::nodeimage::nodes::NodeI
     NodeTaskWiring {
         node_key: crate::nodeimage::nodes::node_info,
         is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
-        jobs_store: |s| &s.image_pre_pull_jobs,
     };

@@ -12,17 +12,15 @@
 pub mod plan;
 mod reconcile;
 
-use crate::cluster::nodeimages::Subscription;
 use crate::cluster::wakeups::{LabelChanges, TagChanges};
 use crate::cluster::watch;
 use crate::engine::jobshell;
-use crate::runtime::context::Context;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodeimage_api::{ImagePullJob, NodeImage};
 use std::sync::Arc;
@@ -31,30 +29,33 @@ use tokio::sync::watch as signal;
 /// Kind name in tag owner references.
 pub const KIND: &str = "ImagePullJob";
 
-/// Runs the ImagePullJob controller until `stop` turns true.
+/// Runs the ImagePullJob controller until `stop` turns true. Besides what
+/// every job kind reads, it reads Nodes (node selectors) and Pods (pod
+/// selectors).
 pub async fn run(
-    ctx: Context,
-    writer: crate::cluster::tagwrites::NodeWriter,
-    pacing: Arc<crate::engine::registrypace::RegistryPacing>,
-    stop: signal::Receiver<bool>,
-    nodeimages: Subscription,
+    inputs: jobshell::JobInputs<ImagePullJob>,
     nodes: Store<k8s_openapi::api::core::v1::Node>,
     pods: crate::cluster::podcache::PodSubscription,
+    stop: signal::Receiver<bool>,
 ) {
+    let jobshell::JobInputs {
+        ctx,
+        writer,
+        pacing,
+        nodeimages,
+        jobs,
+    } = inputs;
     jobshell::ensure_secrets_namespace(&ctx, "pull secrets").await;
     let client = ctx.client.clone();
     let crate::cluster::podcache::PodSubscription {
         store: pods,
         synced: pods_synced,
         events: pod_events,
+        ..
     } = pods;
-    let (jobs, job_writer) = reflector::store::<ImagePullJob>();
-    let skipped = crate::cluster::skipped::Skipped::new(&ctx, KIND, Some("message"));
-    let controller = Controller::for_stream(
-        watch::spec_trigger(client.clone(), job_writer, skipped),
-        jobs.clone(),
-    );
-    let _ = ctx.stores.image_pull_jobs.set(jobs.clone());
+    let trigger = watch::spec_changes(crate::cluster::cache::applied(jobs.events));
+    let jobs = jobs.store;
+    let controller = Controller::for_stream(trigger, jobs.clone());
     let reach = crate::engine::followtag::Reach {
         http_registries: ctx.follow_tag_http_registries.clone(),
         proxies: nodeimage_api::noproxy::Proxies::from_env(),

@@ -6,43 +6,54 @@
 pub mod decide;
 mod reconcile;
 
+use crate::cluster::cache;
 use crate::cluster::nodecache::NodeSubscription;
-use crate::cluster::watch::{self, SyncSignals, Synced};
+use crate::cluster::watch::{self, Synced};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
 use decide::Ownership;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::PartialObjectMeta;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use nodeimage_api::NodeImage;
-use nodeimage_ops::health::Readiness;
 use reconcile::{error_policy, reconcile};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use tokio::sync::watch as signal;
+use tokio::sync::{mpsc, watch as signal};
 
 /// The node mirror's controller name in logs.
 const NAME: &str = "node mirror";
 
+/// What the node mirror reads of the shared NodeImage cache.
+pub struct NodeImageFeed {
+    /// Every NodeImage (projected: labels and deletion are what it reads).
+    pub store: Store<NodeImage>,
+    /// Whether `store` has been listed.
+    pub synced: Synced,
+    /// The watch's events as metadata, deletions included.
+    pub events: mpsc::Receiver<watcher::Event<PartialObjectMeta<NodeImage>>>,
+    /// What each NodeImage records of the mirror's labels, filled as the
+    /// cache sees each NodeImage whole ([`Owned::record`]).
+    pub owned: Owned,
+}
+
 /// Runs the node mirror until `stop` turns true.
 pub async fn run(
     ctx: Context,
-    readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodes: NodeSubscription,
+    nodeimages: NodeImageFeed,
 ) {
-    let client = ctx.client.clone();
-
     let NodeSubscription {
         store: nodes,
         events,
         ..
     } = nodes;
-    let node_events = crate::cluster::cache::event_stream(events).filter_map(|event| {
+    let node_events = cache::event_stream(events).filter_map(|event| {
         std::future::ready(match event {
             watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
                 Some(Ok::<_, watcher::Error>(n))
@@ -51,35 +62,28 @@ pub async fn run(
         })
     });
 
-    let nodeimages_synced = Synced::default();
-    let (nodeimages, nodeimage_writer) = reflector::store::<PartialObjectMeta<NodeImage>>();
     // Node status writes change a NodeImage all the time; only a change of
     // what the mirror compares (labels, its record of them, deletion) or a
     // deletion wakes the Node.
-    let owned = Owned::default();
-    let (record, forget, key_of) = (owned.clone(), owned.clone(), owned.clone());
-    let listed = nodeimages.clone();
-    let nodeimage_events = watch::reflect(
-        "nodeimages (mirror)",
-        Api::all(client),
-        nodeimage_writer,
-        move |ni: &mut PartialObjectMeta<NodeImage>| record.take_from(ni),
-        SyncSignals {
-            synced: nodeimages_synced.clone(),
-            check: readiness.check("mirror-nodeimages-synced").await,
-            relisted: None,
-        },
-    )
-    .inspect(move |event| match event {
-        watcher::Event::Delete(ni) => forget.remove(&ni.name_any()),
-        watcher::Event::InitDone => {
-            forget.retain(|name| listed.get(&ObjectRef::new(name)).is_some())
-        }
-        _ => {}
-    })
-    .filter_map(watch::changes_only(
-        move |ni: &PartialObjectMeta<NodeImage>| MirrorKey::of(ni, &key_of),
-    ));
+    let NodeImageFeed {
+        store: listed,
+        synced: nodeimages_synced,
+        events,
+        owned,
+    } = nodeimages;
+    let (forget, key_of) = (owned.clone(), owned.clone());
+    let nodeimages = listed.clone();
+    let nodeimage_events = cache::event_stream(events)
+        .inspect(move |event| match event {
+            watcher::Event::Delete(ni) => forget.remove(&ni.name_any()),
+            watcher::Event::InitDone => {
+                forget.retain(|name| listed.get(&ObjectRef::new(name)).is_some())
+            }
+            _ => {}
+        })
+        .filter_map(watch::changes_only(
+            move |ni: &PartialObjectMeta<NodeImage>| MirrorKey::of(ni, &key_of),
+        ));
 
     let state = Arc::new(reconcile::State {
         ctx,
@@ -96,10 +100,12 @@ pub async fn run(
 }
 
 /// What each NodeImage records of the mirror's labels (its annotation, and
-/// keys an earlier version applied), taken out of the metadata as each
-/// NodeImage arrives: the cached metadata keeps no annotations or managed
-/// fields (both cost more than the rest of the metadata: docs/benchmarks.md,
-/// "Controller memory"). Only NodeImages that record something have an entry.
+/// keys an earlier version applied), read from its metadata as the shared
+/// cache sees it whole: the cached NodeImages keep neither that annotation
+/// nor managed fields (both cost more than the rest of the metadata:
+/// docs/benchmarks.md, "Controller memory"). Only NodeImages that record
+/// something have an entry; one goes with its NodeImage, or at the relist
+/// that finds it gone (this module's stream).
 #[derive(Clone, Default)]
 pub struct Owned(Arc<Mutex<HashMap<String, Ownership>>>);
 
@@ -109,17 +115,14 @@ impl Owned {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records what `ni` says the mirror owns and drops its annotations
-    /// and managed fields, which the cache then does not hold.
-    fn take_from(&self, ni: &mut PartialObjectMeta<NodeImage>) {
+    /// Records what `ni` (whole, as stored) says the mirror owns.
+    pub fn record(&self, ni: &NodeImage) {
         let now = Ownership::of(&ni.metadata);
         let cleared = ni
             .metadata
             .managed_fields
             .as_ref()
             .is_none_or(Vec::is_empty);
-        ni.metadata.managed_fields = None;
-        ni.metadata.annotations = None;
         let mut all = self.lock();
         let owned = match ni.metadata.name.as_ref() {
             Some(name) => now.carried_over(all.get(name), cleared),

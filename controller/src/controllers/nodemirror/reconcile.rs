@@ -8,7 +8,7 @@ use crate::engine::jobshell::requeue::{self, Classify, Failure, NOT_SYNCED_RETRY
 use crate::runtime::context::Context;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::NodeImage;
@@ -21,8 +21,9 @@ const KIND: &str = "Node";
 pub struct State {
     /// Client and settings.
     pub ctx: Context,
-    /// NodeImage metadata, without managed fields and annotations.
-    pub nodeimages: Store<PartialObjectMeta<NodeImage>>,
+    /// Every NodeImage (the shared cache: no managed fields, none of the
+    /// mirror's annotations).
+    pub nodeimages: Store<NodeImage>,
     /// What each NodeImage records of the mirror's labels.
     pub owned: Owned,
     /// Whether `nodeimages` has been listed.

@@ -31,5 +31,4 @@ pub const WIRING: NodeTaskWiring<NodeUpgradeJob, (nodes::NodeInfo, Option<String
     NodeTaskWiring {
         node_key,
         is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
-        jobs_store: |s| &s.node_upgrade_jobs,
     };

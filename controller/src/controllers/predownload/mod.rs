@@ -20,6 +20,7 @@ pub mod plan;
 pub mod settings;
 pub mod workload;
 
+use crate::cluster::cache::{Subscription, touched};
 use crate::cluster::podcache::PodSubscription;
 use crate::engine::jobevents::JobEvent;
 use crate::engine::jobshell::{Error, api_err, publish_on};
@@ -51,7 +52,7 @@ pub const RECHECK: Duration = Duration::from_secs(120);
 /// What one kind's reconciler reads.
 struct State {
     ctx: Context,
-    /// This kind's pre-download jobs (labelled with their workload's UID).
+    /// Every ImagePullJob (the shared cache; a workload's are those it owns).
     jobs: Store<ImagePullJob>,
     /// Every Node, trimmed (the shared Node cache).
     nodes: Store<Node>,
@@ -59,14 +60,23 @@ struct State {
     pods: Store<Pod>,
 }
 
-/// The Pod cache's subscriptions, one per workload kind.
-pub struct PodFeeds {
+/// What one workload kind's pre-download reads of the shared caches: the
+/// Pods and the ImagePullJobs (its own are those it owns).
+pub struct Feed {
+    /// Every Pod, trimmed, and their changes.
+    pub pods: PodSubscription,
+    /// Every ImagePullJob, and their changes.
+    pub jobs: Subscription<ImagePullJob>,
+}
+
+/// The shared caches' subscriptions, one per workload kind.
+pub struct Feeds {
     /// For Deployments.
-    pub deployments: PodSubscription,
+    pub deployments: Feed,
     /// For StatefulSets.
-    pub statefulsets: PodSubscription,
+    pub statefulsets: Feed,
     /// For DaemonSets.
-    pub daemonsets: PodSubscription,
+    pub daemonsets: Feed,
 }
 
 /// Runs pre-download for the three kinds until `stop` turns true; does
@@ -76,7 +86,7 @@ pub async fn run(
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodes: Store<Node>,
-    pods: PodFeeds,
+    feeds: Feeds,
 ) {
     if ctx.policy.predownload_namespaces
         == crate::runtime::policy::Namespaces::Only(Default::default())
@@ -90,16 +100,16 @@ pub async fn run(
             readiness.clone(),
             stop.clone(),
             nodes.clone(),
-            pods.deployments
+            feeds.deployments
         ),
         run_kind::<StatefulSet>(
             ctx.clone(),
             readiness.clone(),
             stop.clone(),
             nodes.clone(),
-            pods.statefulsets
+            feeds.statefulsets
         ),
-        run_kind::<DaemonSet>(ctx, readiness, stop, nodes, pods.daemonsets),
+        run_kind::<DaemonSet>(ctx, readiness, stop, nodes, feeds.daemonsets),
     );
 }
 
@@ -108,7 +118,7 @@ async fn run_kind<K>(
     readiness: Readiness,
     stop: signal::Receiver<bool>,
     nodes: Store<Node>,
-    pods: PodSubscription,
+    feed: Feed,
 ) where
     K: AsWorkload
         + Resource<DynamicType = ()>
@@ -136,22 +146,17 @@ async fn run_kind<K>(
     .modify(|w: &mut K| w.trim())
     .reflect(writer)
     .applied_objects();
-    let (jobs, jobs_writer) = reflector::store::<ImagePullJob>();
+    let Feed { pods, jobs } = feed;
     let kind = K::KIND.name();
-    let job_events = watcher(
-        Api::<ImagePullJob>::all(client),
-        watcher::Config::default().labels(names::WORKLOAD_UID_LABEL),
-    )
-    .default_backoff()
-    .reflect(jobs_writer)
-    .touched_objects()
-    .filter(move |r| {
-        let ours = r
-            .as_ref()
-            .is_ok_and(|j| j.owner_references().iter().any(|o| o.kind == kind));
+    let job_events = touched(jobs.events).filter(move |r| {
+        let ours = r.as_ref().is_ok_and(|j| {
+            j.labels().contains_key(names::WORKLOAD_UID_LABEL)
+                && j.owner_references().iter().any(|o| o.kind == kind)
+        });
         std::future::ready(ours)
     });
-    let pod_events = crate::cluster::cache::touched(pods.events);
+    let jobs = jobs.store;
+    let pod_events = touched(pods.events);
     let controller = Controller::for_stream(trigger, workloads.clone())
         .owns_stream(job_events)
         .watches_stream(pod_events, on_pod(workloads));

@@ -8,12 +8,14 @@
 //! never adds the taint. The decisions are in `plan` and `images`.
 //!
 //! It reads the shared Node cache (which keeps the gate's taint), the
-//! shared NodeImage cache (which keeps the note) and the job kinds' own
-//! stores (`ctx.stores`); it keeps nothing of its own.
+//! shared NodeImage cache (which keeps the note) and the gating job kinds'
+//! caches, all handed in by the wiring; it keeps nothing of its own.
 
 pub mod images;
 pub mod plan;
 mod reconcile;
+
+pub use reconcile::GateJobs;
 
 use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::watch::Synced;
@@ -35,9 +37,9 @@ pub async fn run(
     stop: signal::Receiver<bool>,
     nodes: NodeSubscription,
     nodeimages: (Store<NodeImage>, Synced),
+    jobs: reconcile::GateJobs,
 ) {
     let NodeSubscription { store, events, .. } = nodes;
-    let _ = ctx.stores.nodes.set(store.clone());
     let node_events = crate::cluster::cache::event_stream(events).filter_map(|event| {
         std::future::ready(match event {
             watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
@@ -57,6 +59,7 @@ pub async fn run(
     tracing::info!(taint = %settings.taint, timeout_s = settings.timeout.num_seconds(), "start-up gate settings");
     let state = Arc::new(reconcile::State {
         ctx,
+        jobs,
         nodeimages: nodeimages.0,
         nodeimages_synced: nodeimages.1,
         settings,

@@ -10,15 +10,16 @@ use crate::engine::jobshell::requeue::{self, Classify, Failure, NOT_SYNCED_RETRY
 use crate::nodeimage::nodes;
 use crate::runtime::clock;
 use crate::runtime::context::Context;
+use crate::runtime::readers::Listed;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
-use nodeimage_api::NodeImage;
 use nodeimage_api::gate::{self, GateNote, STARTUP_GATE};
 use nodeimage_api::lenient::Lenient;
+use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeImage};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -28,14 +29,24 @@ const KIND: &str = "Node";
 
 /// What the gate's reconciler reads.
 pub struct State {
-    /// Client, settings, metrics (and through them the job caches).
+    /// Client, settings, metrics.
     pub ctx: Context,
+    /// The gating job kinds' caches.
+    pub jobs: GateJobs,
     /// Every NodeImage (with the gate's note kept).
     pub nodeimages: Store<NodeImage>,
     /// Whether `nodeimages` has been listed.
     pub nodeimages_synced: Synced,
     /// The gate's settings.
     pub settings: Settings,
+}
+
+/// The caches of the job kinds that may gate new nodes.
+pub struct GateJobs {
+    /// ImagePullJobs.
+    pub pull: Listed<ImagePullJob>,
+    /// ImagePrePullJobs.
+    pub prepull: Listed<ImagePrePullJob>,
 }
 
 /// Why handling one Node failed.
@@ -142,22 +153,15 @@ enum Known {
 
 /// The gating images of `node`, from the job kinds' caches.
 fn gating_images(state: &State, node: &Node, ni: Option<&Arc<NodeImage>>) -> Known {
-    let caches = &state.ctx.stores;
-    let (Some(pull), Some(prepull)) = (
-        caches.image_pull_jobs.get(),
-        caches.image_pre_pull_jobs.get(),
-    ) else {
+    let (Some(pull), Some(prepull)) = (state.jobs.pull.listed(), state.jobs.prepull.listed())
+    else {
         return Known::NotYet;
     };
-    if !(listed(pull) && listed(prepull)) {
-        return Known::NotYet;
-    }
     let info = nodes::node_info(node);
     let Some(ni) = ni.filter(|_| info.wants_nodeimage) else {
         // A Node that gets no NodeImage has no daemon: nothing gates it.
         return Known::Images((!info.wants_nodeimage).then(BTreeSet::new));
     };
-    let (pull, prepull) = (pull.state(), prepull.state());
     let jobs = Jobs {
         pull: &pull,
         prepull: &prepull,
@@ -165,16 +169,6 @@ fn gating_images(state: &State, node: &Node, ni: Option<&Arc<NodeImage>>) -> Kno
         policy: &state.ctx.policy,
     };
     Known::Images(Some(images::gating_images(ni, &info, &jobs)))
-}
-
-/// Whether a store holds a complete list (without waiting for it).
-fn listed<K>(store: &Store<K>) -> bool
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    use futures::FutureExt;
-    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// Sets (or, with None, removes) the note on NodeImage `name`.

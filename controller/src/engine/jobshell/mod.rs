@@ -15,7 +15,8 @@ mod writes;
 pub use reconcile::{error_policy, reconcile, retry};
 pub use requeue::after_success;
 pub use run::{
-    NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks, wake_owners,
+    JobInputs, NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks,
+    wake_owners,
 };
 pub use writes::{
     StateOf, patch_status, publish, publish_on, write_entries, write_guarded_status, written_status,

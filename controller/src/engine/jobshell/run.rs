@@ -13,17 +13,16 @@ use crate::engine::rollout::Entry;
 use crate::nodeimage::nodes::{NodeInfo, node_info};
 use crate::runtime::context::Context;
 use crate::runtime::lifecycle;
-use crate::runtime::stores::Stores;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::NodeImage;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tokio::sync::watch as signal;
 
 /// Makes sure the namespace of the daemons' secret copies exists; without
@@ -147,14 +146,27 @@ impl<K> Caches for NodeJobs<K> {
     }
 }
 
+/// What the wiring hands every job kind's controller: the shared caches it
+/// reads, the one entry writer and the one registry pacing.
+pub struct JobInputs<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
+    /// The controller's context (client, settings, metrics).
+    pub ctx: Context,
+    /// The one writer of tag entries.
+    pub writer: crate::cluster::tagwrites::NodeWriter,
+    /// The one registry pacing.
+    pub pacing: Arc<crate::engine::registrypace::RegistryPacing>,
+    /// The NodeImage cache, subscribed.
+    pub nodeimages: Subscription,
+    /// This kind's cache, subscribed.
+    pub jobs: crate::cluster::cache::Subscription<K>,
+}
+
 /// How a KubeEdge node-task kind's controller is wired.
 pub struct NodeTaskWiring<K: JobKind, Key> {
     /// What of a Node its plan reads: only changes of it wake running jobs.
     pub node_key: fn(&Node) -> Key,
     /// Whether a job has finished (finished jobs ignore Node changes).
     pub is_finished: fn(&K) -> bool,
-    /// Where the kind's job store is handed to its readers.
-    pub jobs_store: fn(&Stores) -> &OnceLock<Store<K>>,
 }
 
 /// Runs a KubeEdge node-task kind's controller until `stop` turns true. A
@@ -163,34 +175,33 @@ pub struct NodeTaskWiring<K: JobKind, Key> {
 /// (running jobs only), and when its plan's due time comes.
 pub async fn run_node_tasks<K, Key>(
     w: NodeTaskWiring<K, Key>,
-    ctx: Context,
-    writer: crate::cluster::tagwrites::NodeWriter,
-    pacing: Arc<crate::engine::registrypace::RegistryPacing>,
-    stop: signal::Receiver<bool>,
-    nodeimages: Subscription,
+    inputs: JobInputs<K>,
     nodes: NodeSubscription,
+    stop: signal::Receiver<bool>,
 ) where
     K: JobKind,
     NodeJobs<K>: JobReconciler<Job = K>,
     Key: std::hash::Hash + Send + 'static,
 {
+    let JobInputs {
+        ctx,
+        writer,
+        pacing,
+        nodeimages,
+        jobs,
+    } = inputs;
     let NodeSubscription {
         store: nodes,
         synced: nodes_synced,
         events,
+        ..
     } = nodes;
     let node_events =
         crate::cluster::cache::event_stream(events).filter_map(watch::changes_only(w.node_key));
     ensure_secrets_namespace(&ctx, "image secrets").await;
-    let client = ctx.client.clone();
-
-    let (jobs, job_writer) = reflector::store::<K>();
-    let skipped = crate::cluster::skipped::Skipped::new(&ctx, K::KIND, Some("reason"));
-    let controller = Controller::for_stream(
-        watch::controller_trigger(client, job_writer, skipped),
-        jobs.clone(),
-    );
-    let _ = (w.jobs_store)(&ctx.stores).set(jobs.clone());
+    let trigger = crate::cluster::cache::applied(jobs.events);
+    let jobs = jobs.store;
+    let controller = Controller::for_stream(trigger, jobs.clone());
     let state = Arc::new(NodeJobs {
         shared: Shared {
             ctx,

@@ -26,7 +26,7 @@ use super::load::{self, Load};
 use super::rule::{self, JobOrder};
 use crate::engine::jobevents::JobEvent;
 use crate::engine::rollout::{Cap, Entry, Starts};
-use crate::runtime::stores::RegistryGauge;
+use crate::runtime::readers::RegistryGauge;
 use chrono::{DateTime, TimeDelta, Utc};
 use kube::runtime::reflector::Store;
 use nodeimage_api::kruise::NodeImage;

@@ -1,8 +1,8 @@
 //! The registry pacing gauges, read at scrape time through the callback the
-//! pacing module hands over in `runtime::stores` (the metrics sit below it
+//! pacing module hands over in `runtime::readers` (the metrics sit below it
 //! and cannot name it).
 
-use crate::runtime::stores::RegistryGauge;
+use crate::runtime::readers::RegistryGauge;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

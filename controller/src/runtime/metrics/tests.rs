@@ -1,6 +1,7 @@
 use super::*;
-use crate::runtime::stores::RegistryGauge;
+use crate::runtime::readers::{Listed, RegistryGauge, RegistryReport, Scraped, Synced};
 use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{self, Store};
 use nodeimage_api::NodeImage;
 use nodeimage_api::kruise::{ImagePullJobSpec, ImagePullJobStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobStatus, ImagePrePullStatus, TaskStatus};
@@ -60,16 +61,51 @@ fn job_counts_and_phases() {
     );
 }
 
+/// A listed store of `objects`.
+fn listed<K>(objects: Vec<K>) -> Listed<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    for o in objects {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o));
+    }
+    Listed {
+        store,
+        synced: Synced::done(),
+    }
+}
+
+/// A store not listed yet.
+fn unlisted<K>() -> Listed<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, _writer): (Store<K>, _) = reflector::store::<K>();
+    Listed {
+        store,
+        synced: Synced::default(),
+    }
+}
+
+/// Caches none of which is listed yet, with `registries` as the pacing.
+fn unlisted_caches(registries: RegistryReport) -> Scraped {
+    Scraped {
+        nodeimages: unlisted(),
+        nodes: unlisted(),
+        image_pull_jobs: unlisted(),
+        image_pre_pull_jobs: unlisted(),
+        node_upgrade_jobs: unlisted(),
+        registries,
+    }
+}
+
 #[test]
 fn renders_without_caches_and_counts_reconciles() {
     let m = Metrics::default();
-    let stores = Arc::new(Stores::default());
+    let caches = Arc::new(unlisted_caches(Arc::new(Vec::new)));
     let mut r = nodeimage_ops::metrics::registry("controller");
-    m.register(
-        &mut r,
-        stores.clone(),
-        nodeimage_api::gate::DEFAULT_TAINT_KEY,
-    );
+    m.register(&mut r, caches, nodeimage_api::gate::DEFAULT_TAINT_KEY);
     drop(m.reconcile("ImagePullJob"));
     m.error("ImagePullJob");
     m.response_timeouts.inc();
@@ -101,14 +137,35 @@ fn renders_without_caches_and_counts_reconciles() {
 /// The controller's metrics rendered with a series in every family the
 /// caches feed (a labelled family is encoded only once it has one).
 fn populated_render() -> String {
-    use kube::runtime::reflector;
-    use kube::runtime::watcher::Event;
     let m = Metrics::default();
-    let stores = Arc::new(Stores::default());
+    let mut j = ImagePullJob::new(
+        "j",
+        ImagePullJobSpec {
+            image: "nginx".into(),
+            template: Default::default(),
+        },
+    );
+    j.metadata.namespace = Some("ns".into());
+    let caches = Scraped {
+        nodeimages: listed(vec![NodeImage::new("n", Default::default())]),
+        nodes: listed(Vec::<Node>::new()),
+        image_pull_jobs: listed(vec![j]),
+        image_pre_pull_jobs: unlisted(),
+        node_upgrade_jobs: unlisted(),
+        registries: Arc::new(|| {
+            vec![RegistryGauge {
+                registry: "docker.io".into(),
+                in_flight: 3,
+                limit: Some(5),
+                rate_limited: true,
+                jobs_waiting: 2,
+            }]
+        }),
+    };
     let mut r = nodeimage_ops::metrics::registry("controller");
     m.register(
         &mut r,
-        stores.clone(),
+        Arc::new(caches),
         nodeimage_api::gate::DEFAULT_TAINT_KEY,
     );
     for kind in ["ImagePullJob", "NodeImage"] {
@@ -119,32 +176,6 @@ fn populated_render() -> String {
     m.invalid_objects("ImagePullJob", 1);
     m.startup_gate_opened("timeout");
     m.startup_gate_refused("ImagePullJob");
-    let (node_store, _node_writer) = reflector::store::<Node>();
-    let _ = stores.nodes.set(node_store);
-    let (ni_store, mut ni_writer) = reflector::store::<NodeImage>();
-    ni_writer.apply_watcher_event(&Event::Apply(NodeImage::new("n", Default::default())));
-    let _ = stores.nodeimages.set(ni_store);
-    let (job_store, mut job_writer) = reflector::store::<ImagePullJob>();
-    let mut j = ImagePullJob::new(
-        "j",
-        ImagePullJobSpec {
-            image: "nginx".into(),
-            template: Default::default(),
-        },
-    );
-    j.metadata.namespace = Some("ns".into());
-    job_writer.apply_watcher_event(&Event::Apply(j));
-    let _ = stores.image_pull_jobs.set(job_store);
-    let _ = stores.registries.set(Arc::new(|| {
-        vec![RegistryGauge {
-            registry: "docker.io".into(),
-            in_flight: 3,
-            limit: Some(5),
-            rate_limited: true,
-            jobs_waiting: 2,
-        }]
-    }));
-
     nodeimage_ops::metrics::render(&r)
 }
 
@@ -214,31 +245,34 @@ fn dashboard_queries_exported_metrics() {
 #[test]
 fn registry_gauges_per_registry() {
     let m = Metrics::default();
-    let stores = Arc::new(Stores::default());
+    let rows: Arc<std::sync::Mutex<Vec<RegistryGauge>>> = Arc::default();
+    let report = rows.clone();
+    let report: RegistryReport =
+        Arc::new(move || report.lock().map(|r| r.clone()).unwrap_or_default());
     let mut r = nodeimage_ops::metrics::registry("controller");
     m.register(
         &mut r,
-        stores.clone(),
+        Arc::new(unlisted_caches(report)),
         nodeimage_api::gate::DEFAULT_TAINT_KEY,
     );
     let text = nodeimage_ops::metrics::render(&r);
     assert!(
-        !text.contains("nodeimage_registry_"),
-        "no pacing, no series:\n{text}"
+        !text.lines().any(|l| l.starts_with("nodeimage_registry_")),
+        "no registry paced, no series:\n{text}"
     );
-    let _ = stores.registries.set(Arc::new(|| {
-        let row = |registry: &str, in_flight, limit, rate_limited, jobs_waiting| RegistryGauge {
-            registry: registry.into(),
-            in_flight,
-            limit,
-            rate_limited,
-            jobs_waiting,
-        };
-        vec![
+    let row = |registry: &str, in_flight, limit, rate_limited, jobs_waiting| RegistryGauge {
+        registry: registry.into(),
+        in_flight,
+        limit,
+        rate_limited,
+        jobs_waiting,
+    };
+    if let Ok(mut rows) = rows.lock() {
+        *rows = vec![
             row("docker.io", 3, Some(5), true, 2),
             row("quay.io", 1, None, false, 0),
-        ]
-    }));
+        ];
+    }
     let text = nodeimage_ops::metrics::render(&r);
     let has = |series: &str| text.lines().any(|l| l.starts_with(series));
     for series in [

@@ -1,29 +1,42 @@
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PartialObjectMetaExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use nodeimage_api::kruise::{ImageSpec, ImageTagSpec};
 
-fn job_meta<K: Resource<DynamicType = ()>>(
-    ns: Option<&str>,
-    name: &str,
-    uid: &str,
-) -> PartialObjectMeta<K> {
+fn meta(ns: Option<&str>, name: &str, uid: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
         namespace: ns.map(Into::into),
         uid: Some(uid.into()),
         ..Default::default()
     }
-    .into_response_partial()
 }
 
+fn pull_job(ns: &str, name: &str, uid: &str) -> ImagePullJob {
+    let spec = nodeimage_api::kruise::ImagePullJobSpec {
+        image: "nginx".into(),
+        template: Default::default(),
+    };
+    let mut j = ImagePullJob::new(name, spec);
+    j.metadata = meta(Some(ns), name, uid);
+    j
+}
+
+fn pre_pull_job(name: &str, uid: &str) -> ImagePrePullJob {
+    let mut j = ImagePrePullJob::new(name, Default::default());
+    j.metadata = meta(None, name, uid);
+    j
+}
+
+/// A cache of `jobs`; `undecodable` is the uid of a job that exists but
+/// does not decode.
 fn cache<K: Resource<DynamicType = ()> + Clone + 'static>(
-    jobs: Vec<PartialObjectMeta<K>>,
+    jobs: Vec<K>,
     synced: bool,
+    undecodable: &'static str,
 ) -> JobCache<K> {
-    let mut writer = Writer::<PartialObjectMeta<K>>::default();
+    let mut writer = Writer::<K>::default();
     writer.apply_watcher_event(&watcher::Event::Init);
     for j in jobs {
         writer.apply_watcher_event(&watcher::Event::InitApply(j));
@@ -36,6 +49,7 @@ fn cache<K: Resource<DynamicType = ()> + Clone + 'static>(
         } else {
             Synced::default()
         },
+        undecodable: std::sync::Arc::new(move |uid| uid == undecodable),
     }
 }
 
@@ -59,9 +73,9 @@ fn owner(
 #[test]
 fn owner_state_table() {
     let caches = OwnerCaches {
-        image_pull_jobs: cache(vec![job_meta(Some("ns"), "pull", "u1")], true),
-        image_pre_pull_jobs: cache(vec![job_meta(None, "prepull", "u2")], true),
-        node_upgrade_jobs: cache(vec![], false),
+        image_pull_jobs: cache(vec![pull_job("ns", "pull", "u1")], true, "u5"),
+        image_pre_pull_jobs: cache(vec![pre_pull_job("prepull", "u2")], true, ""),
+        node_upgrade_jobs: cache(vec![], false, ""),
     };
     use OwnerState::*;
     let cases = [
@@ -85,6 +99,11 @@ fn owner_state_table() {
             "recreated with another uid",
             owner(None, "ImagePullJob", Some("ns"), "pull", "u9"),
             Gone,
+        ),
+        (
+            "stored but undecodable: still an owner",
+            owner(None, "ImagePullJob", Some("ns"), "broken", "u5"),
+            Exists,
         ),
         (
             "other namespace",

@@ -21,6 +21,7 @@ where
     JobCache {
         store: reflector::store().0,
         synced: Synced::done(),
+        undecodable: Arc::new(|_| false),
     }
 }
 

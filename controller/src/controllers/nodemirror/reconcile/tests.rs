@@ -5,7 +5,7 @@
 use super::*;
 use crate::engine::jobshell::requeue::{CONFLICT_RETRY, ERROR_RETRY};
 use crate::engine::jobshell::scripted::{Reply, Script, Seen};
-use kube::api::{ObjectMeta, PartialObjectMetaExt};
+use kube::api::ObjectMeta;
 use kube::runtime::{reflector, watcher};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -41,19 +41,20 @@ fn mirror(
     existing: Option<BTreeMap<String, String>>,
 ) -> (Arc<State>, Script) {
     let (ctx, _, script) = Script::context(replies);
-    let (nodeimages, mut writer) = reflector::store::<PartialObjectMeta<NodeImage>>();
+    let (nodeimages, mut writer) = reflector::store::<NodeImage>();
     let owned = Owned::default();
     if let Some(labels) = existing {
         let keys = labels.keys().cloned().collect::<Vec<_>>().join(",");
         let annotations = BTreeMap::from([(decide::MIRRORED_LABELS.to_string(), keys)]);
-        let mut ni = ObjectMeta {
+        let mut ni = NodeImage::new("n1", Default::default());
+        ni.metadata = ObjectMeta {
             name: Some("n1".into()),
             labels: Some(labels),
             annotations: Some(annotations),
             ..Default::default()
-        }
-        .into_response_partial::<NodeImage>();
-        owned.take_from(&mut ni);
+        };
+        owned.record(&ni);
+        crate::cluster::nodeimages::compact(&mut ni);
         writer.apply_watcher_event(&watcher::Event::Apply(ni));
     }
     let nodeimages_synced = if listed {
