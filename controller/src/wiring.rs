@@ -90,133 +90,179 @@ where
 /// reader subscribes to a cache before the cache runs.
 pub async fn controllers(
     ctx: Context,
-    caches: Caches,
+    mut caches: Caches,
     gate: startupgate::plan::Settings,
     readiness: Readiness,
     stop: signal::Receiver<bool>,
 ) {
-    let Caches {
-        mut nodeimages,
-        mut nodes,
-        mut pods,
-        mut pull_jobs,
-        mut prepull_jobs,
-        mut upgrade_jobs,
-        pacing,
-    } = caches;
-    let writer = tagwrites::NodeWriter::new(ctx.client.clone(), nodeimages.store.clone());
-    let paced = nodeimages.subscribe().changes;
+    let writer = tagwrites::NodeWriter::new(ctx.client.clone(), caches.nodeimages.store.clone());
+    let paced = caches.nodeimages.subscribe().changes;
     tokio::spawn(
-        pacing
+        caches
+            .pacing
             .clone()
             .follow(paced.take_until(lifecycle::stopped(stop.clone())).boxed()),
     );
-    let owned = nodemirror::Owned::default();
-    let recorder = owned.clone();
-    nodeimages.observe(move |ni| recorder.record(ni));
-    let mirror_feed = nodemirror::NodeImageFeed {
-        store: nodeimages.store.clone(),
-        synced: nodeimages.synced.clone(),
-        events: nodeimages.subscribe_meta(),
-        owned,
-    };
-    let for_writer = nodeimages.subscribe();
-    let [for_housekeeping, for_pull, for_prepull, for_upgrade] =
-        std::array::from_fn(|_| nodeimages.subscribe());
-    let [n_mirror, n_housekeeping, n_prepull, n_upgrade, n_gate] =
-        std::array::from_fn(|_| nodes.subscribe());
-    let [p_pull, p_deployments, p_statefulsets, p_daemonsets] =
-        std::array::from_fn(|_| pods.subscribe());
-    let [
-        j_pull,
-        j_owners,
-        j_lists,
-        j_deployments,
-        j_statefulsets,
-        j_daemonsets,
-    ] = std::array::from_fn(|_| pull_jobs.subscribe());
-    let [pre_jobs, pre_owners] = std::array::from_fn(|_| prepull_jobs.subscribe());
-    let [up_jobs, up_owners] = std::array::from_fn(|_| upgrade_jobs.subscribe());
-    let gate_jobs = startupgate::GateJobs {
-        pull: listed(&pull_jobs),
-        prepull: listed(&prepull_jobs),
-    };
-    let owners = housekeeping::OwnerFeeds {
-        pull: j_owners,
-        prepull: pre_owners,
-        upgrade: up_owners,
-    };
-    let feeds = predownload::Feeds {
-        deployments: predownload::Feed {
-            pods: p_deployments,
-            jobs: j_deployments,
-        },
-        statefulsets: predownload::Feed {
-            pods: p_statefulsets,
-            jobs: j_statefulsets,
-        },
-        daemonsets: predownload::Feed {
-            pods: p_daemonsets,
-            jobs: j_daemonsets,
-        },
-    };
-    let node_store = nodes.store();
-    let nodeimages_for_gate = (nodeimages.store.clone(), nodeimages.synced.clone());
-    let writes_seen = for_writer
+    let writes_seen = caches
+        .nodeimages
+        .subscribe()
         .changes
         .take_until(lifecycle::stopped(stop.clone()));
-    let client = ctx.client.clone();
+    let f = caches.feeds(&ctx, &writer);
     tokio::join!(
-        nodeimages.run(ctx.clone(), readiness.clone(), stop.clone()),
-        nodes.run(client.clone(), readiness.clone(), stop.clone()),
-        pods.run(client.clone(), readiness.clone(), stop.clone()),
-        pull_jobs.run(client.clone(), readiness.clone(), stop.clone()),
-        prepull_jobs.run(client.clone(), readiness.clone(), stop.clone()),
-        upgrade_jobs.run(client, readiness.clone(), stop.clone()),
-        writer.clone().follow(writes_seen.boxed()),
-        nodemirror::run(ctx.clone(), stop.clone(), n_mirror, mirror_feed),
+        caches.run(ctx.clone(), readiness.clone(), stop.clone()),
+        writer.follow(writes_seen.boxed()),
+        nodemirror::run(ctx.clone(), stop.clone(), f.mirror_nodes, f.mirror),
         housekeeping::run(
             ctx.clone(),
             stop.clone(),
-            for_housekeeping,
-            n_housekeeping,
-            owners
+            f.housekeeping_nodeimages,
+            f.housekeeping_nodes,
+            f.owners
         ),
-        imagepulljob::run(
-            job_inputs(&ctx, &writer, &pacing, for_pull, j_pull),
-            node_store.clone(),
-            p_pull,
-            stop.clone()
-        ),
+        imagepulljob::run(f.pull, f.node_store, f.pull_pods, stop.clone()),
         jobshell::run_node_tasks(
             imageprepulljob::WIRING,
-            job_inputs(&ctx, &writer, &pacing, for_prepull, pre_jobs),
-            n_prepull,
+            f.prepull,
+            f.prepull_nodes,
             stop.clone()
         ),
-        imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone(), j_lists),
+        imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone(), f.lists),
         predownload::run(
             ctx.clone(),
-            readiness.clone(),
+            readiness,
             stop.clone(),
-            node_store,
-            feeds
+            f.predownload_nodes,
+            f.predownload
         ),
         startupgate::run(
-            ctx.clone(),
+            ctx,
             gate,
             stop.clone(),
-            n_gate,
-            nodeimages_for_gate,
-            gate_jobs
+            f.gate_nodes,
+            f.gate_nodeimages,
+            f.gate_jobs
         ),
-        jobshell::run_node_tasks(
-            nodeupgradejob::WIRING,
-            job_inputs(&ctx, &writer, &pacing, for_upgrade, up_jobs),
-            n_upgrade,
-            stop
-        ),
+        jobshell::run_node_tasks(nodeupgradejob::WIRING, f.upgrade, f.upgrade_nodes, stop),
     );
+}
+
+/// Each controller's share of the caches, subscribed before they run.
+struct Feeds {
+    mirror: nodemirror::NodeImageFeed,
+    mirror_nodes: nodecache::NodeSubscription,
+    housekeeping_nodeimages: nodeimages::Subscription,
+    housekeeping_nodes: nodecache::NodeSubscription,
+    owners: housekeeping::OwnerFeeds,
+    pull: jobshell::JobInputs<ImagePullJob>,
+    pull_pods: podcache::PodSubscription,
+    node_store: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+    prepull: jobshell::JobInputs<ImagePrePullJob>,
+    prepull_nodes: nodecache::NodeSubscription,
+    upgrade: jobshell::JobInputs<NodeUpgradeJob>,
+    upgrade_nodes: nodecache::NodeSubscription,
+    lists: crate::cluster::cache::Subscription<ImagePullJob>,
+    predownload: predownload::Feeds,
+    predownload_nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+    gate_nodes: nodecache::NodeSubscription,
+    gate_nodeimages: (
+        kube::runtime::reflector::Store<nodeimage_api::NodeImage>,
+        crate::runtime::readers::Synced,
+    ),
+    gate_jobs: startupgate::GateJobs,
+}
+
+impl Caches {
+    /// Subscribes every controller to the caches it reads.
+    fn feeds(&mut self, ctx: &Context, writer: &tagwrites::NodeWriter) -> Feeds {
+        let owned = nodemirror::Owned::default();
+        let recorder = owned.clone();
+        self.nodeimages.observe(move |ni| recorder.record(ni));
+        let mirror = nodemirror::NodeImageFeed {
+            store: self.nodeimages.store.clone(),
+            synced: self.nodeimages.synced.clone(),
+            events: self.nodeimages.subscribe_meta(),
+            owned,
+        };
+        let (c, w, p) = (ctx, writer, &self.pacing);
+        let pull = job_inputs(
+            c,
+            w,
+            p,
+            self.nodeimages.subscribe(),
+            self.pull_jobs.subscribe(),
+        );
+        let prepull = job_inputs(
+            c,
+            w,
+            p,
+            self.nodeimages.subscribe(),
+            self.prepull_jobs.subscribe(),
+        );
+        let upgrade = job_inputs(
+            c,
+            w,
+            p,
+            self.nodeimages.subscribe(),
+            self.upgrade_jobs.subscribe(),
+        );
+        let mut predownload = || predownload::Feed {
+            pods: self.pods.subscribe(),
+            jobs: self.pull_jobs.subscribe(),
+        };
+        let predownload = predownload::Feeds {
+            deployments: predownload(),
+            statefulsets: predownload(),
+            daemonsets: predownload(),
+        };
+        Feeds {
+            mirror,
+            mirror_nodes: self.nodes.subscribe(),
+            housekeeping_nodeimages: self.nodeimages.subscribe(),
+            housekeeping_nodes: self.nodes.subscribe(),
+            owners: housekeeping::OwnerFeeds {
+                pull: self.pull_jobs.subscribe(),
+                prepull: self.prepull_jobs.subscribe(),
+                upgrade: self.upgrade_jobs.subscribe(),
+            },
+            pull,
+            pull_pods: self.pods.subscribe(),
+            node_store: self.nodes.store(),
+            prepull,
+            prepull_nodes: self.nodes.subscribe(),
+            upgrade,
+            upgrade_nodes: self.nodes.subscribe(),
+            lists: self.pull_jobs.subscribe(),
+            predownload,
+            predownload_nodes: self.nodes.store(),
+            gate_nodes: self.nodes.subscribe(),
+            gate_nodeimages: (
+                self.nodeimages.store.clone(),
+                self.nodeimages.synced.clone(),
+            ),
+            gate_jobs: startupgate::GateJobs {
+                pull: listed(&self.pull_jobs),
+                prepull: listed(&self.prepull_jobs),
+            },
+        }
+    }
+
+    /// Runs every cache until `stop` turns true.
+    async fn run(self, ctx: Context, readiness: Readiness, stop: signal::Receiver<bool>) {
+        let client = ctx.client.clone();
+        tokio::join!(
+            self.nodeimages.run(ctx, readiness.clone(), stop.clone()),
+            self.nodes
+                .run(client.clone(), readiness.clone(), stop.clone()),
+            self.pods
+                .run(client.clone(), readiness.clone(), stop.clone()),
+            self.pull_jobs
+                .run(client.clone(), readiness.clone(), stop.clone()),
+            self.prepull_jobs
+                .run(client.clone(), readiness.clone(), stop.clone()),
+            self.upgrade_jobs.run(client, readiness, stop),
+        );
+    }
 }
 
 /// One job kind's share of the wiring.

@@ -20,6 +20,9 @@ pub mod plan;
 pub mod settings;
 pub mod workload;
 
+#[cfg(test)]
+mod tests;
+
 use crate::cluster::cache::{Subscription, touched};
 use crate::cluster::podcache::PodSubscription;
 use crate::engine::jobevents::JobEvent;
@@ -139,13 +142,37 @@ async fn run_kind<K>(
         .await;
     let (workloads, writer) = reflector::store::<K>();
     let trigger = watcher(
-        Api::<K>::all(client.clone()),
+        Api::<K>::all(client),
         watcher::Config::default().page_size(100),
     )
     .default_backoff()
     .modify(|w: &mut K| w.trim())
     .reflect(writer)
     .applied_objects();
+    ready.set(true);
+    follow(ctx, stop, nodes, feed, workloads, trigger).await;
+}
+
+/// One workload kind's pre-download over its workloads (`trigger`, already
+/// reflected into `workloads`) and the shared caches' feed.
+async fn follow<K, S>(
+    ctx: Context,
+    stop: signal::Receiver<bool>,
+    nodes: Store<Node>,
+    feed: Feed,
+    workloads: Store<K>,
+    trigger: S,
+) where
+    K: AsWorkload
+        + Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    S: futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+{
     let Feed { pods, jobs } = feed;
     let kind = K::KIND.name();
     let job_events = touched(jobs.events).filter(move |r| {
@@ -160,7 +187,6 @@ async fn run_kind<K>(
     let controller = Controller::for_stream(trigger, workloads.clone())
         .owns_stream(job_events)
         .watches_stream(pod_events, on_pod(workloads));
-    ready.set(true);
     let state = Arc::new(State {
         ctx,
         jobs,
