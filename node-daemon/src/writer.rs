@@ -1,12 +1,15 @@
 //! Publishes the NodeImage status: coalesces reports from the pull workers,
-//! writes phase changes within a fraction of a second, progress at most about
-//! once a second, and nothing when nothing changed. Writes are JSON Patches
+//! writes ends (Succeeded, Failed) and new messages within a fraction of a
+//! second, new work (a spec change, a pull starting) after
+//! [`START_HOLD`] unless it ended meanwhile (then once, with its end),
+//! progress at most about once a second, and nothing when nothing changed. Writes are JSON Patches
 //! of the status subresource guarded by what their entries were built from
 //! (see `status::guarded_patch_with`), or by the spec's generation where that
 //! guard cannot hold.
 
 use crate::desired::TagKey;
 use crate::status;
+use nodeimage_api::kruise::nodeimage::contract::START_HOLD;
 use nodeimage_api::kruise::nodeimage::patch::StatusGuard;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage};
 use std::collections::BTreeMap;
@@ -56,6 +59,10 @@ struct Inner {
     /// Messages of tags whose images the pin budget leaves unpinned.
     pin_notes: Option<BTreeMap<TagKey, String>>,
     urgent: bool,
+    /// When the oldest report of new work not written since came (a spec
+    /// change, a tag starting): it is written [`START_HOLD`] after, or
+    /// sooner with an urgent change.
+    held_since: Option<Instant>,
     /// A spec change not written since: its tags' first reports follow
     /// within milliseconds.
     spec_pending: bool,
@@ -178,8 +185,10 @@ impl StatusHandle {
             // (the events before it are then skipped): rebuild for it too.
             if !matches!(source, Source::Response) || spec_changed {
                 g.pending = true;
-                g.urgent |= spec_changed;
-                g.spec_pending |= spec_changed;
+                if spec_changed {
+                    g.spec_pending = true;
+                    g.held_since.get_or_insert_with(Instant::now);
+                }
                 drop(g);
                 self.notify.notify_one();
             }
@@ -195,20 +204,21 @@ impl StatusHandle {
         g.live.clear();
     }
 
-    /// Reports a tag's state; phase, version or message changes are urgent.
+    /// Reports a tag's state: new work (a first Waiting or Pulling) is held,
+    /// any other phase, version or message change is urgent, progress waits
+    /// for its interval.
     pub fn report(&self, key: &TagKey, st: ImageTagStatus) {
         let mut g = self.lock();
-        let urgent = match g.live.get(key) {
-            Some(old) => {
-                old.phase != st.phase || old.version != st.version || old.message != st.message
-            }
-            None => true,
-        };
+        let change = Change::of(g.live.get(key), &st);
         let changed = g.live.get(key) != Some(&st);
         g.live.insert(key.clone(), st);
-        if changed {
-            self.wake(g, urgent);
+        if !changed {
+            return;
         }
+        if change == Change::Start {
+            g.held_since.get_or_insert_with(Instant::now);
+        }
+        self.wake(g, change == Change::Urgent);
     }
 
     /// Drops a tag's live state (its pull was cancelled).
@@ -276,6 +286,7 @@ impl StatusHandle {
         g.pending = false;
         g.urgent = false;
         g.spec_pending = false;
+        g.held_since = None;
         let ni = g.observed.clone()?;
         let new = status::build(&ni, &g.live, g.pin_notes.as_ref());
         if ni.status.as_ref() == Some(&new) {
@@ -306,9 +317,9 @@ impl StatusHandle {
         }
     }
 
-    fn state(&self) -> (bool, bool) {
+    fn state(&self) -> (bool, bool, Option<Instant>) {
         let g = self.lock();
-        (g.pending, g.urgent)
+        (g.pending, g.urgent, g.held_since)
     }
 
     /// Nothing is about to report: no spec change waits for its tags' first
@@ -317,6 +328,34 @@ impl StatusHandle {
     fn quiet(&self) -> bool {
         let g = self.lock();
         !g.spec_pending && g.live.values().all(|s| s.phase.is_finished())
+    }
+}
+
+/// How a tag's new report differs from its last one, for when to write it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// New work: the tag's first report (Waiting or Pulling), or Waiting
+    /// turning Pulling with the same version and message. Held for
+    /// [`START_HOLD`].
+    Start,
+    /// An end, a failure, a new version or message: written at once.
+    Urgent,
+    /// Progress only: at most once per [`PROGRESS_INTERVAL`].
+    Progress,
+}
+
+impl Change {
+    fn of(old: Option<&ImageTagStatus>, new: &ImageTagStatus) -> Self {
+        use nodeimage_api::kruise::ImagePullPhase::{Pulling, Waiting};
+        let starting = matches!(new.phase, Waiting | Pulling);
+        match old {
+            None if starting => Change::Start,
+            None => Change::Urgent,
+            Some(o) if o.version != new.version || o.message != new.message => Change::Urgent,
+            Some(o) if o.phase == new.phase => Change::Progress,
+            Some(o) if o.phase == Waiting && new.phase == Pulling => Change::Start,
+            Some(_) => Change::Urgent,
+        }
     }
 }
 
@@ -368,7 +407,7 @@ pub async fn run(
 ) {
     let mut last_write = Instant::now() - PROGRESS_INTERVAL;
     loop {
-        let (pending, urgent) = handle.state();
+        let (pending, urgent, held_since) = handle.state();
         if !pending {
             tokio::select! {
                 _ = handle.notify.notified() => {},
@@ -382,6 +421,14 @@ pub async fn run(
         if urgent {
             if !handle.quiet() {
                 tokio::time::sleep(COALESCE).await;
+            }
+        } else if let Some(since) = held_since {
+            // New work waits for its hold; an end arriving meanwhile cuts
+            // it short (and carries the start with it).
+            tokio::select! {
+                _ = tokio::time::sleep_until(since + START_HOLD) => {},
+                _ = handle.notify.notified() => continue,
+                _ = stop.changed() => {},
             }
         } else {
             // A phase change while progress waits out its interval must not

@@ -396,7 +396,8 @@ async fn only_the_last_pull_to_end_skips_the_coalescing_pause() {
     let st = |tag: &str, phase| status(tag, phase, None);
     h.report(&key("1"), st("1", ImagePullPhase::Pulling));
     h.report(&key("2"), st("2", ImagePullPhase::Pulling));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Both pulls outlast the hold: their start is written.
+    tokio::time::sleep(START_HOLD).await;
     let writes = || sink.writes();
     let before = writes();
 
@@ -412,11 +413,11 @@ async fn only_the_last_pull_to_end_skips_the_coalescing_pause() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(writes(), before + 2, "the last one is written at once");
 
-    // A spec change still waits for its tags' first reports.
+    // A spec change is held for its tags' first reports.
     h.observe(node_image_with("2", &["1", "2", "3"]));
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(writes(), before + 2, "a spec change waits for the pause");
     tokio::time::sleep(COALESCE).await;
+    assert_eq!(writes(), before + 2, "a spec change is held");
+    tokio::time::sleep(START_HOLD).await;
     assert_eq!(writes(), before + 3, "the new tag's Waiting is written");
     let last = sink.last_patch();
     assert_eq!(
@@ -538,5 +539,80 @@ async fn the_newest_object_is_kept_whatever_order_it_comes_in() {
                 Holds(rv) => assert_eq!(rv_of(&h).as_deref(), Some(rv), "{name}"),
             }
         }
+    }
+}
+
+/// New work is held: a pull that ends within [`START_HOLD`] of the spec
+/// change that asked for it is written once, with its end; one that
+/// outlasts it shows Pulling at the hold, then its end at once.
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_ends_within_the_hold_is_written_once() {
+    let (sink, h, tx, task) =
+        after_watching(Recorder::default(), node_image("1"), Duration::from_secs(2)).await;
+    let before = sink.writes();
+    let phase_written =
+        || written(&sink.last_patch())["imageStatuses"]["a"]["tags"][1]["phase"].clone();
+
+    // Tag 2 arrives and is pulled in half the hold: one write, Succeeded.
+    h.observe(node_image_with("2", &["1", "2"]));
+    h.report(&key("2"), status("2", ImagePullPhase::Waiting, None));
+    h.report(&key("2"), status("2", ImagePullPhase::Pulling, Some(0)));
+    tokio::time::sleep(START_HOLD / 2).await;
+    assert_eq!(sink.writes(), before, "the start is held");
+    h.report(&key("2"), status("2", ImagePullPhase::Succeeded, Some(100)));
+    tokio::time::sleep(START_HOLD * 3).await;
+    assert_eq!(sink.writes(), before + 1, "written once");
+    assert_eq!(phase_written(), "Succeeded");
+
+    // Tag 3 outlasts the hold: Pulling at the hold, then Failed. (The
+    // recorder answers every write with resourceVersion 2, which the
+    // handle then holds already.)
+    h.observe(node_image_with("2", &["1", "2", "3"]));
+    h.report(&key("3"), status("3", ImagePullPhase::Pulling, Some(0)));
+    tokio::time::sleep(START_HOLD - COALESCE).await;
+    assert_eq!(sink.writes(), before + 1, "held until the hold ends");
+    tokio::time::sleep(COALESCE * 2).await;
+    assert_eq!(sink.writes(), before + 2, "Pulling written at the hold");
+    let tag3 = || written(&sink.last_patch())["imageStatuses"]["a"]["tags"][2]["phase"].clone();
+    assert_eq!(tag3(), "Pulling");
+    tokio::time::sleep(START_HOLD / 2).await;
+    h.report(&key("3"), status("3", ImagePullPhase::Failed, None));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(sink.writes(), before + 3, "an end is written at once");
+    assert_eq!(tag3(), "Failed");
+    stop(tx, task).await;
+}
+
+/// What makes a report urgent, held or progress only.
+#[test]
+fn changes_are_classified_by_what_moved() {
+    use ImagePullPhase::{Failed, Pulling, Succeeded, Waiting};
+    let st = |phase, message: Option<&str>| ImageTagStatus {
+        message: message.map(Into::into),
+        ..status("1", phase, None)
+    };
+    let cases = [
+        (None, st(Waiting, None), Change::Start),
+        (None, st(Pulling, None), Change::Start),
+        (None, st(Waiting, Some("a note")), Change::Start),
+        (None, st(Succeeded, None), Change::Urgent),
+        (None, st(Failed, Some("x")), Change::Urgent),
+        (Some(st(Waiting, None)), st(Pulling, None), Change::Start),
+        (
+            Some(st(Waiting, None)),
+            st(Waiting, Some("rate limited")),
+            Change::Urgent,
+        ),
+        (Some(st(Pulling, None)), st(Succeeded, None), Change::Urgent),
+        (
+            Some(st(Pulling, None)),
+            st(Waiting, Some("waiting for containerd")),
+            Change::Urgent,
+        ),
+        (Some(st(Pulling, None)), st(Pulling, None), Change::Progress),
+        (Some(st(Succeeded, None)), st(Pulling, None), Change::Urgent),
+    ];
+    for (old, new, want) in cases {
+        assert_eq!(Change::of(old.as_ref(), &new), want, "{old:?} -> {new:?}");
     }
 }

@@ -14,7 +14,9 @@
 //! (the controller's node mirror then creates their NodeImages). `run`
 //! watches the NodeImages matching `--selector` and, for every spec tag whose
 //! status has no finished entry for the tag's `version`, marks it Pulling,
-//! waits `--pull-ms`, then marks it Succeeded. It writes exactly what the
+//! waits `--pull-ms`, then marks it Succeeded; as the daemon holds new work
+//! for `START_HOLD` (1 s), a pull that ends within it is written once
+//! (Succeeded), a longer one shows Pulling at the hold. It writes exactly what the
 //! real daemon writes, with the same function
 //! (`nodeimage_api::kruise::nodeimage::patch::guarded_status_patch`): a JSON Patch
 //! of the status subresource that replaces the whole status, guarded by the
@@ -599,9 +601,28 @@ impl Sim {
         let mut failures = 0;
         loop {
             let Some(ni) = self.latest(name) else { return };
-            let Some((status, pulling, succeeded)) = step(&ni) else {
+            let Some((mut status, mut pulling, mut succeeded)) = step(&ni) else {
                 return;
             };
+            // New work is held as the daemon holds it (`START_HOLD`): a
+            // pull that ends within the hold is written once, Succeeded.
+            if pulling > 0 && self.pull <= contract::START_HOLD {
+                self.stats
+                    .registries
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .observe(name, &status);
+                tokio::time::sleep(self.pull).await;
+                let started = NodeImage {
+                    status: Some(status.clone()),
+                    ..(*ni).clone()
+                };
+                if let Some((done, _, ended)) = step(&started) {
+                    (status, pulling, succeeded) = (done, 0, succeeded + ended);
+                }
+            } else if pulling > 0 {
+                tokio::time::sleep(contract::START_HOLD).await;
+            }
             // What the node pulls from now, as a daemon knows it before it
             // writes: it has stopped pulling before it reports Succeeded (the
             // controller may free that slot the moment the write lands).
@@ -629,8 +650,8 @@ impl Sim {
                     self.stats.pulling.fetch_add(pulling, Ordering::Relaxed);
                     self.stats.succeeded.fetch_add(succeeded, Ordering::Relaxed);
                     self.store(obj);
-                    if pulling > 0 && !self.pull.is_zero() {
-                        tokio::time::sleep(self.pull).await;
+                    if pulling > 0 {
+                        tokio::time::sleep(self.pull.saturating_sub(contract::START_HOLD)).await;
                     }
                 }
                 // What the entries were built from moved on (a `test`

@@ -13,6 +13,13 @@ use crate::interned::SharedStr;
 use crate::kubeedge::state;
 use std::collections::BTreeMap;
 
+/// How long a node's daemon holds the first report of new work (a spec
+/// change, a tag going to Waiting or Pulling) before writing it, so that a
+/// pull that ends sooner costs one status write (its Succeeded or Failed)
+/// instead of two. An end, a failure or a new message is written at once;
+/// the simulated daemons of the benchmarks hold as long.
+pub const START_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The purpose of the entries a requester of `kind` writes: a NodeUpgradeJob
 /// asks for an upgrade, every other kind (and a hand-written entry, with no
 /// owner) for a pull. A pull and an upgrade of one image and tag are two
