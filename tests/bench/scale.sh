@@ -35,7 +35,8 @@
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
 # create-nodes`; the controller's node mirror creates their NodeImages;
 # `ni-sim run` plays their daemons (Pulling, then Succeeded, through the
-# daemon's own status patch). The controller runs as ServiceAccount
+# daemon's own status patch; as the daemon, a pull shorter than the 1 s
+# start hold is written once, Succeeded). The controller runs as ServiceAccount
 # bench/nodeimage-controller and the simulator as bench/ni-sim: FlowSchemas
 # routed to the exempt priority level (no throttling) make the API server
 # count each one's requests (apiserver_flowcontrol_dispatched_requests_total
