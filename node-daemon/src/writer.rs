@@ -331,72 +331,6 @@ impl StatusHandle {
     }
 }
 
-/// How a tag's new report differs from its last one, for when to write it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    /// New work: the tag's first report (Waiting or Pulling), or Waiting
-    /// turning Pulling with the same version and message. Held for
-    /// [`START_HOLD`].
-    Start,
-    /// An end, a failure, a new version or message: written at once.
-    Urgent,
-    /// Progress only: at most once per [`PROGRESS_INTERVAL`].
-    Progress,
-}
-
-impl Change {
-    fn of(old: Option<&ImageTagStatus>, new: &ImageTagStatus) -> Self {
-        use nodeimage_api::kruise::ImagePullPhase::{Pulling, Waiting};
-        let starting = matches!(new.phase, Waiting | Pulling);
-        match old {
-            None if starting => Change::Start,
-            None => Change::Urgent,
-            Some(o) if o.version != new.version || o.message != new.message => Change::Urgent,
-            Some(o) if o.phase == new.phase => Change::Progress,
-            Some(o) if o.phase == Waiting && new.phase == Pulling => Change::Start,
-            Some(_) => Change::Urgent,
-        }
-    }
-}
-
-/// Where status writes go.
-pub trait StatusSink: Send + Sync + 'static {
-    /// Applies a status JSON Patch; returns the updated object.
-    fn patch(
-        &self,
-        name: &str,
-        patch: serde_json::Value,
-    ) -> impl std::future::Future<Output = Result<NodeImage, kube::Error>> + Send;
-
-    /// Reads the object as it is now (after a write was refused).
-    fn get(
-        &self,
-        name: &str,
-    ) -> impl std::future::Future<Output = Result<NodeImage, kube::Error>> + Send;
-}
-
-/// The answer is decoded entry by entry (see `decode`), so a NodeImage with
-/// an entry that does not decode still takes status writes.
-impl StatusSink for kube::Api<nodeimage_api::lenient::Lenient<NodeImage>> {
-    async fn patch(&self, name: &str, patch: serde_json::Value) -> Result<NodeImage, kube::Error> {
-        let ops: json_patch::Patch =
-            serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
-        self.patch_status(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Json::<()>(ops),
-        )
-        .await
-        .map(|l| crate::decode::nodeimage(l).nodeimage)
-    }
-
-    async fn get(&self, name: &str) -> Result<NodeImage, kube::Error> {
-        kube::Api::get(self, name)
-            .await
-            .map(|l| crate::decode::nodeimage(l).nodeimage)
-    }
-}
-
 /// Runs the writer until `stop` flips to true, then makes a last write.
 pub async fn run(
     handle: StatusHandle,
@@ -544,6 +478,12 @@ async fn retry_later(handle: &StatusHandle, after: Duration) {
     g.pending = true;
     g.urgent = true;
 }
+
+mod change;
+mod sink;
+
+use change::Change;
+pub use sink::StatusSink;
 
 #[cfg(test)]
 mod tests;
