@@ -9,7 +9,8 @@ pub(super) enum Change {
     /// turning Pulling with the same version and message. Held for
     /// `START_HOLD`.
     Start,
-    /// An end, a failure, a new version or message: written at once.
+    /// An end, a failure, a new version or message, an upgrade's step:
+    /// written at once.
     Urgent,
     /// Progress only: at most once per `PROGRESS_INTERVAL`.
     Progress,
@@ -23,7 +24,13 @@ impl Change {
         match old {
             None if starting => Change::Start,
             None => Change::Urgent,
-            Some(o) if o.version != new.version || o.message != new.message => Change::Urgent,
+            Some(o)
+                if o.version != new.version
+                    || o.message != new.message
+                    || o.upgrade != new.upgrade =>
+            {
+                Change::Urgent
+            }
             Some(o) if o.phase == new.phase => Change::Progress,
             Some(o) if o.phase == Waiting && new.phase == Pulling => Change::Start,
             Some(_) => Change::Urgent,

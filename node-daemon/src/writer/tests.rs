@@ -591,6 +591,15 @@ fn changes_are_classified_by_what_moved() {
         message: message.map(Into::into),
         ..status("1", phase, None)
     };
+    // An upgrade entry that moved to its next step (the phase stays).
+    let stepped = |mut s: ImageTagStatus| {
+        s.upgrade = nodeimage_api::kruise::TagUpgradeStatus {
+            state: Some(nodeimage_api::kruise::UpgradeState::Upgrading),
+            ..Default::default()
+        }
+        .boxed();
+        s
+    };
     let cases = [
         (None, st(Waiting, None), Change::Start),
         (None, st(Pulling, None), Change::Start),
@@ -611,6 +620,11 @@ fn changes_are_classified_by_what_moved() {
         ),
         (Some(st(Pulling, None)), st(Pulling, None), Change::Progress),
         (Some(st(Succeeded, None)), st(Pulling, None), Change::Urgent),
+        (
+            Some(st(Pulling, None)),
+            stepped(st(Pulling, None)),
+            Change::Urgent,
+        ),
     ];
     for (old, new, want) in cases {
         assert_eq!(Change::of(old.as_ref(), &new), want, "{old:?} -> {new:?}");
