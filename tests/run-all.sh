@@ -133,6 +133,9 @@ NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fas
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test kubeedge_crds -- --ignored upstream_crds
 
+step "the soak, short form: jobs of every kind created, edited and deleted for 3 minutes while faults hit the controller, the API server, the registry and the daemons (tests/soak.sh)"
+tests/soak.sh
+
 step "no panic in any log of nodeimage, the test daemons or the cluster"
 panicked=$(grep -rls --include='*.log' "panicked at" "$STATE" 2>/dev/null || true)
 if [[ -n $panicked ]]; then

@@ -120,7 +120,7 @@ ensure_packages() {
   local -A pkg_of=(
     [containerd]=containerd [runc]=runc [docker-registry]=docker-registry
     [skopeo]=skopeo [umoci]=umoci [htpasswd]=apache2-utils
-    [protoc]=protobuf-compiler [curl]=curl
+    [protoc]=protobuf-compiler [curl]=curl [jq]=jq
   )
   local bin missing=()
   for bin in "${!pkg_of[@]}"; do
