@@ -6,19 +6,21 @@
 # and restarts both):
 #
 #   tests/soak.sh        # the short form `make test` runs: 3 minutes, 40 nodes
-#   SOAK_SECONDS=3600 SOAK_NODES=1000 SOAK_FAULT_SECONDS=240 SOAK_CHECK_SECONDS=60 \
-#     SOAK_CONTROLLER_KILLS_UNTIL=50 tests/soak.sh   # the long form (docs/benchmarks.md)
+#   SOAK_SECONDS=3600 SOAK_NODES=1000 SOAK_PARALLELISM=200 SOAK_FAULT_SECONDS=240 \
+#     SOAK_CHECK_SECONDS=60 SOAK_CONTROLLER_KILLS_UNTIL=50 tests/soak.sh   # the long form (docs/benchmarks.md)
 #
 # Nodes: SOAK_NODES simulated nodes (played by `ni-sim run`) and the
 # cluster's real daemons' nodes. The OpenKruise kinds select every one of
 # them (label soak.nodeimage.dev/node=true), the KubeEdge kinds the simulated
 # ones (soak.nodeimage.dev/sim=true, and KubeEdge's edge role).
 #
-# Churn: every 1–4 s one of: create a job (ImagePullJob, ImageListPullJob,
-# ImagePrePullJob or NodeUpgradeJob; some with a pull secret of the
-# authenticated registry, so the controller copies it), edit one
-# (parallelism, or a label on the KubeEdge kinds), delete one. At most
-# SOAK_MAX_JOBS (8) live at once.
+# Churn: every 1 to SOAK_TICK_SECONDS (4) s one of: create a job
+# (ImagePullJob, ImageListPullJob, ImagePrePullJob or NodeUpgradeJob, with a
+# parallelism or concurrency between a quarter of SOAK_PARALLELISM (20) and
+# all of it; some with a pull secret of the authenticated registry, so the
+# controller copies it), edit one (parallelism, or a label on the KubeEdge
+# kinds), delete one: a finished one, or now and then one still running. At
+# most SOAK_MAX_JOBS (8) live at once.
 #
 # Faults: every SOAK_FAULT_SECONDS (30) on average one of SOAK_FAULTS
 # ("controller apiserver registry daemon sim"): the controller SIGKILLed and
@@ -49,7 +51,8 @@
 # violation, on a check that never ran, and when some kind finished no job
 # (a soak that proves nothing must not pass).
 #
-# Settings: SOAK_SEED (random; printed, so a run can be replayed), the ones
+# Settings: SOAK_SEED (random, printed; it seeds the choices, though timing
+# makes no two runs alike), the ones
 # above. Output: $STATE/soak/ (soak.log, rss.tsv, violations).
 set -Eeuo pipefail
 # shellcheck source=tests/cluster/lib.sh
@@ -67,6 +70,8 @@ CHECK_SECONDS=${SOAK_CHECK_SECONDS:-30}
 GRACE=${SOAK_GRACE_SECONDS:-120}
 SETTLE=${SOAK_SETTLE_SECONDS:-180}
 MAX_JOBS=${SOAK_MAX_JOBS:-8}
+PARALLELISM=${SOAK_PARALLELISM:-20}
+TICK=${SOAK_TICK_SECONDS:-4}
 FAULTS=${SOAK_FAULTS:-controller apiserver registry daemon sim}
 KILLS_UNTIL=${SOAK_CONTROLLER_KILLS_UNTIL:-100}
 RSS_WARMUP=${SOAK_RSS_WARMUP_SECONDS:-300}
@@ -134,6 +139,7 @@ SEQ=0
 IMAGES=("$NODEIMAGE_REGISTRY/test:v1" "$NODEIMAGE_REGISTRY/test:v2" "$NODEIMAGE_REGISTRY/test:v3"
   "$NODEIMAGE_REGISTRY/multi:v1" "$NODEIMAGE_AUTH_REGISTRY/test:v1")
 image() { printf '%s' "${IMAGES[RANDOM % ${#IMAGES[@]}]}"; }
+width() { printf '%s' $((PARALLELISM / 4 + 1 + RANDOM % (PARALLELISM - PARALLELISM / 4))); }
 auth() { [[ $1 == "$NODEIMAGE_AUTH_REGISTRY"/* ]]; }
 
 manifest() {
@@ -143,7 +149,7 @@ manifest() {
     imagepulljob)
       cat <<EOF
 {"apiVersion":"apps.kruise.io/v1alpha1","kind":"ImagePullJob","metadata":{"name":"$name","namespace":"$NS"},
- "spec":{"image":"$img","parallelism":$((1 + RANDOM % 20)),$(auth "$img" && printf '"pullSecrets":["soak-auth"],')
+ "spec":{"image":"$img","parallelism":$(width),$(auth "$img" && printf '"pullSecrets":["soak-auth"],')
   "selector":{"matchLabels":{"$NODE_LABEL":"true"}},
   "completionPolicy":{"type":"Always","activeDeadlineSeconds":900},
   "pullPolicy":{"backoffLimit":1,"timeoutSeconds":60}}}
@@ -155,7 +161,7 @@ EOF
       [[ $img2 == "$img" ]] && img2=${IMAGES[2]}
       cat <<EOF
 {"apiVersion":"apps.kruise.io/v1alpha1","kind":"ImageListPullJob","metadata":{"name":"$name","namespace":"$NS"},
- "spec":{"images":["$img","$img2"],"parallelism":$((1 + RANDOM % 20)),"pullSecrets":["soak-auth"],
+ "spec":{"images":["$img","$img2"],"parallelism":$(width),"pullSecrets":["soak-auth"],
   "selector":{"matchLabels":{"$NODE_LABEL":"true"}},
   "completionPolicy":{"type":"Always","activeDeadlineSeconds":900},
   "pullPolicy":{"backoffLimit":1,"timeoutSeconds":60}}}
@@ -165,7 +171,7 @@ EOF
       cat <<EOF
 {"apiVersion":"operations.kubeedge.io/v1alpha1","kind":"ImagePrePullJob","metadata":{"name":"$name","labels":{"$SIM_LABEL":"job"}},
  "spec":{"imagePrePullTemplate":{"images":["$img"],$(auth "$img" && printf '"imageSecrets":"%s/soak-auth",' "$NS")
-  "labelSelector":{"matchLabels":{"$SIM_LABEL":"true"}},"concurrency":$((1 + RANDOM % 10)),
+  "labelSelector":{"matchLabels":{"$SIM_LABEL":"true"}},"concurrency":$(width),
   "retryTimes":1,"timeoutSeconds":120}}}
 EOF
       ;;
@@ -173,7 +179,7 @@ EOF
       cat <<EOF
 {"apiVersion":"operations.kubeedge.io/v1alpha1","kind":"NodeUpgradeJob","metadata":{"name":"$name","labels":{"$SIM_LABEL":"job"}},
  "spec":{"version":"v1.16.$SEQ","image":"$NODEIMAGE_REGISTRY/installation-package",
-  "labelSelector":{"matchLabels":{"$SIM_LABEL":"true"}},"concurrency":$((1 + RANDOM % 10)),"timeoutSeconds":120}}
+  "labelSelector":{"matchLabels":{"$SIM_LABEL":"true"}},"concurrency":$(width),"timeoutSeconds":120}}
 EOF
       ;;
   esac
@@ -193,13 +199,23 @@ create_job() {
 
 pick() { printf '%s' "${LIVE[RANDOM % ${#LIVE[@]}]}"; }
 
+# A live job of the soak's own that a check has seen finished, if any.
+pick_finished() {
+  local n=${#LIVE[@]} start=$RANDOM i job
+  for ((i = 0; i < n; i++)); do
+    job=${LIVE[(start + i) % n]}
+    grep -qixF "$job" "$OUT/finished" && printf '%s' "$job" && return 0
+  done
+  return 1
+}
+
 edit_job() {
   local job kind
   job=$(pick)
   kind=${job%%/*}
   case $kind in
     imagepulljob | imagelistpulljob)
-      k -n "$NS" patch "$job" --type=merge -p "{\"spec\":{\"parallelism\":$((1 + RANDOM % 20))}}" ;;
+      k -n "$NS" patch "$job" --type=merge -p "{\"spec\":{\"parallelism\":$(width)}}" ;;
     *) k -n "$NS" label "$job" --overwrite "soak.nodeimage.dev/edit=$RANDOM" ;;
   esac >/dev/null 2>>"$OUT/churn-errors" && EDITED[$kind]=$((${EDITED[$kind]:-0} + 1)) ||
     say "edit $job failed (kept going): $(tail -n 1 "$OUT/churn-errors")"
@@ -217,15 +233,21 @@ delete_job() {
 }
 
 churn_step() {
-  local r=$((RANDOM % 10))
-  if ((${#LIVE[@]} >= MAX_JOBS)); then
-    delete_job "$(pick)"
+  local r=$((RANDOM % 10)) job
+  if ((${#LIVE[@]} >= MAX_JOBS || (${#LIVE[@]} >= 2 && r >= 7))); then
+    # A finished job goes; a running one now and then (a delete mid-pull
+    # must leave nothing behind either).
+    if job=$(pick_finished); then
+      delete_job "$job"
+    elif ((RANDOM % 8 == 0)); then
+      delete_job "$(pick)"
+    else
+      edit_job
+    fi
   elif ((${#LIVE[@]} < 2 || r < 5)); then
     create_job
-  elif ((r < 7)); then
-    edit_job
   else
-    delete_job "$(pick)"
+    edit_job
   fi
 }
 
@@ -500,7 +522,7 @@ next_check=$((SECONDS + CHECK_SECONDS))
 while ((SECONDS < end)); do
   [[ -f $OUT/fatal ]] && die "a fault could not be recovered from; see $OUT/restarts.log"
   churn_step
-  sleep $((1 + RANDOM % 4))
+  sleep $((1 + RANDOM % TICK))
   if ((SECONDS >= next_check)); then
     check
     next_check=$((SECONDS + CHECK_SECONDS))
