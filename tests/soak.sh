@@ -19,8 +19,9 @@
 # parallelism or concurrency between a quarter of SOAK_PARALLELISM (20) and
 # all of it; some with a pull secret of the authenticated registry, so the
 # controller copies it), edit one (parallelism, or a label on the KubeEdge
-# kinds), delete one: a finished one, or now and then one still running. At
-# most SOAK_MAX_JOBS (8) live at once.
+# kinds; an ImageListPullJob's template edit makes new children, as
+# upstream does), delete one: a finished one, or now and then one still
+# running. At most SOAK_MAX_JOBS (8) live at once.
 #
 # Faults: every SOAK_FAULT_SECONDS (30) on average one of SOAK_FAULTS
 # ("controller apiserver registry daemon sim"): the controller SIGKILLed and
@@ -233,21 +234,17 @@ delete_job() {
 }
 
 churn_step() {
-  local r=$((RANDOM % 10)) job
-  if ((${#LIVE[@]} >= MAX_JOBS || (${#LIVE[@]} >= 2 && r >= 7))); then
-    # A finished job goes; a running one now and then (a delete mid-pull
-    # must leave nothing behind either).
-    if job=$(pick_finished); then
-      delete_job "$job"
-    elif ((RANDOM % 8 == 0)); then
-      delete_job "$(pick)"
-    else
-      edit_job
-    fi
-  elif ((${#LIVE[@]} < 2 || r < 5)); then
+  local r=$((RANDOM % 20)) job
+  if ((${#LIVE[@]} < 2 || (${#LIVE[@]} < MAX_JOBS && r < 8))); then
     create_job
-  else
+  elif ((r >= 8 && r < 11)); then
     edit_job
+  elif job=$(pick_finished); then
+    delete_job "$job"
+  elif ((RANDOM % 8 == 0)); then
+    # Now and then a job still running (a delete mid-pull must leave
+    # nothing behind either).
+    delete_job "$(pick)"
   fi
 }
 
