@@ -41,7 +41,8 @@
 #   - no pull-secret copy of the soak's secret that no live job refers to,
 #   - no deleted job kept by a finalizer;
 #   the last three can be true for a moment (the controller cleans up after a
-#   delete), so one counts once it has lasted SOAK_GRACE_SECONDS (120);
+#   delete), so one counts once it has lasted SOAK_GRACE_SECONDS (120); the
+#   summary gives the longest such cleanup seen;
 #   - the controller's RSS: sampled at each check; judged for the last
 #     controller process once it has lived SOAK_RSS_WARMUP_SECONDS (300) and
 #     then SOAK_RSS_MIN_SECONDS (900) more: the median of its last 5 minutes
@@ -89,7 +90,7 @@ SIM_LABEL=soak.nodeimage.dev/sim
 SECRETS_NS=nodeimage-secrets
 REGISTRY_DAEMON=registry-${NODEIMAGE_REGISTRY##*:}
 OUT=$STATE/soak
-rm -rf "$OUT" && mkdir -p "$OUT" && touch "$OUT/violations" "$OUT/confirmed" "$OUT/finished" "$OUT/linger"
+rm -rf "$OUT" && mkdir -p "$OUT" && touch "$OUT/violations" "$OUT/confirmed" "$OUT/finished" "$OUT/linger" "$OUT/resolved"
 exec > >(tee -a "$OUT/soak.log") 2>&1
 
 k() { "$KUBECTL" --request-timeout=20s "$@"; }
@@ -407,6 +408,9 @@ check() {
   done < <(jq -nr --slurpfile j "$OUT/jobs.json" --slurpfile n "$OUT/nodeimages.json" \
     --slurpfile c "$OUT/copies.json" --arg ns "$NS" \
     "\$j[0] as \$jobs | \$n[0] as \$nis | \$c[0] as \$copies | $LINGER_JQ")
+  # What lingered before and is gone now: how long cleaning it up took.
+  awk -F'\t' -v now="$now" 'NR == FNR { seen[$2] = 1; next } !($2 in seen) { printf "%d\t%s\n", now - $1, $2 }' \
+    "$OUT/linger.new" "$OUT/linger" >>"$OUT/resolved"
   mv "$OUT/linger.new" "$OUT/linger"
   say "check $CHECKS: ${#LIVE[@]} live jobs, $(sort -u "$OUT/finished" 2>/dev/null | wc -l) finished so far, $(wc -l <"$OUT/linger") lingering, $(wc -l <"$OUT/violations") violations"
 }
@@ -502,6 +506,9 @@ summary() {
     fi
   done
   ((CHECKS > 0)) || violation "no check ran"
+  if [[ -s $OUT/resolved ]]; then
+    say "cleanups seen lingering at a check: $(wc -l <"$OUT/resolved"), gone within $(sort -n "$OUT/resolved" | tail -n 1 | cut -f1) s at the most ($(sort -n "$OUT/resolved" | tail -n 1 | cut -f2 | cut -c1-120))"
+  fi
   if [[ -s $OUT/violations ]]; then
     fails=$(wc -l <"$OUT/violations")
     say "FAILED: $fails violations ($OUT/violations)"
