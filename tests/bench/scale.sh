@@ -357,7 +357,8 @@ clean_up_jobs() {
 #         FlowSchema service-accounts, level workload-low, where nodeimage's
 #         requests fall without the chart's level (BENCH_APF=none);
 #   node  each Lease as its node (system:node:NAME, group system:nodes) in
-#         kube-node-lease: FlowSchema system-nodes, level system.
+#         kube-node-lease, as kubelets renew theirs: FlowSchema
+#         system-node-high, level node-high.
 # The result line (count, p50, p99 and max time of the renewals, errors by
 # code) is recorded as imagepulljob.probe.<identity>.
 # ---------------------------------------------------------------------------
