@@ -301,17 +301,16 @@ mod tests {
                 .body(())
                 .unwrap_or_default()
         };
-        let first = svc.ready().await.map(|s| s.call(req()));
-        let Ok(first) = first else { panic!("service not ready") };
-        let first = tokio::spawn(first);
+        let Ok(ready) = svc.ready().await;
+        let first = tokio::spawn(ready.call(req()));
         tokio::task::yield_now().await;
         assert_eq!(gauge(), 1, "sent, not answered");
         let _ = answer.send(());
         let _ = first.await;
         assert_eq!(gauge(), 0, "answered");
         // A request abandoned before its answer (a timeout, a stopped caller).
-        let pending = svc.ready().await.map(|s| s.call(req()));
-        let Ok(pending) = pending else { panic!("service not ready") };
+        let Ok(ready) = svc.ready().await;
+        let pending = ready.call(req());
         assert_eq!(gauge(), 1);
         drop(pending);
         assert_eq!(gauge(), 0, "dropped");
