@@ -101,6 +101,7 @@ say() { log "soak: $*"; }
 # ---------------------------------------------------------------------------
 setup() {
   say "seed $SEED, ${RUN_SECONDS}s, $SIM_NODES simulated nodes, faults every ~${FAULT_SECONDS}s ($FAULTS)"
+  leftovers
   k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
   k -n "$NS" create secret docker-registry soak-auth --docker-server="$NODEIMAGE_AUTH_REGISTRY" \
     --docker-username="$NODEIMAGE_AUTH_USER" --docker-password="$NODEIMAGE_AUTH_PASSWORD" \
@@ -117,6 +118,29 @@ setup() {
   REGISTRY_CMD=$(recorded_cmd "$REGISTRY_DAEMON")
   [[ -n $APISERVER_CMD && -n $REGISTRY_CMD ]] || die "no recorded command line of the API server or $REGISTRY_DAEMON"
   start_sim
+}
+
+# An earlier run stopped before its teardown finished may have left jobs
+# (the KubeEdge kinds are cluster-scoped) or its namespace still going: a
+# job of that run must not be judged by this one.
+leftovers() {
+  local kinds=imagepulljobs,imagelistpulljobs,imageprepulljobs,nodeupgradejobs names i
+  names=$(k get "$kinds" -A -o json |
+    jq -r '.items[] | select(.metadata.name | startswith("soak-")) |
+      "\(.metadata.namespace // "") \(.kind | ascii_downcase)/\(.metadata.name)"')
+  if [[ -n $names ]]; then
+    say "deleting $(wc -l <<<"$names") jobs an earlier run left"
+    local ns ref
+    while read -r ns ref; do
+      k ${ns:+-n "$ns"} delete --wait=false "$ref" >/dev/null
+    done <<<"$names"
+  fi
+  for ((i = 0; i < SETTLE; i++)); do
+    [[ -z $(k get "$kinds" -A -o name | grep '/soak-') ]] &&
+      [[ $(k get namespace "$NS" -o jsonpath='{.status.phase}' 2>/dev/null) != Terminating ]] && return 0
+    sleep 1
+  done
+  die "an earlier run's jobs (or its namespace $NS, terminating) still there after ${SETTLE}s"
 }
 
 start_sim() {
@@ -344,7 +368,7 @@ COUNTS_JQ='
     "finished \($job)"
   else
     select($s.state == "Successful" or $s.state == "Failed") |
-    ([$s.nodeStatus[]? | select(.phase == "Successful" or .phase == "Failed")] | length) as $done |
+    ([$s.nodeStatus[]? | select(.phase | IN("Successful", "Failure", "Unknown"))] | length) as $done |
     if $done != $sim or ($s.nodeStatus | length) != $sim
     then "counts \($job): \($s.state) with \($s.nodeStatus | length) node results (\($done) finished), \($sim) nodes selected" else empty end,
     "finished \($job)"
