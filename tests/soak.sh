@@ -127,11 +127,11 @@ leftovers() {
   local kinds=imagepulljobs,imagelistpulljobs,imageprepulljobs,nodeupgradejobs names i
   names=$(k get "$kinds" -A -o json |
     jq -r '.items[] | select(.metadata.name | startswith("soak-")) |
-      "\(.metadata.namespace // "") \(.kind | ascii_downcase)/\(.metadata.name)"')
+      "\(.kind | ascii_downcase)/\(.metadata.name) \(.metadata.namespace // "")"')
   if [[ -n $names ]]; then
     say "deleting $(wc -l <<<"$names") jobs an earlier run left"
     local ns ref
-    while read -r ns ref; do
+    while read -r ref ns; do
       k ${ns:+-n "$ns"} delete --wait=false "$ref" >/dev/null
     done <<<"$names"
   fi
