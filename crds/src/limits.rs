@@ -40,3 +40,12 @@ pub const CHECK_ITEM_CHARS_MAX: u32 = 64;
 
 /// How a digest is written: `sha256:` and 64 lower-case hex digits.
 pub const DIGEST_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
+
+/// Most images one removal entry may list (each is a removal decision on
+/// the node, and one result in its status).
+pub const REMOVAL_IMAGES_MAX: u32 = 64;
+
+/// Most removal entries one NodeImage may hold: with 64 images each, the
+/// most the API server's CEL cost budget admits for the reference rule
+/// (10 is refused).
+pub const REMOVALS_PER_NODE_MAX: u32 = 8;

@@ -12,6 +12,7 @@ use crate::status;
 use nodeimage_api::kruise::nodeimage::contract::START_HOLD;
 use nodeimage_api::kruise::nodeimage::patch::StatusGuard;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage};
+use nodeimage_api::nodeimage_dev::RemovalStatus;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,6 +57,8 @@ struct Inner {
     /// got there first and what we observe is as new or newer.
     seen_during_request: Option<Vec<String>>,
     live: BTreeMap<TagKey, ImageTagStatus>,
+    /// Answers to removal entries not seen written yet (one per job and uid).
+    removals: Vec<RemovalStatus>,
     /// Messages of tags whose images the pin budget leaves unpinned.
     pin_notes: Option<BTreeMap<TagKey, String>>,
     urgent: bool,
@@ -202,6 +205,7 @@ impl StatusHandle {
         g.own_write = None;
         g.generation_guard = None;
         g.live.clear();
+        g.removals.clear();
     }
 
     /// Reports a tag's state: new work (a first Waiting or Pulling) is held,
@@ -288,7 +292,8 @@ impl StatusHandle {
         g.spec_pending = false;
         g.held_since = None;
         let ni = g.observed.clone()?;
-        let new = status::build(&ni, &g.live, g.pin_notes.as_ref());
+        let mut new = status::build(&ni, &g.live, g.pin_notes.as_ref());
+        new.removals = removals::answers(&ni, &mut g.removals);
         if ni.status.as_ref() == Some(&new) {
             return None;
         }
@@ -484,6 +489,8 @@ mod sink;
 
 use change::Change;
 pub use sink::StatusSink;
+
+mod removals;
 
 #[cfg(test)]
 mod tests;
