@@ -390,7 +390,7 @@ fn pull_again<R: ContainerRuntime>(
                     .await;
                 });
                 task.note = Some(note);
-                start(workers, task, running);
+                start_shown(workers, task, running);
             }
             Lost::GiveUp(n) => {
                 tracing::warn!(tag = %e.key, image = %e.reference, times = n, "image left the node again; failing the tag");
@@ -408,6 +408,55 @@ fn pull_again<R: ContainerRuntime>(
             }
         }
     }
+}
+
+/// Longest a re-pull waits for its loss to be written before it starts.
+const SHOW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts the re-pull of a lost image once the tag's Waiting, with the loss
+/// note, is written (or after [`SHOW_TIMEOUT`]): a re-pull that ends within
+/// the status writer's gathering window would otherwise never show the loss
+/// in status, which then kept saying Succeeded through it.
+fn start_shown<R: ContainerRuntime>(
+    workers: &Workers<R>,
+    task: PullTask,
+    running: &mut BTreeMap<TagKey, Running>,
+) {
+    let key = task.key.clone();
+    let version = task.version;
+    let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
+    let deps = workers.deps.clone();
+    let upgrades = workers.upgrades.clone();
+    let handle = tokio::spawn(async move {
+        deps.status.report(
+            &task.key,
+            nodeimage_api::kruise::ImageTagStatus {
+                tag: task.key.tag.as_str().into(),
+                purpose: task.key.purpose,
+                phase: nodeimage_api::kruise::ImagePullPhase::Waiting,
+                version: Some(task.version),
+                message: task.note.as_deref().map(Into::into),
+                ..Default::default()
+            },
+        );
+        let shown = |ni: &NodeImage| {
+            desired::reported(ni)
+                .get(&task.key)
+                .is_some_and(|r| r.answers(&task) && !r.phase().is_finished())
+        };
+        if !deps.status.wait_observed(shown, SHOW_TIMEOUT).await {
+            tracing::debug!(tag = %task.key, "the loss was not seen written in time; pulling again anyway");
+        }
+        worker::run(task, deps, upgrades).await;
+    });
+    running.insert(
+        key,
+        Running {
+            version,
+            handle,
+            reference,
+        },
+    );
 }
 
 /// Ends the resume lease of an aborted pull once the pull is gone, so it
