@@ -297,10 +297,19 @@ fn start<R: ContainerRuntime>(
     task: PullTask,
     running: &mut BTreeMap<TagKey, Running>,
 ) {
+    track(running, task, |t| workers.spawn(t));
+}
+
+/// Runs `task` through `spawn` and records it as running.
+fn track(
+    running: &mut BTreeMap<TagKey, Running>,
+    task: PullTask,
+    spawn: impl FnOnce(PullTask) -> JoinHandle<()>,
+) {
     let key = task.key.clone();
     let version = task.version;
     let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
-    let handle = workers.spawn(task);
+    let handle = spawn(task);
     running.insert(
         key,
         Running {
@@ -422,41 +431,32 @@ fn start_shown<R: ContainerRuntime>(
     task: PullTask,
     running: &mut BTreeMap<TagKey, Running>,
 ) {
-    let key = task.key.clone();
-    let version = task.version;
-    let reference = task.target.as_ref().ok().map(|t| t.image.pull_ref());
     let deps = workers.deps.clone();
     let upgrades = workers.upgrades.clone();
-    let handle = tokio::spawn(async move {
-        deps.status.report(
-            &task.key,
-            nodeimage_api::kruise::ImageTagStatus {
-                tag: task.key.tag.as_str().into(),
-                purpose: task.key.purpose,
-                phase: nodeimage_api::kruise::ImagePullPhase::Waiting,
-                version: Some(task.version),
-                message: task.note.as_deref().map(Into::into),
-                ..Default::default()
-            },
-        );
-        let shown = |ni: &NodeImage| {
-            desired::reported(ni)
-                .get(&task.key)
-                .is_some_and(|r| r.answers(&task) && !r.phase().is_finished())
-        };
-        if !deps.status.wait_observed(shown, SHOW_TIMEOUT).await {
-            tracing::debug!(tag = %task.key, "the loss was not seen written in time; pulling again anyway");
-        }
-        worker::run(task, deps, upgrades).await;
+    track(running, task, |task| {
+        tokio::spawn(async move {
+            deps.status.report(
+                &task.key,
+                nodeimage_api::kruise::ImageTagStatus {
+                    tag: task.key.tag.as_str().into(),
+                    purpose: task.key.purpose,
+                    phase: nodeimage_api::kruise::ImagePullPhase::Waiting,
+                    version: Some(task.version),
+                    message: task.note.as_deref().map(Into::into),
+                    ..Default::default()
+                },
+            );
+            let shown = |ni: &NodeImage| {
+                desired::reported(ni)
+                    .get(&task.key)
+                    .is_some_and(|r| r.answers(&task) && !r.phase().is_finished())
+            };
+            if !deps.status.wait_observed(shown, SHOW_TIMEOUT).await {
+                tracing::debug!(tag = %task.key, "the loss was not seen written in time; pulling again anyway");
+            }
+            worker::run(task, deps, upgrades).await;
+        })
     });
-    running.insert(
-        key,
-        Running {
-            version,
-            handle,
-            reference,
-        },
-    );
 }
 
 /// Ends the resume lease of an aborted pull once the pull is gone, so it
