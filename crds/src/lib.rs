@@ -2,7 +2,8 @@
 //! CustomResourceDefinitions generated from them.
 //!
 //! The OpenKruise kinds (`apps.kruise.io`) live in [`kruise`], the KubeEdge
-//! kinds (`operations.kubeedge.io`) in [`kubeedge`]. Field names, types and
+//! kinds (`operations.kubeedge.io`) in [`kubeedge`], nodeimage's own
+//! (`nodeimage.dev`) in [`nodeimage_dev`]. Field names, types and
 //! optionality follow the upstream APIs so that manifests written for either
 //! project apply unchanged; validation that upstream does in webhooks is
 //! expressed here as schema constraints and CEL rules.
@@ -18,6 +19,7 @@ pub mod kruise;
 pub mod kubeedge;
 pub mod lenient;
 pub mod limits;
+pub mod nodeimage_dev;
 pub mod noproxy;
 pub mod predownload;
 pub mod reference;
@@ -25,3 +27,4 @@ pub mod validation;
 
 pub use kruise::{ImageListPullJob, ImagePullJob, NodeImage};
 pub use kubeedge::{ImagePrePullJob, NodeUpgradeJob};
+pub use nodeimage_dev::ImageRemovalJob;

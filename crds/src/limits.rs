@@ -40,3 +40,18 @@ pub const CHECK_ITEM_CHARS_MAX: u32 = 64;
 
 /// How a digest is written: `sha256:` and 64 lower-case hex digits.
 pub const DIGEST_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
+
+/// Most images one ImageRemovalJob may list (each is a removal decision on
+/// every selected node, and one result in each node's status).
+pub const REMOVAL_IMAGES_MAX: u32 = 64;
+
+/// Most removal entries one NodeImage may hold (the controller queues a
+/// job's nodes beyond it).
+pub const REMOVALS_PER_NODE_MAX: u32 = 64;
+
+/// Most blocked references one node may have at once, over every block job.
+pub const BLOCKED_PER_NODE_MAX: u32 = 256;
+
+/// Most node names an ImageRemovalJob's `failedNodes` lists (the count and
+/// the message say how many more failed).
+pub const FAILED_NODES_LISTED_MAX: u32 = 1_000;
