@@ -14,6 +14,7 @@ mod pins;
 mod presence;
 mod pull;
 mod ratelimit;
+pub mod removal;
 mod report;
 mod resume;
 mod retry;

@@ -2,12 +2,13 @@
 //! (the path kubelet pulls through, so kubelet finds what we pull) and the
 //! runtime version for readiness.
 
-use crate::runtime::{Image, RuntimeError};
+use crate::runtime::{Container, Image, ListedImage, RuntimeError};
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, PodSandboxConfig,
-    PodSandboxMetadata, PullImageRequest, VersionRequest,
+    AuthConfig, ContainerState, ImageFsInfoRequest, ImageSpec, ImageStatusRequest,
+    ListContainersRequest, ListImagesRequest, PodSandboxConfig, PodSandboxMetadata,
+    PullImageRequest, RemoveImageRequest, VersionRequest,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -168,6 +169,79 @@ impl Runtime {
                 )
             })
             .collect())
+    }
+}
+
+impl Runtime {
+    /// Every image on the node with all its names (CRI ListImages).
+    pub async fn list_images(&self) -> Result<Vec<ListedImage>, RuntimeError> {
+        let r = self
+            .images()
+            .list_images(ListImagesRequest { filter: None })
+            .await
+            .map_err(|s| classify(&s))?
+            .into_inner();
+        Ok(r.images
+            .into_iter()
+            .map(|i| ListedImage {
+                id: i.id,
+                repo_tags: i.repo_tags,
+                repo_digests: i.repo_digests,
+                size: i.size,
+                pinned: i.pinned,
+            })
+            .collect())
+    }
+
+    /// Every container in every state (CRI ListContainers, no filter).
+    pub async fn list_containers(&self) -> Result<Vec<Container>, RuntimeError> {
+        let r = RuntimeServiceClient::new(self.channel.clone())
+            .list_containers(ListContainersRequest { filter: None })
+            .await
+            .map_err(|s| classify(&s))?
+            .into_inner();
+        Ok(r.containers.into_iter().map(container).collect())
+    }
+
+    /// Removes the image with this ID and all its names (CRI RemoveImage;
+    /// an image already gone is no error, as CRI defines it).
+    pub async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+        self.images()
+            .remove_image(RemoveImageRequest {
+                image: image_spec(id),
+            })
+            .await
+            .map_err(|s| classify(&s))?;
+        Ok(())
+    }
+}
+
+/// A CRI container as the removal rule reads it: named
+/// `namespace/pod/container` where kubelet's labels say, else by its own name.
+fn container(c: k8s_cri::v1::Container) -> Container {
+    let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
+    let own = c
+        .metadata
+        .as_ref()
+        .map(|m| m.name.clone())
+        .unwrap_or_default();
+    let pod = label("io.kubernetes.pod.name");
+    let name = if pod.is_empty() {
+        own
+    } else {
+        format!("{}/{pod}/{own}", label("io.kubernetes.pod.namespace"))
+    };
+    let state = match ContainerState::try_from(c.state) {
+        Ok(ContainerState::ContainerCreated) => "created",
+        Ok(ContainerState::ContainerRunning) => "running",
+        Ok(ContainerState::ContainerExited) => "exited",
+        _ => "unknown",
+    };
+    Container {
+        name,
+        state: state.into(),
+        image_id: c.image_ref,
+        image: c.image.map(|i| i.image).unwrap_or_default(),
     }
 }
 

@@ -18,7 +18,7 @@ mod tool;
 
 pub use cri::{Runtime, RuntimeApi};
 
-use crate::runtime::{ContainerRuntime, Image, PullRequest, RuntimeError};
+use crate::runtime::{Container, ContainerRuntime, Image, ListedImage, PullRequest, RuntimeError};
 use containerd_client::services::v1::images_client::ImagesClient;
 use containerd_client::services::v1::version_client::VersionClient;
 use k8s_cri::v1::AuthConfig;
@@ -135,6 +135,18 @@ impl ContainerRuntime for Runtime {
         pins::set_pin(&mut ImagesClient::new(channel), name, node, pin)
             .await
             .map_err(|s| cri::classify(&s))
+    }
+
+    fn list_images(&self) -> impl Future<Output = Result<Vec<ListedImage>, RuntimeError>> + Send {
+        Runtime::list_images(self)
+    }
+
+    fn list_containers(&self) -> impl Future<Output = Result<Vec<Container>, RuntimeError>> + Send {
+        Runtime::list_containers(self)
+    }
+
+    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
+        Runtime::remove_image(self, id)
     }
 
     async fn copy_from_image(

@@ -5,13 +5,18 @@
 //! conformance test (`tests/tests/runtime_conformance.rs`) checks that it
 //! answers each case in the class every containerd of the test stack does.
 
-use super::{BlobKeeper, ContainerRuntime, Image, PullProbe, PullRequest, RuntimeError};
+use super::{
+    BlobKeeper, Container, ContainerRuntime, Image, ListedImage, PullProbe, PullRequest,
+    RuntimeError,
+};
 use nodeimage_api::reference::ImageRef;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
+
+mod removal;
 
 /// A call the daemon made, in the order it made them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +37,8 @@ pub enum Call {
     SweepLeases(Vec<String>),
     /// A file was copied out of an image: the reference and the path.
     CopyFromImage(String, String),
+    /// An image was removed, by ID.
+    RemoveImage(String),
 }
 
 /// How the runtime answers one call.
@@ -63,6 +70,10 @@ struct State {
     limiting: BTreeSet<String>,
     /// Files in images: (reference, path) → content.
     files: BTreeMap<(String, String), Vec<u8>>,
+    /// Containers of every state.
+    containers: Vec<Container>,
+    /// Image IDs whose removal fails, with the error.
+    refuse_removal: BTreeMap<String, RuntimeError>,
     calls: Vec<Call>,
 }
 
@@ -367,6 +378,18 @@ impl ContainerRuntime for FakeRuntime {
             }
             (false, _) => false,
         })
+    }
+
+    async fn list_images(&self) -> Result<Vec<ListedImage>, RuntimeError> {
+        removal::list_images(self)
+    }
+
+    async fn list_containers(&self) -> Result<Vec<Container>, RuntimeError> {
+        removal::list_containers(self)
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+        removal::remove_image(self, id)
     }
 
     async fn copy_from_image(

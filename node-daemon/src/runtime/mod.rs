@@ -83,6 +83,35 @@ impl Image {
     }
 }
 
+/// One image on the node with all its names, as the runtime lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListedImage {
+    /// The runtime's image ID (config digest).
+    pub id: String,
+    /// `name:tag` names.
+    pub repo_tags: Vec<String>,
+    /// `name@digest` names.
+    pub repo_digests: Vec<String>,
+    /// Size in bytes, as the runtime reports it (0: not reported).
+    pub size: u64,
+    /// Whether the runtime reports it pinned (by anyone).
+    pub pinned: bool,
+}
+
+/// One container of any state, as the runtime lists it: what a removal
+/// must not take the image of.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Container {
+    /// Its name (`<pod>/<container>` where kubelet's labels say), for messages.
+    pub name: String,
+    /// Its state, for messages (`running`, `exited`, `created`, `unknown`).
+    pub state: String,
+    /// The image ID it was created from (CRI `imageRef`).
+    pub image_id: String,
+    /// The image as its spec named it, read when the ID is empty.
+    pub image: String,
+}
+
 /// A credential for one pull, as the registry is to be given it.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct PullAuth {
@@ -186,6 +215,15 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         node: &str,
         pin: bool,
     ) -> impl Future<Output = Result<bool, RuntimeError>> + Send;
+
+    /// Every image on the node with all its names (removal decides over them).
+    fn list_images(&self) -> impl Future<Output = Result<Vec<ListedImage>, RuntimeError>> + Send;
+
+    /// Every container on the node, in every state (running, exited, …).
+    fn list_containers(&self) -> impl Future<Output = Result<Vec<Container>, RuntimeError>> + Send;
+
+    /// Removes the image with this ID, with every name it carries.
+    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
     /// Copies the file at `path` (canonical, relative to the image's root)
     /// out of the pulled `image` into `dest`, without running a container
