@@ -8,7 +8,7 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     AuthConfig, ContainerState, ImageFsInfoRequest, ImageSpec, ImageStatusRequest,
     ListContainersRequest, ListImagesRequest, PodSandboxConfig, PodSandboxMetadata,
-    PullImageRequest, RemoveImageRequest, VersionRequest,
+    PullImageRequest, RemoveImageRequest, StatusRequest, VersionRequest,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -201,6 +201,16 @@ impl Runtime {
             .map_err(|s| classify(&s))?
             .into_inner();
         Ok(r.containers.into_iter().map(container).collect())
+    }
+
+    /// The sandbox image the runtime's verbose status names, if any.
+    pub async fn sandbox_image(&self) -> Result<Option<String>, RuntimeError> {
+        let r = RuntimeServiceClient::new(self.channel.clone())
+            .status(StatusRequest { verbose: true })
+            .await
+            .map_err(|s| classify(&s))?
+            .into_inner();
+        Ok(super::sandbox::from_status_info(&r.info))
     }
 
     /// Removes the image with this ID and all its names (CRI RemoveImage;

@@ -1,11 +1,12 @@
 //! The runtime seam over a node's containerd: CRI for pulls and image
 //! status (`cri`), containerd's own API (when it answers) for byte progress
 //! (`progress`), the leases that keep partial blobs (`leases`), pins
-//! (`pins`), and reading a file out of a pulled image (`tool`: from its
-//! layer blobs in the content store, `content`, or from its unpacked
-//! snapshot, `snapshot` and `overlay`). Everything that speaks CRI or
-//! containerd's API is in this folder; the rest of the daemon sees the
-//! seam (`crate::runtime`) only.
+//! (`pins`), the sandbox image its verbose status names (`sandbox`), and
+//! reading a file out of a pulled image (`tool`: from its layer blobs in
+//! the content store, `content`, or from its unpacked snapshot, `snapshot`
+//! and `overlay`). Everything that speaks CRI or containerd's API is in
+//! this folder; the rest of the daemon sees the seam (`crate::runtime`)
+//! only.
 
 pub mod content;
 pub mod cri;
@@ -13,6 +14,7 @@ pub mod leases;
 pub mod overlay;
 mod pins;
 pub mod progress;
+mod sandbox;
 pub mod snapshot;
 mod tool;
 
@@ -143,6 +145,10 @@ impl ContainerRuntime for Runtime {
 
     fn list_containers(&self) -> impl Future<Output = Result<Vec<Container>, RuntimeError>> + Send {
         Runtime::list_containers(self)
+    }
+
+    fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send {
+        Runtime::sandbox_image(self)
     }
 
     fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {

@@ -56,6 +56,23 @@ pub struct NodeFacts {
     pub wanted: Vec<Wanting>,
 }
 
+/// The sandbox image a removal must never take: `flag` (the daemon's
+/// `--sandbox-image`, added with the wiring) when set, else what the
+/// runtime's status names; None when neither says (the rule then still
+/// keeps every image the runtime itself pinned).
+pub async fn sandbox<R: ContainerRuntime>(runtime: &R, flag: Option<&str>) -> Option<String> {
+    if let Some(f) = flag.filter(|f| !f.is_empty()) {
+        return Some(f.to_string());
+    }
+    match within(CALL_TIMEOUT, "runtime status", runtime.sandbox_image()).await {
+        Ok(named) => named,
+        Err(e) => {
+            tracing::warn!(error = %e, "the runtime did not say which image is its sandbox image");
+            None
+        }
+    }
+}
+
 /// How one image ID's removal ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Ended {

@@ -72,6 +72,8 @@ struct State {
     files: BTreeMap<(String, String), Vec<u8>>,
     /// Containers of every state.
     containers: Vec<Container>,
+    /// The sandbox image the status names.
+    sandbox: Option<String>,
     /// Image IDs whose removal fails, with the error.
     refuse_removal: BTreeMap<String, RuntimeError>,
     calls: Vec<Call>,
@@ -386,6 +388,14 @@ impl ContainerRuntime for FakeRuntime {
 
     async fn list_containers(&self) -> Result<Vec<Container>, RuntimeError> {
         removal::list_containers(self)
+    }
+
+    async fn sandbox_image(&self) -> Result<Option<String>, RuntimeError> {
+        let s = self.state();
+        if s.down {
+            return Err(closed());
+        }
+        Ok(s.sandbox.clone())
     }
 
     async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {

@@ -222,6 +222,10 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     /// Every container on the node, in every state (running, exited, …).
     fn list_containers(&self) -> impl Future<Output = Result<Vec<Container>, RuntimeError>> + Send;
 
+    /// The runtime's sandbox (pause) image as its status reports it; None
+    /// when it does not say (containerd 2.x, CRI-O).
+    fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send;
+
     /// Removes the image with this ID, with every name it carries.
     fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 

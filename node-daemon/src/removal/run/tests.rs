@@ -171,3 +171,24 @@ async fn a_runtime_that_does_not_answer_decides_nothing() {
     );
     assert_eq!(removals(&rt), []);
 }
+
+#[tokio::test]
+async fn the_flag_names_the_sandbox_before_the_runtime() {
+    let rt = FakeRuntime::default();
+    assert_eq!(sandbox(&rt, None).await, None, "nobody says");
+    rt.sandbox("registry.k8s.io/pause:3.8");
+    assert_eq!(
+        sandbox(&rt, None).await.as_deref(),
+        Some("registry.k8s.io/pause:3.8")
+    );
+    assert_eq!(
+        sandbox(&rt, Some("mirror.io/pause:3.10")).await.as_deref(),
+        Some("mirror.io/pause:3.10")
+    );
+    rt.down();
+    assert_eq!(
+        sandbox(&rt, None).await,
+        None,
+        "a runtime that does not answer says nothing"
+    );
+}

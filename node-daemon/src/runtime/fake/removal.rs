@@ -29,6 +29,12 @@ impl FakeRuntime {
         self
     }
 
+    /// The runtime's status names `image` as its sandbox image.
+    pub fn sandbox(&self, image: &str) -> &Self {
+        self.state().sandbox = Some(image.into());
+        self
+    }
+
     /// Removing the image `id` fails with `error`.
     pub fn refuse_removal(&self, id: &str, error: RuntimeError) -> &Self {
         self.state().refuse_removal.insert(id.into(), error);
