@@ -19,8 +19,9 @@
 # parallelism or concurrency between a quarter of SOAK_PARALLELISM (20) and
 # all of it; some with a pull secret of the authenticated registry, so the
 # controller copies it), edit one (parallelism, or a label on the KubeEdge
-# kinds), delete one: a finished one, or now and then one still running. At
-# most SOAK_MAX_JOBS (8) live at once.
+# kinds; an ImageListPullJob's template edit makes new children, as
+# upstream does), delete one: a finished one, or now and then one still
+# running. At most SOAK_MAX_JOBS (8) live at once.
 #
 # Faults: every SOAK_FAULT_SECONDS (30) on average one of SOAK_FAULTS
 # ("controller apiserver registry daemon sim"): the controller SIGKILLed and
@@ -40,7 +41,8 @@
 #   - no pull-secret copy of the soak's secret that no live job refers to,
 #   - no deleted job kept by a finalizer;
 #   the last three can be true for a moment (the controller cleans up after a
-#   delete), so one counts once it has lasted SOAK_GRACE_SECONDS (120);
+#   delete), so one counts once it has lasted SOAK_GRACE_SECONDS (120); the
+#   summary gives the longest such cleanup seen;
 #   - the controller's RSS: sampled at each check; judged for the last
 #     controller process once it has lived SOAK_RSS_WARMUP_SECONDS (300) and
 #     then SOAK_RSS_MIN_SECONDS (900) more: the median of its last 5 minutes
@@ -88,7 +90,7 @@ SIM_LABEL=soak.nodeimage.dev/sim
 SECRETS_NS=nodeimage-secrets
 REGISTRY_DAEMON=registry-${NODEIMAGE_REGISTRY##*:}
 OUT=$STATE/soak
-rm -rf "$OUT" && mkdir -p "$OUT" && touch "$OUT/violations" "$OUT/confirmed" "$OUT/finished" "$OUT/linger"
+rm -rf "$OUT" && mkdir -p "$OUT" && touch "$OUT/violations" "$OUT/confirmed" "$OUT/finished" "$OUT/linger" "$OUT/resolved"
 exec > >(tee -a "$OUT/soak.log") 2>&1
 
 k() { "$KUBECTL" --request-timeout=20s "$@"; }
@@ -99,6 +101,7 @@ say() { log "soak: $*"; }
 # ---------------------------------------------------------------------------
 setup() {
   say "seed $SEED, ${RUN_SECONDS}s, $SIM_NODES simulated nodes, faults every ~${FAULT_SECONDS}s ($FAULTS)"
+  leftovers
   k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
   k -n "$NS" create secret docker-registry soak-auth --docker-server="$NODEIMAGE_AUTH_REGISTRY" \
     --docker-username="$NODEIMAGE_AUTH_USER" --docker-password="$NODEIMAGE_AUTH_PASSWORD" \
@@ -115,6 +118,29 @@ setup() {
   REGISTRY_CMD=$(recorded_cmd "$REGISTRY_DAEMON")
   [[ -n $APISERVER_CMD && -n $REGISTRY_CMD ]] || die "no recorded command line of the API server or $REGISTRY_DAEMON"
   start_sim
+}
+
+# An earlier run stopped before its teardown finished may have left jobs
+# (the KubeEdge kinds are cluster-scoped) or its namespace still going: a
+# job of that run must not be judged by this one.
+leftovers() {
+  local kinds=imagepulljobs,imagelistpulljobs,imageprepulljobs,nodeupgradejobs names i
+  names=$(k get "$kinds" -A -o json |
+    jq -r '.items[] | select(.metadata.name | startswith("soak-")) |
+      "\(.kind | ascii_downcase)/\(.metadata.name) \(.metadata.namespace // "")"')
+  if [[ -n $names ]]; then
+    say "deleting $(wc -l <<<"$names") jobs an earlier run left"
+    local ns ref
+    while read -r ref ns; do
+      k ${ns:+-n "$ns"} delete --wait=false "$ref" >/dev/null
+    done <<<"$names"
+  fi
+  for ((i = 0; i < SETTLE; i++)); do
+    [[ -z $(k get "$kinds" -A -o name | grep '/soak-') ]] &&
+      [[ $(k get namespace "$NS" -o jsonpath='{.status.phase}' 2>/dev/null) != Terminating ]] && return 0
+    sleep 1
+  done
+  die "an earlier run's jobs (or its namespace $NS, terminating) still there after ${SETTLE}s"
 }
 
 start_sim() {
@@ -233,21 +259,17 @@ delete_job() {
 }
 
 churn_step() {
-  local r=$((RANDOM % 10)) job
-  if ((${#LIVE[@]} >= MAX_JOBS || (${#LIVE[@]} >= 2 && r >= 7))); then
-    # A finished job goes; a running one now and then (a delete mid-pull
-    # must leave nothing behind either).
-    if job=$(pick_finished); then
-      delete_job "$job"
-    elif ((RANDOM % 8 == 0)); then
-      delete_job "$(pick)"
-    else
-      edit_job
-    fi
-  elif ((${#LIVE[@]} < 2 || r < 5)); then
+  local r=$((RANDOM % 20)) job
+  if ((${#LIVE[@]} < 2 || (${#LIVE[@]} < MAX_JOBS && r < 8))); then
     create_job
-  else
+  elif ((r >= 8 && r < 11)); then
     edit_job
+  elif job=$(pick_finished); then
+    delete_job "$job"
+  elif ((RANDOM % 8 == 0)); then
+    # Now and then a job still running (a delete mid-pull must leave
+    # nothing behind either).
+    delete_job "$(pick)"
   fi
 }
 
@@ -346,7 +368,7 @@ COUNTS_JQ='
     "finished \($job)"
   else
     select($s.state == "Successful" or $s.state == "Failed") |
-    ([$s.nodeStatus[]? | select(.phase == "Successful" or .phase == "Failed")] | length) as $done |
+    ([$s.nodeStatus[]? | select(.phase | IN("Successful", "Failure", "Unknown"))] | length) as $done |
     if $done != $sim or ($s.nodeStatus | length) != $sim
     then "counts \($job): \($s.state) with \($s.nodeStatus | length) node results (\($done) finished), \($sim) nodes selected" else empty end,
     "finished \($job)"
@@ -410,6 +432,9 @@ check() {
   done < <(jq -nr --slurpfile j "$OUT/jobs.json" --slurpfile n "$OUT/nodeimages.json" \
     --slurpfile c "$OUT/copies.json" --arg ns "$NS" \
     "\$j[0] as \$jobs | \$n[0] as \$nis | \$c[0] as \$copies | $LINGER_JQ")
+  # What lingered before and is gone now: how long cleaning it up took.
+  awk -F'\t' -v now="$now" 'NR == FNR { seen[$2] = 1; next } !($2 in seen) { printf "%d\t%s\n", now - $1, $2 }' \
+    "$OUT/linger.new" "$OUT/linger" >>"$OUT/resolved"
   mv "$OUT/linger.new" "$OUT/linger"
   say "check $CHECKS: ${#LIVE[@]} live jobs, $(sort -u "$OUT/finished" 2>/dev/null | wc -l) finished so far, $(wc -l <"$OUT/linger") lingering, $(wc -l <"$OUT/violations") violations"
 }
@@ -505,6 +530,9 @@ summary() {
     fi
   done
   ((CHECKS > 0)) || violation "no check ran"
+  if [[ -s $OUT/resolved ]]; then
+    say "cleanups seen lingering at a check: $(wc -l <"$OUT/resolved"), gone within $(sort -n "$OUT/resolved" | tail -n 1 | cut -f1) s at the most ($(sort -n "$OUT/resolved" | tail -n 1 | cut -f2 | cut -c1-120))"
+  fi
   if [[ -s $OUT/violations ]]; then
     fails=$(wc -l <"$OUT/violations")
     say "FAILED: $fails violations ($OUT/violations)"

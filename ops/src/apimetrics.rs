@@ -5,6 +5,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::future::Future;
@@ -38,6 +39,7 @@ pub struct VerbLabels {
 pub struct ApiMetrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<VerbLabels, Histogram, fn() -> Histogram>,
+    in_flight: Family<VerbLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -52,11 +54,13 @@ pub fn global() -> &'static ApiMetrics {
     METRICS.get_or_init(|| ApiMetrics {
         requests: Family::default(),
         latency: Family::new_with_constructor(latency_histogram),
+        in_flight: Family::default(),
     })
 }
 
 impl ApiMetrics {
-    /// Registers `nodeimage_api_requests_total` and `nodeimage_api_request_duration_seconds`.
+    /// Registers `nodeimage_api_requests_total`, `nodeimage_api_request_duration_seconds`
+    /// and `nodeimage_api_requests_in_flight`.
     pub fn register(&self, r: &mut Registry) {
         let r = r.sub_registry_with_prefix("nodeimage_api");
         r.register(
@@ -69,6 +73,25 @@ impl ApiMetrics {
             "Time to the response headers of Kubernetes API requests, by verb and resource",
             self.latency.clone(),
         );
+        r.register(
+            "requests_in_flight",
+            "Requests to the Kubernetes API sent and not yet answered (response headers), by verb and resource: a count that stays up shows requests hung on a connection",
+            self.in_flight.clone(),
+        );
+    }
+
+    /// Counts one request in flight until the returned guard is dropped
+    /// (answered, failed or abandoned alike).
+    fn start(&self, verb: &str, resource: &str) -> InFlight {
+        let gauge = self
+            .in_flight
+            .get_or_create(&VerbLabels {
+                verb: verb.into(),
+                resource: resource.into(),
+            })
+            .clone();
+        gauge.inc();
+        InFlight(gauge)
     }
 
     fn record(&self, verb: &str, resource: &str, code: &str, seconds: f64) {
@@ -85,6 +108,15 @@ impl ApiMetrics {
                 resource: resource.into(),
             })
             .observe(seconds);
+    }
+}
+
+/// One request counted in `nodeimage_api_requests_in_flight` while it lives.
+struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -153,9 +185,11 @@ where
     fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
         let (verb, resource) = classify(req.method().as_str(), req.uri().path(), req.uri().query());
         let start = Instant::now();
+        let in_flight = global().start(&verb, &resource);
         let fut = self.inner.call(req);
         Box::pin(async move {
             let result = fut.await;
+            drop(in_flight);
             let code = match &result {
                 Ok(resp) => resp.status().as_u16().to_string(),
                 Err(_) => "error".to_string(),
@@ -235,5 +269,50 @@ mod tests {
                 "{method} {path} {query:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_is_in_flight_until_answered_or_dropped() {
+        use tower::{Service, ServiceExt};
+        let gauge = || {
+            global()
+                .in_flight
+                .get_or_create(&VerbLabels {
+                    verb: "PATCH".into(),
+                    resource: "inflighttests".into(),
+                })
+                .get()
+        };
+        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+        let answered = std::sync::Mutex::new(Some(answered));
+        let mut svc = MetricsService {
+            inner: tower::service_fn(move |_req: http::Request<()>| {
+                let wait = answered.lock().ok().and_then(|mut a| a.take());
+                async move {
+                    if let Some(wait) = wait {
+                        let _ = wait.await;
+                    }
+                    Ok::<_, std::convert::Infallible>(http::Response::new(()))
+                }
+            }),
+        };
+        let req = || {
+            http::Request::patch("/apis/x.io/v1/inflighttests/a")
+                .body(())
+                .unwrap_or_default()
+        };
+        let Ok(ready) = svc.ready().await;
+        let first = tokio::spawn(ready.call(req()));
+        tokio::task::yield_now().await;
+        assert_eq!(gauge(), 1, "sent, not answered");
+        let _ = answer.send(());
+        let _ = first.await;
+        assert_eq!(gauge(), 0, "answered");
+        // A request abandoned before its answer (a timeout, a stopped caller).
+        let Ok(ready) = svc.ready().await;
+        let pending = ready.call(req());
+        assert_eq!(gauge(), 1);
+        drop(pending);
+        assert_eq!(gauge(), 0, "dropped");
     }
 }

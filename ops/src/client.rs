@@ -35,7 +35,13 @@ pub enum ClientError {
 
 /// Builds a client, preferring an explicit kubeconfig path.
 pub async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, ClientError> {
-    let config = match kubeconfig {
+    connect_with(load(kubeconfig).await?)
+}
+
+/// The configuration [`connect`] uses: an explicit kubeconfig path, else
+/// `KUBECONFIG`, `~/.kube/config` or the in-cluster config.
+pub async fn load(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, ClientError> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
                 ClientError::Kubeconfig {
@@ -51,7 +57,12 @@ pub async fn connect(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Clien
                 })?
         }
         None => kube::Config::infer().await?,
-    };
+    })
+}
+
+/// Builds a client from a configuration (one changed by the caller, e.g.
+/// to impersonate a user), as [`connect`] does.
+pub fn connect_with(config: kube::Config) -> Result<kube::Client, ClientError> {
     if let Some(proxy) = &config.proxy_url {
         return Err(ClientError::Proxy(proxy.to_string()));
     }

@@ -163,11 +163,64 @@ EOF
   chmod 600 "$RESULTS/$name.kubeconfig"
 }
 
+# How API Priority and Fairness classifies the benchmarked identities
+# (BENCH_APF; bench_identity must have run first):
+#   exempt  bench_identity's FlowSchemas: the exempt level, counted per verb
+#           group (the default, for request counts undisturbed by queuing);
+#   chart   the chart's own priority level and FlowSchemas, rendered from
+#           charts/nodeimage/templates/api-priority.yaml with the controller's
+#           ServiceAccount bench/nodeimage-controller and the daemon's
+#           bench/ni-sim; each one's requests counted by its FlowSchema
+#           (nodeimage-controller, nodeimage-daemon), in total only;
+#   none    no FlowSchema of ours: both fall into the built-in
+#           service-accounts schema (level workload-low) with every other
+#           ServiceAccount, as with apiPriority.enabled=false; not counted
+#           per identity by the API server (the controller still counts its
+#           own, nodeimage_api_requests_total).
+BENCH_APF=${BENCH_APF:-exempt}
+apf_chart() {
+  "${HELM:-$STATE/bin/helm}" template nodeimage "$SRC/charts/nodeimage" --namespace bench \
+    --show-only templates/api-priority.yaml --set controller.image.repository=unused \
+    --set daemon.image.repository=unused --set controller.serviceAccount.name=nodeimage-controller \
+    --set daemon.serviceAccount.name=ni-sim
+}
+bench_priority() {
+  local name g chart
+  case $BENCH_APF in
+    exempt) return 0 ;;
+    chart | none) ;;
+    *) die "BENCH_APF=$BENCH_APF: exempt, chart or none" ;;
+  esac
+  for name in nodeimage-controller ni-sim; do
+    for g in watch read write other; do
+      kc delete flowschema "bench-$name-$g" --ignore-not-found >/dev/null
+    done
+  done
+  chart=$(apf_chart) || die "helm template of the chart's api-priority.yaml failed"
+  if [[ $BENCH_APF == chart ]]; then
+    kc apply -f - >/dev/null <<<"$chart"
+  else
+    kc delete -f - --ignore-not-found >/dev/null <<<"$chart"
+  fi
+}
+
 # Requests the API server dispatched for bench_identity NAME, per verb group:
-# "watch=W read=R write=X other=O total=T".
+# "watch=W read=R write=X other=O total=T" (BENCH_APF=chart: "total=T" from
+# the chart's FlowSchema; none: "total=0", not counted).
 identity_requests() {
   local name=$1 text g v total=0 out=""
   text=$(kc get --raw /metrics | grep '^apiserver_flowcontrol_dispatched_requests_total{')
+  if [[ $BENCH_APF != exempt ]]; then
+    v=0
+    if [[ $BENCH_APF == chart ]]; then
+      g=nodeimage-daemon
+      [[ $name == nodeimage-controller ]] && g=nodeimage-controller
+      v=$(prom_value apiserver_flowcontrol_dispatched_requests_total "flow_schema=\"$g\"" <<<"$text")
+      [[ $v == NA ]] && v=0
+    fi
+    echo "total=${v%.*}"
+    return
+  fi
   for g in watch read write other; do
     v=$(prom_value apiserver_flowcontrol_dispatched_requests_total "flow_schema=\"bench-$name-$g\"" <<<"$text")
     [[ $v == NA ]] && v=0

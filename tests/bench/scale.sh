@@ -84,6 +84,8 @@ REGISTRY_LIMIT=${REGISTRY_LIMIT:-0}
 SETTLE_SECONDS=${SETTLE_SECONDS:-60}
 ROUNDS=${ROUNDS:-2}
 TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-7200}
+PROBE_LEASES=${PROBE_LEASES:-100}
+PROBE_INTERVAL_MS=${PROBE_INTERVAL_MS:-10000}
 PORT_BASE=${BENCH_PORT_BASE:-28000}
 CTRL_HEALTH=127.0.0.1:$((PORT_BASE + 90))
 NS=bench-scale
@@ -131,12 +133,14 @@ CONTROLLER_RECONCILES_METRIC=${CONTROLLER_RECONCILES_METRIC:-nodeimage_controlle
   echo "# NODES=$NODES JOBS=$JOBS PARALLELISM=$PARALLELISM PREPULL_CONCURRENCY=$PREPULL_CONCURRENCY SIM_CONCURRENCY=$SIM_CONCURRENCY PULL_MS=$PULL_MS REGISTRY_LIMIT=$REGISTRY_LIMIT"
   echo "# binaries: $BIN ($(code_version)), cluster $STATE"
   echo "# controller: $CONTROLLER_BIN $CONTROLLER_ARGS (CRDs $CONTROLLER_CRDS)"
+  echo "# BENCH_APF=$BENCH_APF PROBE=${PROBE:-} PROBE_LEASES=$PROBE_LEASES PROBE_INTERVAL_MS=$PROBE_INTERVAL_MS"
 } | tee "$RESULTS_FILE"
 
 kc apply --server-side --force-conflicts -f "$CONTROLLER_CRDS" >/dev/null
 kc wait --for=condition=Established --timeout=60s -f "$CONTROLLER_CRDS" >/dev/null
 bench_identity nodeimage-controller 50
 bench_identity ni-sim 60
+bench_priority
 kc get namespace "$NS" >/dev/null 2>&1 || kc create namespace "$NS" >/dev/null
 
 CTRL_KUBECONFIG=$RESULTS/nodeimage-controller.kubeconfig
@@ -233,6 +237,31 @@ status_patches() {
   echo "${v:-0}"
 }
 
+# What etcd holds for NodeImages, read through etcd's JSON gateway on its
+# client port: "N objects, B bytes (mean M per object); database D bytes,
+# in use U" (the values under /registry/apps.kruise.io/nodeimages/: a
+# custom resource is stored as its JSON, managedFields included).
+etcd_nodeimages() {
+  local key end port
+  # kubelocal apiserver DIR API_PORT ETCD_PORT
+  port=${NODEIMAGE_ETCD_PORT:-$(recorded_cmd apiserver | awk '{ print $NF }')}
+  key=$(printf '/registry/apps.kruise.io/nodeimages/' | base64 -w0)
+  end=$(printf '/registry/apps.kruise.io/nodeimages0' | base64 -w0)
+  curl -fsS --max-time 120 -X POST "http://127.0.0.1:$port/v3/kv/range" \
+    -d "{\"key\":\"$key\",\"range_end\":\"$end\"}" |
+    jq -r '[.kvs[]? | .value | (length * 3 / 4) - (if endswith("==") then 2 elif endswith("=") then 1 else 0 end)] |
+      "\(length) objects, \(add // 0) bytes (mean \(if length > 0 then (add / length | floor) else 0 end) per object)"' || echo "NA (etcd gateway)"
+  curl -fsS --max-time 30 -X POST "http://127.0.0.1:$port/v3/maintenance/status" -d '{}' |
+    jq -r '"; database \(.dbSize) bytes, in use \(.dbSizeInUse)"' || true
+}
+# Watch events the API server sent for NodeImages, all watchers: "events bytes".
+nodeimage_watch_events() {
+  kc get --raw /metrics | awk '
+    $1 ~ /^apiserver_watch_events_total\{/ && $1 ~ /nodeimages/ { n += $NF }
+    $1 ~ /^apiserver_watch_events_sizes_sum\{/ && $1 ~ /nodeimages/ { b += $NF }
+    END { printf "%d %d", n, b }'
+}
+
 # Common measurement around one scenario: before/after counters.
 measure_begin() {
   start_controller
@@ -240,6 +269,7 @@ measure_begin() {
   M_CPU0=$(ctrl_metric process_cpu_seconds_total)
   M_RSS_IDLE=$(mib "$(ctrl_metric process_resident_memory_bytes)")
   M_CTRL0=$(identity_requests nodeimage-controller)
+  M_CTRLOWN0=$(ctrl_metric nodeimage_api_requests_total 2>/dev/null || echo NA)
   M_SIM0=$(identity_requests ni-sim)
   M_SIMOWN0=$(sim_stat requests)
   M_ALL0=$(apiserver_metric apiserver_request_total)
@@ -249,11 +279,13 @@ measure_begin() {
   M_APICPU0=$(proc_cpu "$(recorded_pid apiserver)")
   M_SIMCPU0=$(proc_cpu "$(bench_pid ni-sim)")
   M_MACHINE0=$(machine_cpu)
+  M_WATCH0=$(nodeimage_watch_events)
+  record "$1.etcd.nodeimages.before" "$(etcd_nodeimages | tr -d '\n')"
   record "$1.controller.idle_rss_mib[$NODES]" "$M_RSS_IDLE (fresh controller, $NODES NodeImages cached, before the jobs)"
   M_T0=$(now)
 }
 measure_end() {
-  local s=$1 t1 cpu hwm ctrl sim simown all rec
+  local s=$1 t1 cpu hwm ctrl sim simown all rec own
   t1=$(now)
   cpu=$(ctrl_metric process_cpu_seconds_total)
   hwm=$(vmhwm_mib "$(ctrl_pid)")
@@ -271,10 +303,15 @@ measure_end() {
   record "$s.controller.cpu_seconds" "$(awk -v a="$M_CPU0" -v b="$cpu" 'BEGIN { printf "%.1f", b - a }')"
   record "$s.controller.peak_rss_mib" "$hwm (VmHWM since the controller started)"
   record "$s.controller.requests" "$ctrl"
+  own=$(ctrl_metric nodeimage_api_requests_total 2>/dev/null || echo NA)
+  record "$s.controller.requests.own_count" "$(awk -v a="$M_CTRLOWN0" -v b="$own" 'BEGIN { if (a == "NA" || b == "NA") print "NA"; else printf "%d", b - a }') (nodeimage_api_requests_total, the controller's own count; BENCH_APF=$BENCH_APF)"
   record "$s.controller.reconciles" "$(awk -v a="$M_REC0" -v b="$rec" 'BEGIN { printf "%d", b - a }')"
   record "$s.simulator.requests" "$sim (its own count: $simown)"
   record "$s.apiserver.nodeimage_patches" "$(awk -v a="$M_PATCH0" -v b="$(nodeimage_patches)" 'BEGIN { split(a, x); split(b, y); printf "%d, of which %d refused with 409 (resourceVersion moved) and %d with 422 (a failed test: a status write guard, the spec test of an entry write, or invalid)", y[1] - x[1], y[2] - x[2], y[3] - x[3] }')"
   record "$s.apiserver.nodeimage_writes" "$(($(nodeimage_writes) - M_WRITES0)) (PATCH, PUT and apply of NodeImages, all clients, all codes)"
+  record "$s.apiserver.nodeimage_watch_events" "$(awk -v a="$M_WATCH0" -v b="$(nodeimage_watch_events)" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%d events, %d bytes", y[1] - x[1], y[2] - x[2] }') (apiserver_watch_events_total and _sizes_sum for NodeImages, all watchers)"
+  record "$s.apiserver.rss_mib" "$(vmrss_mib "$(recorded_pid apiserver)") now, peak $(vmhwm_mib "$(recorded_pid apiserver)") since it started (kube-apiserver and its embedded etcd, one process)"
+  record "$s.etcd.nodeimages.after" "$(etcd_nodeimages | tr -d '\n')"
   record "$s.apiserver.requests_all_clients" "$(awk -v a="$M_ALL0" -v b="$all" 'BEGIN { printf "%d", b - a }')"
   record "$s.registry.peak_pulling_nodes" "$(sim_stat peakPullingNodes | jq -c . 2>/dev/null) (most simulated nodes Pulling from each registry at once since the simulator started; REGISTRY_LIMIT=$REGISTRY_LIMIT)"
 }
@@ -312,6 +349,59 @@ clean_up_jobs() {
 }
 
 # ---------------------------------------------------------------------------
+# The probe client (issue 50 part 3): with PROBE set ("sa", "node" or both),
+# `ni-sim probe` renews PROBE_LEASES Leases every PROBE_INTERVAL_MS as
+# kubelets renew theirs, from the imagepulljob scenario's creation of its
+# jobs to their completion, once per identity (impersonated by the admin):
+#   sa    ServiceAccount probe/probe, allowed Leases in namespace probe:
+#         FlowSchema service-accounts, level workload-low, where nodeimage's
+#         requests fall without the chart's level (BENCH_APF=none);
+#   node  each Lease as its node (system:node:NAME, group system:nodes) in
+#         kube-node-lease, as kubelets renew theirs: FlowSchema
+#         system-node-high, level node-high.
+# The result line (count, p50, p99 and max time of the renewals, errors by
+# code) is recorded as imagepulljob.probe.<identity>.
+# ---------------------------------------------------------------------------
+probe_setup() {
+  [[ -n ${PROBE:-} ]] || return 0
+  kc get namespace probe >/dev/null 2>&1 || kc create namespace probe >/dev/null
+  kc apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: lease-probe, namespace: probe}
+rules: [{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update, patch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: lease-probe, namespace: probe}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: lease-probe}
+subjects: [{kind: ServiceAccount, name: probe, namespace: probe}]
+EOF
+}
+probe_start() {
+  local id args
+  for id in ${PROBE:-}; do
+    case $id in
+      sa) args=(--namespace probe --prefix probe --as system:serviceaccount:probe:probe
+        --as-group system:serviceaccounts --as-group system:serviceaccounts:probe --as-group system:authenticated) ;;
+      node) args=(--namespace kube-node-lease --prefix probe-node --as 'system:node:{name}'
+        --as-group system:nodes --as-group system:authenticated) ;;
+      *) die "PROBE: unknown identity $id (sa, node)" ;;
+    esac
+    rm -f "$RESULTS/probe-$id.json"
+    bench_start "probe-$id" "$BIN/ni-sim" --kubeconfig "$KUBECONFIG" probe "${args[@]}" \
+      --leases "$PROBE_LEASES" --interval-ms "$PROBE_INTERVAL_MS" --stats-file "$RESULTS/probe-$id.json"
+  done
+}
+probe_stop() {
+  local id
+  for id in ${PROBE:-}; do
+    bench_stop "probe-$id"
+    record "$1.probe.$id" "$(cat "$RESULTS/probe-$id.json" 2>/dev/null || echo "no result: see $LOGS/probe-$id.log") (BENCH_APF=$BENCH_APF)"
+  done
+}
+
+# ---------------------------------------------------------------------------
 # Scenario: JOBS ImagePullJobs over all simulated nodes
 # ---------------------------------------------------------------------------
 imagepulljob() {
@@ -324,7 +414,9 @@ imagepulljob() {
         spec: {image: $image, selector: {matchLabels: {"nodeimage.dev/sim": "true"}},
                parallelism: $p, completionPolicy: {type: "Always"}}}'
   done | jq -s '{apiVersion: "v1", kind: "List", items: .}')
+  probe_setup
   M_T0=$(now)
+  probe_start
   kc create -f - >/dev/null <<<"$jobs"
   record "$s.create.seconds" "$(elapsed "$M_T0" "$(now)") (kubectl create of $JOBS jobs)"
   while :; do
@@ -339,11 +431,13 @@ imagepulljob() {
     if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then
       # Record how far it got and what it cost, then give up.
       record "$s.timeout" "not complete after $TIMEOUT_SECONDS s: $done_n/$JOBS jobs completed, $(sim_tags) tag entries in the NodeImages (of $((JOBS * NODES))), $(jq '[.items[] | select(.status != null)] | length' <<<"$t") jobs with a status"
+      probe_stop "$s"
       measure_end "$s"
       die "$s: not complete after $TIMEOUT_SECONDS s"
     fi
     sleep 1
   done
+  probe_stop "$s"
   measure_end "$s"
   succeeded=$(jq '[.items[].status.succeeded // 0] | add' <<<"$t")
   failed=$(jq '[.items[].status.failed // 0] | add' <<<"$t")

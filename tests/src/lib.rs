@@ -15,7 +15,8 @@
 //! [`prepull`] (KubeEdge ImagePrePullJob tests: jobs, test Nodes, image
 //! copies, an ordered watch of NodeImages), [`helm`] (the chart tests),
 //! [`install`] (the install test: its environment, steps and diagnostics),
-//! [`tenant`] (a user with rights in one namespace only, through its token).
+//! [`tenant`] (a user with rights in one namespace only, through its token),
+//! [`leaseprobe`] (`ni-sim probe`: Lease renewals as kubelets make them, timed).
 
 pub mod cri;
 pub mod docs;
@@ -25,6 +26,7 @@ pub mod http;
 pub mod httpproxy;
 pub mod install;
 pub mod kruise;
+pub mod leaseprobe;
 pub mod nodeimage;
 pub mod prepull;
 pub mod process;

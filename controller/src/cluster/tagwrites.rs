@@ -175,7 +175,19 @@ pub async fn release_all(
         })
         .map(|ni| ni.name_any())
         .collect();
-    let results: Vec<Result<(), WriteError>> = futures::stream::iter(holding)
+    release_on(writer, nodeimages, holding, uids).await
+}
+
+/// Takes the entries owned by any of `uids` out of the NodeImages of
+/// `nodes`, several at a time: each release waits for its own write, so a
+/// job leaving a thousand nodes one by one held its reconcile for minutes.
+pub async fn release_on(
+    writer: &NodeWriter,
+    nodeimages: &Store<NodeImage>,
+    nodes: impl IntoIterator<Item = String>,
+    uids: &[String],
+) -> Result<(), WriteError> {
+    let results: Vec<Result<(), WriteError>> = futures::stream::iter(nodes)
         .filter_map(|node| std::future::ready(nodeimages.get(&ObjectRef::new(&node))))
         .map(|ni| release(writer, ni, uids))
         .buffer_unordered(RELEASE_CONCURRENCY)

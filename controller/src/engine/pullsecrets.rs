@@ -324,15 +324,58 @@ pub async fn release(
 }
 
 /// Removes `job` from the references of the copy `c`; deletes the copy
-/// when nobody uses it any more.
+/// when nobody uses it any more. Every write is conditional on the version
+/// read; when another job's write came first, the copy is read again (jobs
+/// over many nodes are often deleted together, all releasing one copy).
 async fn release_one(
     api: &Api<Secret>,
     target_ns: &str,
     c: &ObjectMeta,
     job: &str,
 ) -> Result<(), SecretsError> {
-    let annotations = c.annotations.as_ref();
-    let refs = annotations
+    let name = c.name.clone().unwrap_or_default();
+    let failed = |action: &'static str| {
+        let secret = format!("{target_ns}/{name}");
+        move |source| SecretsError::Api {
+            action,
+            secret,
+            source,
+        }
+    };
+    let mut read = c.clone();
+    for _ in 0..COPY_WRITE_ATTEMPTS {
+        match release_from(api, &name, &read, job).await {
+            Ok(()) => return Ok(()),
+            Err(kube::Error::Api(ae)) if ae.code == 409 => {
+                match api
+                    .get_metadata_opt(&name)
+                    .await
+                    .map_err(failed("reading"))?
+                {
+                    Some(fresh) => read = fresh.metadata,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(failed("releasing")(e)),
+        }
+    }
+    Err(SecretsError::Contended {
+        secret: format!("{target_ns}/{name}"),
+        attempts: COPY_WRITE_ATTEMPTS,
+    })
+}
+
+/// One conditional write taking `job` out of the copy `name` as `read`
+/// last saw it: the copy goes when no reference is left.
+async fn release_from(
+    api: &Api<Secret>,
+    name: &str,
+    read: &ObjectMeta,
+    job: &str,
+) -> Result<(), kube::Error> {
+    let refs = read
+        .annotations
+        .as_ref()
         .and_then(|a| a.get(REFERENCES_ANNOTATION))
         .cloned();
     if !refs
@@ -344,41 +387,32 @@ async fn release_one(
         return Ok(());
     }
     let left = with_reference(refs.as_deref(), job, false);
-    let name = c.name.clone().unwrap_or_default();
-    let result = if left.is_empty() {
+    if left.is_empty() {
         // Only the version read: a job that added itself meanwhile keeps it.
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                resource_version: c.resource_version.clone(),
+                resource_version: read.resource_version.clone(),
                 uid: None,
             }),
             ..DeleteParams::default()
         };
-        api.delete(&name, &params)
+        api.delete(name, &params)
             .await
             .map(|_| ())
-            .or_else(not_found_ok)
-    } else {
-        let patch = serde_json::json!({
-            "metadata": {
-                "resourceVersion": c.resource_version,
-                "annotations": {REFERENCES_ANNOTATION: left},
-            }
-        });
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .or_else(not_found_ok)
-    };
-    result.map_err(|source| SecretsError::Api {
-        action: "releasing",
-        secret: format!("{target_ns}/{name}"),
-        source,
-    })?;
-    if left.is_empty() {
+            .or_else(not_found_ok)?;
         tracing::info!(copy = %name, job, "pull secret copy deleted: no job uses it");
+        return Ok(());
     }
-    Ok(())
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": read.resource_version,
+            "annotations": {REFERENCES_ANNOTATION: left},
+        }
+    });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .or_else(not_found_ok)
 }
 
 fn not_found_ok(e: kube::Error) -> Result<(), kube::Error> {

@@ -8,7 +8,12 @@
 //! ni-sim delete-nodes [--selector nodeimage.dev/sim=true]
 //! ni-sim bind-pods --namespace NS --selector app=x --count 1000
 //!            [--node-selector nodeimage.dev/sim=true] [--concurrency 32] [--timeout-seconds 600]
+//! ni-sim probe [--namespace probe] [--prefix probe] [--leases 100] [--interval-ms 10000]
+//!            [--duration-s S] [--as USER] [--as-group G]... [--stats-file F]
 //! ```
+//!
+//! `probe` renews Leases as kubelets do and times each renewal, as an
+//! ordinary client of the API server (`nodeimage_tests::leaseprobe`).
 //!
 //! `create-nodes` creates Ready edge Node objects labelled `nodeimage.dev/sim=true`
 //! (the controller's node mirror then creates their NodeImages). `run`
@@ -62,6 +67,7 @@ use nodeimage_api::kruise::{
     UpgradeState,
 };
 use nodeimage_api::reference::ImageRef;
+use nodeimage_tests::leaseprobe;
 use tokio::sync::mpsc;
 
 #[derive(Parser)]
@@ -112,6 +118,31 @@ enum Cmd {
         #[arg(long, default_value_t = 600)]
         timeout_seconds: u64,
     },
+    /// Renew LEASES Leases every INTERVAL_MS as USER (impersonated; `{name}`
+    /// is each Lease's name) until DURATION_S or SIGTERM; print the count,
+    /// p50, p99 and max time of the renewals and their errors as JSON.
+    Probe {
+        #[arg(long, default_value = "probe")]
+        namespace: String,
+        #[arg(long, default_value = "probe")]
+        prefix: String,
+        #[arg(long, default_value_t = 100)]
+        leases: usize,
+        #[arg(long, default_value_t = 10_000)]
+        interval_ms: u64,
+        #[arg(long)]
+        duration_s: Option<u64>,
+        /// User to impersonate, e.g. system:serviceaccount:probe:probe or
+        /// system:node:{name}.
+        #[arg(long = "as")]
+        user: Option<String>,
+        /// Group to impersonate with it (repeat for several).
+        #[arg(long = "as-group")]
+        groups: Vec<String>,
+        /// Also write the result line to this file.
+        #[arg(long)]
+        stats_file: Option<PathBuf>,
+    },
     /// Play the daemons of the NodeImages matching SELECTOR until stopped.
     Run {
         #[arg(long, default_value = SIM_SELECTOR)]
@@ -138,6 +169,36 @@ const SIM_SELECTOR: &str = "nodeimage.dev/sim=true";
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Probe {
+        namespace,
+        prefix,
+        leases,
+        interval_ms,
+        duration_s,
+        user,
+        groups,
+        stats_file,
+    } = cli.cmd
+    {
+        let probe = leaseprobe::Probe {
+            kubeconfig: cli.kubeconfig,
+            namespace,
+            prefix,
+            leases,
+            interval: Duration::from_millis(interval_ms.max(1)),
+            duration: duration_s.map(Duration::from_secs),
+            user,
+            groups,
+            stats_file,
+        };
+        return match leaseprobe::run(probe).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ni-sim: probe: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let client = match nodeimage_ops::client::connect(cli.kubeconfig.as_ref()).await {
         Ok(c) => c,
         Err(e) => {
@@ -169,6 +230,8 @@ async fn main() -> ExitCode {
             };
             bind_pods(client, &namespace, &want).await
         }
+        // Run above, before the client.
+        Cmd::Probe { .. } => Ok(()),
         Cmd::Run {
             selector,
             concurrency,

@@ -9,7 +9,6 @@ use crate::engine::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs, Sta
 use chrono::Utc;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use nodeimage_api::NodeUpgradeJob;
 use nodeimage_api::kruise::TagUpgrade;
 use nodeimage_api::kubeedge::NodeUpgradeJobStatus;
@@ -98,14 +97,16 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
         jobshell::publish(ctx, job.as_ref(), &waiting).await;
         // Recorded results: the entries go, so no later pull of the tag runs
         // the upgrade again (and an unfinished node that timed out stops waiting).
-        if !uid.is_empty() {
-            for node in &p.release_from {
-                let Some(ni) = self.shared.nodeimages.get(&ObjectRef::new(node)) else {
-                    continue;
-                };
-                tagwrites::release(&self.shared.writer, ni, std::slice::from_ref(&uid)).await?;
-                tracing::debug!(job = %job.name_any(), %node, "entry released");
-            }
+        if !uid.is_empty() && !p.release_from.is_empty() {
+            let (w, nodes) = (&self.shared.writer, p.release_from.iter().cloned());
+            tagwrites::release_on(
+                w,
+                &self.shared.nodeimages,
+                nodes,
+                std::slice::from_ref(&uid),
+            )
+            .await?;
+            tracing::debug!(job = %job.name_any(), nodes = p.release_from.len(), "entries released");
         }
         Ok(jobshell::after_success(requeue_after))
     }
