@@ -18,6 +18,9 @@ pub struct Decoded {
     pub nodeimage: NodeImage,
     /// The reason of each entry that does not decode.
     pub invalid: BTreeMap<TagKey, String>,
+    /// The reason of each removal entry that does not decode, by job name
+    /// (such entries are left out of `nodeimage`).
+    pub invalid_removals: BTreeMap<String, String>,
 }
 
 /// Decodes what the watch delivered, salvaging entry by entry if needed.
@@ -25,6 +28,7 @@ pub fn nodeimage(l: Lenient<NodeImage>) -> Decoded {
     let salvaged = salvage::lenient(l);
     Decoded {
         nodeimage: salvaged.nodeimage,
+        invalid_removals: salvaged.invalid_removals,
         invalid: salvaged
             .invalid
             .into_iter()

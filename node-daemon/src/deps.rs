@@ -38,6 +38,9 @@ pub struct Deps<R> {
     pub pins: crate::pins::Pins,
     /// Registries that rate-limited this node, so every pull from one waits.
     pub rate_limits: crate::ratelimit::registries::Registries,
+    /// The sandbox image named by `--sandbox-image`, if set (removals never
+    /// take it; unset, the runtime's status names it).
+    pub sandbox_image: Option<String>,
 }
 
 #[cfg(test)]
@@ -72,6 +75,7 @@ impl<R> Deps<R> {
             leases: Arc::default(),
             pins: crate::pins::Pins::default(),
             rate_limits: crate::ratelimit::registries::Registries::new("n1"),
+            sandbox_image: None,
         }
     }
 }

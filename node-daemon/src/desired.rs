@@ -303,6 +303,11 @@ impl Reported {
         self.entry.phase
     }
 
+    /// The image the node reported for it (a repo digest), once pulled.
+    pub fn image_id(&self) -> Option<&str> {
+        self.entry.image_id.as_deref()
+    }
+
     /// Whether it carries a completion time.
     pub fn completed(&self) -> bool {
         self.entry.completion_time.is_some()

@@ -34,6 +34,11 @@ pub struct Flags {
     #[arg(long, default_value = "0.0.0.0:10226")]
     pub health_addr: SocketAddr,
 
+    /// The runtime's sandbox (pause) image, which removal entries never
+    /// take. Unset: what the runtime's CRI status names (containerd does).
+    #[arg(long)]
+    pub sandbox_image: Option<String>,
+
     /// Most pulls running at once on this node; the rest wait in order.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_concurrent_pulls: u32,

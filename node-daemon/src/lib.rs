@@ -229,6 +229,7 @@ fn deps(
         leases: Arc::default(),
         pins: pins::Pins::default(),
         rate_limits: ratelimit::registries::Registries::new(flags.node_name.clone()),
+        sandbox_image: flags.sandbox_image.clone(),
     }
 }
 

@@ -35,6 +35,9 @@ struct Running {
 struct Latest {
     tasks: Vec<PullTask>,
     reported: BTreeMap<TagKey, Reported>,
+    /// The images removal entries with `force` name: while such an entry
+    /// stands, their leaving the node is no loss to pull again for.
+    forced: BTreeSet<String>,
 }
 
 /// What the loop keeps between events.
@@ -58,6 +61,10 @@ struct State {
     losses: Losses,
     /// Where the start-up gate hears of each NodeImage (its note).
     notes: crate::gate::Notes,
+    /// The tasks serving the NodeImage's removal entries.
+    removals: crate::removal::serve::Removals,
+    /// The last reason logged for each removal entry that cannot be decoded.
+    logged_removals: BTreeMap<String, String>,
 }
 
 /// One event of the NodeImage watch, as `run` reads it.
@@ -96,6 +103,8 @@ pub async fn run<R: ContainerRuntime>(
         latest: Latest::default(),
         losses: Losses::default(),
         notes,
+        removals: Default::default(),
+        logged_removals: BTreeMap::new(),
     };
     let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Vec<Expected>>();
     // Without checks the timer still needs a period the clock can hold.
@@ -119,6 +128,7 @@ pub async fn run<R: ContainerRuntime>(
         let Some(event) = event else { break };
         st.on_event(&workers, &node, &synced, event);
     }
+    st.removals.stop();
     for (_, r) in st.running {
         r.handle.abort();
     }
@@ -171,6 +181,15 @@ impl State {
         let note = note
             .and_then(|a| a.get(nodeimage_api::gate::STARTUP_GATE))
             .cloned();
+        for (job, reason) in &decoded.invalid_removals {
+            if self.logged_removals.get(job) != Some(reason) {
+                tracing::warn!(%job, %reason, "removal entry cannot be decoded; left out");
+            }
+        }
+        self.logged_removals.clone_from(&decoded.invalid_removals);
+        let ni = &decoded.nodeimage;
+        let removal_entries = ni.spec.removals.clone().unwrap_or_default();
+        let answered = ni.status.as_ref().and_then(|s| s.removals.clone());
         self.latest = apply(
             workers,
             decoded,
@@ -182,6 +201,14 @@ impl State {
         // within the budget.
         let wanted = crate::pins::wanted(&self.latest.tasks, note.as_deref());
         workers.deps.pins.want(wanted);
+        self.latest.forced = crate::removal::serve::forced(&removal_entries);
+        self.removals.apply(
+            &workers.deps,
+            &removal_entries,
+            answered.as_deref().unwrap_or_default(),
+            &self.latest.tasks,
+            &self.latest.reported,
+        );
         self.notes.send_replace(note);
         self.losses.retain(&self.latest.tasks);
         sweep_once(workers, &self.running, &mut self.swept, self.run_started);
@@ -190,6 +217,7 @@ impl State {
     /// The NodeImage is gone: every pull stops and nothing is wanted.
     fn deleted<R: ContainerRuntime>(&mut self, workers: &Workers<R>) {
         self.notes.send_replace(None);
+        self.removals.stop();
         for (_, r) in std::mem::take(&mut self.running) {
             r.handle.abort();
             end_lease_after(workers, r);
@@ -213,6 +241,7 @@ fn apply<R: ContainerRuntime>(
     let Decoded {
         nodeimage: ni,
         invalid,
+        ..
     } = decoded;
     for (tag, reason) in &invalid {
         if logged.get(tag) != Some(reason) {
@@ -255,7 +284,11 @@ fn apply<R: ContainerRuntime>(
     for task in plan.start {
         start(workers, task, running);
     }
-    Latest { tasks, reported }
+    Latest {
+        tasks,
+        reported,
+        forced: BTreeSet::new(),
+    }
 }
 
 /// Starts `task`'s worker and records it as running.
@@ -295,7 +328,8 @@ fn check_presence<R: ContainerRuntime>(
     running: &BTreeMap<TagKey, Running>,
     gone_tx: &mpsc::UnboundedSender<Vec<Expected>>,
 ) {
-    let expected = presence::expected(&latest.tasks, &latest.reported, &busy(running));
+    let mut expected = presence::expected(&latest.tasks, &latest.reported, &busy(running));
+    expected.retain(|e| !latest.forced.contains(&e.reference));
     if expected.is_empty() {
         return;
     }

@@ -3,9 +3,11 @@
 //! has, such as removing images from nodes.
 
 pub mod imageremovaljob;
+pub mod nodeentry;
 pub mod removal;
 
 pub use imageremovaljob::{ImageRemovalJob, ImageRemovalJobSpec, ImageRemovalJobStatus};
+pub use nodeentry::{ImageRemoval, NodeRemoval, RemovalEntry, RemovalStatus, answer_to};
 pub use removal::{RemovalResult, SkipReason};
 
 /// The API group of nodeimage's own kinds.

@@ -368,3 +368,5 @@ async fn the_first_sweep_keeps_only_the_pulls_now_running() {
     assert!(sweeps(&l).is_empty());
     l.stop().await;
 }
+
+mod removals;

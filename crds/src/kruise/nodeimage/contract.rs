@@ -11,6 +11,7 @@ use super::spec::{ImageSpec, ImageTagSpec, NodeImage, NodeImageSpec, Purpose};
 use super::status::{ImagePullPhase, ImageStatus, ImageTagStatus, NodeImageStatus};
 use crate::interned::SharedStr;
 use crate::kubeedge::state;
+use crate::nodeimage_dev::{RemovalStatus, answer_to};
 use std::collections::BTreeMap;
 
 /// How long a node's daemon holds the first report of new work (a spec
@@ -256,10 +257,32 @@ pub fn status_for_spec(
     let mut out = NodeImageStatus {
         image_statuses: (!statuses.is_empty()).then_some(statuses),
         first_sync_status: observed.and_then(|s| s.first_sync_status.clone()),
+        removals: removal_answers(ni, &[]),
         ..Default::default()
     };
     out.recount(&ni.spec);
     out
+}
+
+/// The answers `status.removals` holds for the entries of `spec.removals`,
+/// in spec order: from `live` (answers not written yet) first, else what
+/// status said; an entry not answered yet has none, and answers to entries
+/// gone from spec (or to an older job of the same name) are dropped. None
+/// when there is nothing to say.
+pub fn removal_answers(ni: &NodeImage, live: &[RemovalStatus]) -> Option<Vec<RemovalStatus>> {
+    let observed = ni
+        .status
+        .as_ref()
+        .and_then(|s| s.removals.as_deref())
+        .unwrap_or_default();
+    let answers: Vec<RemovalStatus> = ni
+        .spec
+        .removals
+        .iter()
+        .flatten()
+        .filter_map(|e| answer_to(e, live).or_else(|| answer_to(e, observed)).cloned())
+        .collect();
+    (!answers.is_empty()).then_some(answers)
 }
 
 /// Whether the API server refused a JSON Patch because one of its `test`

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::interned::SharedStr;
 use crate::lenient::Lenient;
+use crate::nodeimage_dev::{RemovalEntry, RemovalStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
@@ -34,6 +35,9 @@ pub struct Salvaged {
     pub nodeimage: NodeImage,
     /// The reason of each entry that does not decode.
     pub invalid: BTreeMap<EntryKey, String>,
+    /// The reason of each removal entry that does not decode, by its `job`
+    /// field (or `<removal N>`); such entries are left out of `nodeimage`.
+    pub invalid_removals: BTreeMap<String, String>,
 }
 
 /// Decodes what the API server sent, entry by entry where the whole object
@@ -43,6 +47,7 @@ pub fn lenient(l: Lenient<NodeImage>) -> Salvaged {
         Ok(nodeimage) => Salvaged {
             nodeimage,
             invalid: BTreeMap::new(),
+            invalid_removals: BTreeMap::new(),
         },
         Err(bad) => salvage(l.metadata, &bad.raw),
     }
@@ -61,9 +66,14 @@ pub fn marked_explained(l: Lenient<NodeImage>) -> (NodeImage, Option<String>) {
     let Salvaged {
         mut nodeimage,
         invalid,
+        invalid_removals,
     } = lenient(l);
-    let explained =
-        (!invalid.is_empty()).then(|| invalid.values().cloned().collect::<Vec<_>>().join("; "));
+    let reasons: Vec<String> = invalid
+        .values()
+        .chain(invalid_removals.values())
+        .cloned()
+        .collect();
+    let explained = (!reasons.is_empty()).then(|| reasons.join("; "));
     let images: BTreeSet<&str> = invalid.keys().map(|(image, _, _)| image.as_str()).collect();
     let annotations = nodeimage.metadata.annotations.get_or_insert_default();
     match serde_json::to_string(&images) {
@@ -175,17 +185,43 @@ pub fn salvage(metadata: ObjectMeta, raw: &Value) -> Salvaged {
         spec.tags = tags;
         images.insert(SharedStr::new(name), spec);
     }
+    let (removals, invalid_removals) = salvage_removals(raw.pointer("/spec/removals"));
     let status = raw.get("status").map(salvage_status);
     Salvaged {
         nodeimage: NodeImage {
             metadata,
             spec: NodeImageSpec {
                 images: Some(images),
+                removals,
             },
             status,
         },
         invalid,
+        invalid_removals,
     }
+}
+
+/// The removal entries that decode, and why each other one does not.
+fn salvage_removals(raw: Option<&Value>) -> (Option<Vec<RemovalEntry>>, BTreeMap<String, String>) {
+    let Some(list) = raw.and_then(Value::as_array) else {
+        return (None, BTreeMap::new());
+    };
+    let mut good = Vec::new();
+    let mut bad = BTreeMap::new();
+    for (i, r) in list.iter().enumerate() {
+        match RemovalEntry::deserialize(r) {
+            Ok(entry) => good.push(entry),
+            Err(e) => {
+                let job = r
+                    .get("job")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("<removal {i}>"));
+                bad.insert(job, format!("invalid entry spec.removals[{i}]: {e}"));
+            }
+        }
+    }
+    (Some(good), bad)
 }
 
 /// The status entries that decode; the daemon rewrites the rest.
@@ -193,6 +229,11 @@ fn salvage_status(raw: &Value) -> NodeImageStatus {
     if let Ok(s) = NodeImageStatus::deserialize(raw) {
         return s;
     }
+    let removals = raw.get("removals").and_then(Value::as_array).map(|list| {
+        list.iter()
+            .filter_map(|r| RemovalStatus::deserialize(r).ok())
+            .collect()
+    });
     let mut statuses = BTreeMap::new();
     for (name, image) in raw
         .get("imageStatuses")
@@ -211,6 +252,7 @@ fn salvage_status(raw: &Value) -> NodeImageStatus {
     }
     NodeImageStatus {
         image_statuses: Some(statuses),
+        removals,
         ..Default::default()
     }
 }

@@ -56,6 +56,15 @@ pub struct NodeImageSpec {
         }]
     ))]
     pub images: Option<BTreeMap<SharedStr, ImageSpec>>,
+    /// nodeimage extension (not in OpenKruise): the ImageRemovalJobs that
+    /// ask this node to remove images, one entry per job; written by the
+    /// controller, answered in `status.removals`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = crate::limits::REMOVALS_PER_NODE_MAX),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["job"])
+    )]
+    pub removals: Option<Vec<crate::nodeimage_dev::RemovalEntry>>,
 }
 
 /// One image (a repository) and the tags of it the node should hold.

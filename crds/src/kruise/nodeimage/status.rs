@@ -37,6 +37,14 @@ pub struct NodeImageStatus {
     /// Whether the daemon's first sync of images already on the node worked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_sync_status: Option<SyncStatus>,
+    /// nodeimage extension (not in OpenKruise): the node's answer to each
+    /// entry of `spec.removals`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = crate::limits::REMOVALS_PER_NODE_MAX),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["job"])
+    )]
+    pub removals: Option<Vec<crate::nodeimage_dev::RemovalStatus>>,
 }
 
 /// Status of the tags of one image.
