@@ -3,7 +3,7 @@
 //!
 //! The OpenKruise kinds (`apps.kruise.io`) live in [`kruise`], the KubeEdge
 //! kinds (`operations.kubeedge.io`) in [`kubeedge`], nodeimage's own
-//! (`nodeimage.dev`) in [`nodeimage_dev`]. Field names, types and
+//! API (`nodeimage.dev`: removal entries) in [`nodeimage_dev`]. Field names, types and
 //! optionality follow the upstream APIs so that manifests written for either
 //! project apply unchanged; validation that upstream does in webhooks is
 //! expressed here as schema constraints and CEL rules.

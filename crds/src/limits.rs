@@ -41,13 +41,14 @@ pub const CHECK_ITEM_CHARS_MAX: u32 = 64;
 /// How a digest is written: `sha256:` and 64 lower-case hex digits.
 pub const DIGEST_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
 
-/// Most images one ImageRemovalJob may list (each is a removal decision on
-/// every selected node, and one result in each node's status).
+/// Most images one removal entry may list (each is a removal decision on
+/// the node, and one result in its status).
 pub const REMOVAL_IMAGES_MAX: u32 = 64;
 
-/// Most removal entries one NodeImage may hold (the controller queues a
-/// job's nodes beyond it).
-pub const REMOVALS_PER_NODE_MAX: u32 = 64;
+/// Most removal entries one NodeImage may hold: with 64 images each, the
+/// most the API server's CEL cost budget admits for the reference rule
+/// (10 is refused).
+pub const REMOVALS_PER_NODE_MAX: u32 = 8;
 
 /// Most blocked references one node may have at once, over every block job.
 pub const BLOCKED_PER_NODE_MAX: u32 = 256;

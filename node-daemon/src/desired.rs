@@ -414,6 +414,7 @@ mod tests {
             "node-1",
             NodeImageSpec {
                 images: Some(images),
+                removals: None,
             },
         )
     }

@@ -85,6 +85,7 @@ mod tests {
             "n",
             NodeImageSpec {
                 images: Some(images),
+                removals: None,
             },
         );
         let mut st: BTreeMap<SharedStr, ImageStatus> = BTreeMap::new();

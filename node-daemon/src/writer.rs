@@ -11,7 +11,6 @@ use crate::desired::TagKey;
 use crate::status;
 use nodeimage_api::kruise::nodeimage::contract::START_HOLD;
 use nodeimage_api::kruise::nodeimage::patch::StatusGuard;
-use nodeimage_api::kruise::nodeimage::contract::removal_answers;
 use nodeimage_api::kruise::{ImageTagStatus, NodeImage};
 use nodeimage_api::nodeimage_dev::RemovalStatus;
 use std::collections::BTreeMap;
@@ -209,23 +208,6 @@ impl StatusHandle {
         g.removals.clear();
     }
 
-    /// Reports a node's answer to a removal entry; written at once.
-    pub fn report_removal(&self, answer: RemovalStatus) {
-        let mut g = self.lock();
-        g.removals.retain(|r| r.job != answer.job);
-        g.removals.push(answer);
-        self.wake(g, true);
-    }
-
-    /// The answer to a removal entry reported and not yet dropped, if any.
-    pub fn removal_answer(&self, job: &str, uid: &str) -> Option<RemovalStatus> {
-        self.lock()
-            .removals
-            .iter()
-            .find(|r| r.job == job && r.uid == uid)
-            .cloned()
-    }
-
     /// Reports a tag's state: new work (a first Waiting or Pulling) is held,
     /// any other phase, version or message change is urgent, progress waits
     /// for its interval.
@@ -310,18 +292,8 @@ impl StatusHandle {
         g.spec_pending = false;
         g.held_since = None;
         let ni = g.observed.clone()?;
-        // Answers whose entry left the spec are not written again.
-        let wanted: Vec<(String, String)> = ni
-            .spec
-            .removals
-            .iter()
-            .flatten()
-            .map(|e| (e.job.clone(), e.uid.clone()))
-            .collect();
-        g.removals
-            .retain(|r| wanted.iter().any(|(j, u)| *j == r.job && *u == r.uid));
         let mut new = status::build(&ni, &g.live, g.pin_notes.as_ref());
-        new.removals = removal_answers(&ni, &g.removals);
+        new.removals = removals::answers(&ni, &mut g.removals);
         if ni.status.as_ref() == Some(&new) {
             return None;
         }
@@ -517,6 +489,8 @@ mod sink;
 
 use change::Change;
 pub use sink::StatusSink;
+
+mod removals;
 
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,9 @@
 
 use nodeimage_tests::nodeimage as ni;
 use nodeimage_tests::registry::{PushedImage, Registry};
-use nodeimage_tests::{Cleanup, Cluster, KubectlResult, cri, http, random_suffix, unique, wait_for};
+use nodeimage_tests::{
+    Cleanup, Cluster, KubectlResult, cri, http, random_suffix, unique, wait_for,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -19,16 +21,22 @@ fn push(reg: &Registry, what: &str) -> PushedImage {
         .expect("push a test image")
 }
 
-/// Node 0's name, once its NodeImage exists and its shared daemon is ready.
+/// The node these tests use: the third simulated node, whose containerd
+/// (2.x) honours pins (Debian's 1.6.20 on the first does not).
+const NODE: usize = 2;
+
+/// The node's name, once its NodeImage exists and its shared daemon is ready.
 fn node(c: &Cluster) -> String {
-    let node = c.nodes()[0].clone();
-    wait_for("NodeImage of node 0", Duration::from_secs(60), || {
+    let node = c.nodes()[NODE].clone();
+    wait_for("the test node's NodeImage", Duration::from_secs(60), || {
         ni::get(c, &node)
     });
-    let url = c.daemon_readyz(0);
-    wait_for("the shared daemon of node 0", Duration::from_secs(30), || {
-        (http::status_of(&url) == Some(200)).then_some(())
-    });
+    let url = c.daemon_readyz(NODE);
+    wait_for(
+        "the test node's shared daemon",
+        Duration::from_secs(30),
+        || (http::status_of(&url) == Some(200)).then_some(()),
+    );
     node
 }
 
@@ -60,7 +68,12 @@ fn result_of(answer: &Value, image: &str) -> (String, String, i64, String) {
         .and_then(|l| l.iter().find(|i| i["image"] == image))
         .unwrap_or_else(|| panic!("no result for {image} in {answer}"));
     let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-    (s("result"), s("reason"), r["bytesFreed"].as_i64().unwrap_or(0), s("message"))
+    (
+        s("result"),
+        s("reason"),
+        r["bytesFreed"].as_i64().unwrap_or(0),
+        s("message"),
+    )
 }
 
 #[test]
@@ -68,7 +81,7 @@ fn result_of(answer: &Value, image: &str) -> (String, String, i64, String) {
 fn a_removal_entry_removes_what_it_names_and_keeps_what_a_pull_wants() {
     let c = Cluster::load();
     let node = node(&c);
-    let socket = c.socket(0);
+    let socket = c.socket(NODE);
     let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
     let unused = push(&reg, "rm-unused");
     let wanted = push(&reg, "rm-wanted");
@@ -105,7 +118,10 @@ fn a_removal_entry_removes_what_it_names_and_keeps_what_a_pull_wants() {
         "Succeeded",
         TIMEOUT,
     );
-    let absent = format!("{}:v1", unique(&format!("{}/e2e-rm-absent", c.var("NODEIMAGE_REGISTRY"))));
+    let absent = format!(
+        "{}:v1",
+        unique(&format!("{}/e2e-rm-absent", c.var("NODEIMAGE_REGISTRY")))
+    );
 
     let uid = random_suffix();
     let r = set_removals(
@@ -127,10 +143,20 @@ fn a_removal_entry_removes_what_it_names_and_keeps_what_a_pull_wants() {
         "the unused image is off the node"
     );
     let (result, reason, _, message) = result_of(&got, &wanted.reference());
-    assert_eq!((result.as_str(), reason.as_str()), ("Skipped", "WantedByPull"), "{message}");
-    assert!(message.contains("written by hand"), "names who wants it: {message}");
+    assert_eq!(
+        (result.as_str(), reason.as_str()),
+        ("Skipped", "WantedByPull"),
+        "{message}"
+    );
+    assert!(
+        message.contains("written by hand"),
+        "names who wants it: {message}"
+    );
     let kept = cri::image_status(&socket, &wanted.reference()).expect("CRI ImageStatus");
-    assert!(kept.is_some_and(|i| i.pinned), "the wanted image stays, pinned");
+    assert!(
+        kept.is_some_and(|i| i.pinned),
+        "the wanted image stays, pinned"
+    );
     assert_eq!(result_of(&got, &absent).0, "NotPresent");
     assert!(
         cri::image_status(&socket, &bystander.reference())
@@ -161,7 +187,10 @@ fn a_removal_entry_removes_what_it_names_and_keeps_what_a_pull_wants() {
         "the formerly wanted image is off the node"
     );
     let obj = ni::get(&c, &node).expect("the NodeImage");
-    let answers = obj["status"]["removals"].as_array().cloned().unwrap_or_default();
+    let answers = obj["status"]["removals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(
         answers.iter().all(|a| a["uid"] != uid.as_str()),
         "the answer to the replaced entry is dropped: {answers:?}"
@@ -179,7 +208,10 @@ fn the_api_server_refuses_a_removal_entry_that_names_no_image() {
         (json!([format!("{reg}/app:*")]), "wildcards"),
         (json!([]), "spec.removals[0].images"),
         (json!(["Not A Reference"]), "spec.removals[0].images[0]"),
-        (json!([format!("{reg}/a:v1"), format!("{reg}/a:v1")]), "spec.removals[0].images[1]"),
+        (
+            json!([format!("{reg}/a:v1"), format!("{reg}/a:v1")]),
+            "spec.removals[0].images[1]",
+        ),
     ];
     for (images, needle) in cases {
         let r = set_removals(

@@ -101,5 +101,8 @@ pub fn images_tested(
     })
 }
 
+mod raw;
+pub use raw::guarded_raw;
+
 #[cfg(test)]
 mod tests;

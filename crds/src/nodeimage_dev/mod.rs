@@ -1,6 +1,9 @@
-//! nodeimage's own kinds, group `nodeimage.dev` (the domain of every
-//! nodeimage label and annotation): what neither OpenKruise nor KubeEdge
-//! has, such as removing images from nodes.
+//! nodeimage's own API, in the domain of every nodeimage label and
+//! annotation (`nodeimage.dev`): what neither OpenKruise nor KubeEdge has,
+//! such as removing images from nodes. For now the removal entries of a
+//! NodeImage and the words of their answers; ImageRemovalJob, which will
+//! write them over a selector of nodes, is designed in
+//! docs/removal-design.md.
 
 pub mod imageremovaljob;
 pub mod nodeentry;

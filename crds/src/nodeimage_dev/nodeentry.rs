@@ -11,15 +11,17 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// One ImageRemovalJob's request to this node.
+/// One request to remove images from this node (written by hand for now;
+/// by ImageRemovalJob once it is served).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemovalEntry {
-    /// The ImageRemovalJob's name.
+    /// The request's name (the ImageRemovalJob's, once served): one entry
+    /// per name.
     #[schemars(length(min = 1, max = 253))]
     pub job: String,
-    /// The job's uid: a job deleted and created again under the same name
-    /// is another request.
+    /// Tells two requests of one name apart: an entry with a new uid is a
+    /// new request, run again (a job's uid, once ImageRemovalJob is served).
     #[schemars(length(min = 1, max = 64))]
     pub uid: String,
     /// The references to remove, as the job lists them: 1–64, by tag or
@@ -63,7 +65,7 @@ pub(crate) fn images_schema(g: &mut SchemaGenerator) -> Schema {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemovalStatus {
-    /// The ImageRemovalJob's name.
+    /// The name of the entry answered.
     pub job: String,
     /// The uid of the entry this answers (an answer to an older job of the
     /// same name is not this one's).
@@ -90,7 +92,7 @@ pub struct ImageRemoval {
     /// Bytes the runtime reported for the image removed (counted once when
     /// two references name one image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = limits::VERSION_MAX))]
     pub bytes_freed: Option<i64>,
     /// Why, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,7 +109,11 @@ impl RemovalStatus {
     /// The node's part as the job counts it: failed if any image failed,
     /// kept if any was kept, else done (every image gone).
     pub fn verdict(&self) -> NodeRemoval {
-        if self.images.iter().any(|i| i.result == RemovalResult::Failed) {
+        if self
+            .images
+            .iter()
+            .any(|i| i.result == RemovalResult::Failed)
+        {
             NodeRemoval::Failed
         } else if self.images.iter().any(|i| i.result.is_kept()) {
             NodeRemoval::Kept
@@ -129,7 +135,10 @@ pub enum NodeRemoval {
 }
 
 /// The answer in `statuses` to `entry`, if the node has given it.
-pub fn answer_to<'a>(entry: &RemovalEntry, statuses: &'a [RemovalStatus]) -> Option<&'a RemovalStatus> {
+pub fn answer_to<'a>(
+    entry: &RemovalEntry,
+    statuses: &'a [RemovalStatus],
+) -> Option<&'a RemovalStatus> {
     statuses.iter().find(|s| s.answers(entry))
 }
 
@@ -192,6 +201,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(answer_to(&entry, &[older.clone(), other.clone()]), None);
-        assert_eq!(answer_to(&entry, &[older, other, this.clone()]), Some(&this));
+        assert_eq!(
+            answer_to(&entry, &[older, other, this.clone()]),
+            Some(&this)
+        );
     }
 }

@@ -121,7 +121,13 @@ mod tests {
                 },
             );
         }
-        let mut ni = NodeImage::new("n", NodeImageSpec { images: Some(spec) });
+        let mut ni = NodeImage::new(
+            "n",
+            NodeImageSpec {
+                images: Some(spec),
+                removals: None,
+            },
+        );
         // An upgrade entry's image is not pinned.
         if let Some(t) = ni.spec.images.as_mut().and_then(|m| m.get_mut("reg.io/up")) {
             t.tags[0].purpose = nodeimage_api::kruise::Purpose::Upgrade;
@@ -184,7 +190,13 @@ mod tests {
                     ..Default::default()
                 },
             );
-            crate::desired::tasks(&NodeImage::new("n", NodeImageSpec { images: Some(spec) }))
+            crate::desired::tasks(&NodeImage::new(
+                "n",
+                NodeImageSpec {
+                    images: Some(spec),
+                    removals: None,
+                },
+            ))
         };
         // Two spellings of one image (two entries of one name
         // in two tasks).

@@ -90,6 +90,7 @@ fn node_image_with(rv: &str, tags: &[&str]) -> NodeImage {
         "n",
         NodeImageSpec {
             images: Some(images),
+            removals: None,
         },
     );
     ni.metadata.resource_version = Some(rv.into());

@@ -348,6 +348,7 @@ fn new_status(
     };
     status.recount(&NodeImageSpec {
         images: Some(images.clone()),
+        removals: None,
     });
     status
 }

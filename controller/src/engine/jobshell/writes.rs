@@ -74,20 +74,20 @@ pub async fn write_entries(
 }
 
 /// Writes a job's status subresource with a merge patch `body`.
-pub async fn patch_status<K: JobKind>(
+pub async fn patch_status<K: JobKind, B: serde::Serialize + std::fmt::Debug + ?Sized>(
     api: &Api<K>,
     job: &K,
-    body: &serde_json::Value,
+    body: &B,
 ) -> Result<(), Error> {
     written_status(api, job, body).await.map(drop)
 }
 
 /// [`patch_status`], returning the job as written (for a write that must
 /// follow it in the same reconcile, guarded by its resourceVersion).
-pub async fn written_status<K: JobKind>(
+pub async fn written_status<K: JobKind, B: serde::Serialize + std::fmt::Debug + ?Sized>(
     api: &Api<K>,
     job: &K,
-    body: &serde_json::Value,
+    body: &B,
 ) -> Result<K, Error> {
     let name = job.name_any();
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
@@ -151,12 +151,12 @@ where
     if old == Some(new) {
         return Ok(());
     }
-    let body = crate::nodeimage::patch::guarded(
+    let body = crate::nodeimage::patch::guarded_raw(
         "status",
         job.resource_version().as_deref(),
         &["status"],
-        &old.cloned(),
-        &Some(new.clone()),
+        &old,
+        &Some(new),
     )?;
     if let Some(body) = body {
         patch_status(&K::api(ctx.client.clone(), job), job, &body).await?;

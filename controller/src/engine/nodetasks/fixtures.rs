@@ -90,6 +90,7 @@ pub fn nodeimage_of(
         name,
         NodeImageSpec {
             images: Some(images),
+            removals: None,
         },
     );
     ni.status = Some(NodeImageStatus {

@@ -96,6 +96,7 @@ fn ni(
         "n",
         NodeImageSpec {
             images: Some(images),
+            removals: None,
         },
     );
     obj.status = Some(NodeImageStatus {

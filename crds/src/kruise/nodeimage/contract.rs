@@ -280,7 +280,11 @@ pub fn removal_answers(ni: &NodeImage, live: &[RemovalStatus]) -> Option<Vec<Rem
         .removals
         .iter()
         .flatten()
-        .filter_map(|e| answer_to(e, live).or_else(|| answer_to(e, observed)).cloned())
+        .filter_map(|e| {
+            answer_to(e, live)
+                .or_else(|| answer_to(e, observed))
+                .cloned()
+        })
         .collect();
     (!answers.is_empty()).then_some(answers)
 }

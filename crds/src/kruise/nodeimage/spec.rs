@@ -56,9 +56,9 @@ pub struct NodeImageSpec {
         }]
     ))]
     pub images: Option<BTreeMap<SharedStr, ImageSpec>>,
-    /// nodeimage extension (not in OpenKruise): the ImageRemovalJobs that
-    /// ask this node to remove images, one entry per job; written by the
-    /// controller, answered in `status.removals`.
+    /// nodeimage extension (not in OpenKruise): requests to remove images
+    /// from this node, one entry per name (`job`); answered in
+    /// `status.removals`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(max = crate::limits::REMOVALS_PER_NODE_MAX),

@@ -21,6 +21,7 @@ pub(super) fn spec(tags: &[(&str, &str, Option<i64>)]) -> NodeImageSpec {
     }
     NodeImageSpec {
         images: Some(images),
+        removals: None,
     }
 }
 

@@ -181,6 +181,7 @@ fn has_owner_uid_finds_any_tag() {
     );
     let spec = NodeImageSpec {
         images: Some(images),
+        removals: None,
     };
     assert!(has_owner_uid(&spec, "u1"));
     assert!(!has_owner_uid(&spec, "u2"));

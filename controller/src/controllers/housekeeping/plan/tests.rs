@@ -127,6 +127,7 @@ fn nodeimage(tags: &[Tag], reports: Option<&[Report]>) -> NodeImage {
         "node-1",
         NodeImageSpec {
             images: Some(images),
+            removals: None,
         },
     );
     ni.status = reports.map(|reports| {
@@ -560,6 +561,7 @@ fn plan_table() {
             let mut recounted = status.clone();
             let spec = NodeImageSpec {
                 images: p.images.clone().or_else(|| ni.spec.images.clone()),
+                removals: None,
             };
             recounted.recount(&spec);
             assert_eq!(&recounted, status, "{name}: counts consistent");

@@ -283,6 +283,7 @@ fn each_purpose_reads_its_own_outcome_and_counts_once() {
                     ..Default::default()
                 },
             )])),
+            removals: None,
         },
     );
     let upgrade = ImageTagStatus {
