@@ -20,6 +20,7 @@ pub mod kubeedge;
 pub mod lenient;
 pub mod limits;
 pub mod nodeimage_dev;
+pub mod nodeselector;
 pub mod noproxy;
 pub mod predownload;
 pub mod reference;

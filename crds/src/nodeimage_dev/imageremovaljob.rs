@@ -3,8 +3,8 @@
 //! for the platform team only; the nodes' work and results live in their
 //! NodeImages (docs/removal-design.md).
 
-use crate::kruise::ImagePullJobNodeSelector;
 use crate::limits;
+use crate::nodeselector::ImagePullJobNodeSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};

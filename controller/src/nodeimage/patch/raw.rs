@@ -30,7 +30,8 @@ pub fn guarded_raw<T: Serialize>(
         body = format!("{{{}:{body}}}", quoted(key)?);
     }
     // The precondition, beside the outermost member.
-    let rv = serde_json::to_string(&resource_version).map_err(|source| PatchError { what, source })?;
+    let rv =
+        serde_json::to_string(&resource_version).map_err(|source| PatchError { what, source })?;
     if let Some(rest) = body.strip_prefix('{') {
         let sep = if rest.starts_with('}') { "" } else { "," };
         body = format!("{{\"metadata\":{{\"resourceVersion\":{rv}}}{sep}{rest}");
@@ -41,7 +42,10 @@ pub fn guarded_raw<T: Serialize>(
 }
 
 fn quoted(key: &str) -> Result<String, PatchError> {
-    serde_json::to_string(key).map_err(|source| PatchError { what: "a member name", source })
+    serde_json::to_string(key).map_err(|source| PatchError {
+        what: "a member name",
+        source,
+    })
 }
 
 /// The merge patch (as text) that turns the JSON `old` into `new`; None
@@ -85,10 +89,19 @@ mod tests {
         let cases = [
             (json!({}), json!({})),
             (json!({"a": 1}), json!({"a": 1})),
-            (json!({"a": 1, "b": {"c": 2, "d": 3}}), json!({"a": 1, "b": {"c": 2}})),
+            (
+                json!({"a": 1, "b": {"c": 2, "d": 3}}),
+                json!({"a": 1, "b": {"c": 2}}),
+            ),
             (json!({"a": 1}), json!({"a": 2, "e": [1, 2]})),
-            (json!({"rows": rows(3, "x"), "state": "a"}), json!({"rows": rows(4, "y"), "state": "a"})),
-            (json!({"b": {"c": {"d": 1}}}), json!({"b": {"c": {"d": 1, "e": "q\"uote"}}})),
+            (
+                json!({"rows": rows(3, "x"), "state": "a"}),
+                json!({"rows": rows(4, "y"), "state": "a"}),
+            ),
+            (
+                json!({"b": {"c": {"d": 1}}}),
+                json!({"b": {"c": {"d": 1, "e": "q\"uote"}}}),
+            ),
             (json!({"s": "x"}), json!({})),
             (Value::Null, json!({"a": 1})),
         ];
@@ -108,6 +121,10 @@ mod tests {
     #[test]
     fn equal_values_need_no_write() {
         let v = json!({"rows": [{"nodeName": "n1"}], "state": "Pulling"});
-        assert!(guarded_raw("status", Some("1"), &["status"], &v, &v).expect("built").is_none());
+        assert!(
+            guarded_raw("status", Some("1"), &["status"], &v, &v)
+                .expect("built")
+                .is_none()
+        );
     }
 }
