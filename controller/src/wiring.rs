@@ -7,8 +7,8 @@
 use crate::cluster::cache::Cache;
 use crate::cluster::{jobcaches, nodecache, nodeimages, podcache, tagwrites};
 use crate::controllers::{
-    housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, nodemirror, nodeupgradejob,
-    predownload, startupgate,
+    housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, imageremovaljob, nodemirror,
+    nodeupgradejob, predownload, startupgate,
 };
 use crate::engine::jobshell;
 use crate::engine::registrypace::{Limits, RegistryPacing};
@@ -17,7 +17,7 @@ use crate::runtime::lifecycle;
 use crate::runtime::readers::{Listed, RegistryReport, Scraped};
 use futures::StreamExt;
 use kube::Resource;
-use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeUpgradeJob};
+use nodeimage_api::{ImagePrePullJob, ImagePullJob, ImageRemovalJob, NodeUpgradeJob};
 use nodeimage_ops::health::Readiness;
 use std::sync::Arc;
 use tokio::sync::watch as signal;
@@ -30,6 +30,7 @@ pub struct Caches {
     pull_jobs: Cache<ImagePullJob>,
     prepull_jobs: Cache<ImagePrePullJob>,
     upgrade_jobs: Cache<NodeUpgradeJob>,
+    removal_jobs: Cache<ImageRemovalJob>,
     pacing: Arc<RegistryPacing>,
 }
 
@@ -45,6 +46,7 @@ impl Caches {
             pull_jobs: jobcaches::image_pull_jobs(ctx),
             prepull_jobs: jobcaches::image_pre_pull_jobs(ctx),
             upgrade_jobs: jobcaches::node_upgrade_jobs(ctx),
+            removal_jobs: jobcaches::image_removal_jobs(ctx),
             pacing,
         }
     }
@@ -63,6 +65,7 @@ impl Caches {
             image_pull_jobs: listed(&self.pull_jobs),
             image_pre_pull_jobs: listed(&self.prepull_jobs),
             node_upgrade_jobs: listed(&self.upgrade_jobs),
+            image_removal_jobs: listed(&self.removal_jobs),
             registries,
         })
     }
@@ -143,7 +146,13 @@ pub async fn controllers(
             f.gate_nodeimages,
             f.gate_jobs
         ),
-        jobshell::run_node_tasks(nodeupgradejob::WIRING, f.upgrade, f.upgrade_nodes, stop),
+        jobshell::run_node_tasks(
+            nodeupgradejob::WIRING,
+            f.upgrade,
+            f.upgrade_nodes,
+            stop.clone()
+        ),
+        jobshell::run_node_tasks(imageremovaljob::WIRING, f.removal, f.removal_nodes, stop),
     );
 }
 
@@ -161,6 +170,8 @@ struct Feeds {
     prepull_nodes: nodecache::NodeSubscription,
     upgrade: jobshell::JobInputs<NodeUpgradeJob>,
     upgrade_nodes: nodecache::NodeSubscription,
+    removal: jobshell::JobInputs<ImageRemovalJob>,
+    removal_nodes: nodecache::NodeSubscription,
     lists: crate::cluster::cache::Subscription<ImagePullJob>,
     predownload: predownload::Feeds,
     predownload_nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
@@ -232,6 +243,14 @@ impl Caches {
             prepull_nodes: self.nodes.subscribe(),
             upgrade,
             upgrade_nodes: self.nodes.subscribe(),
+            removal: job_inputs(
+                c,
+                w,
+                p,
+                self.nodeimages.subscribe(),
+                self.removal_jobs.subscribe(),
+            ),
+            removal_nodes: self.nodes.subscribe(),
             lists: self.pull_jobs.subscribe(),
             predownload,
             predownload_nodes: self.nodes.store(),
@@ -260,7 +279,9 @@ impl Caches {
                 .run(client.clone(), readiness.clone(), stop.clone()),
             self.prepull_jobs
                 .run(client.clone(), readiness.clone(), stop.clone()),
-            self.upgrade_jobs.run(client, readiness, stop),
+            self.upgrade_jobs
+                .run(client.clone(), readiness.clone(), stop.clone()),
+            self.removal_jobs.run(client, readiness, stop),
         );
     }
 }

@@ -10,8 +10,12 @@
 //! 1.21+ stores them: our CRDs apply over upstream's (whose storedVersions
 //! name v1alpha2) and objects upstream stored read on. Conversion `None`
 //! needs no webhook; each version has its own printer columns.
+//!
+//! nodeimage's own kinds (`nodeimage.dev`) are served as `v1alpha1` only.
 
-use crate::{ImageListPullJob, ImagePrePullJob, ImagePullJob, NodeImage, NodeUpgradeJob};
+use crate::{
+    ImageListPullJob, ImagePrePullJob, ImagePullJob, ImageRemovalJob, NodeImage, NodeUpgradeJob,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
@@ -57,6 +61,11 @@ fn unlabelled() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "operations.kubeedge.io_nodeupgradejobs.yaml",
             with_kubeedge_versions(NodeUpgradeJob::crd()),
+        ),
+        // nodeimage's own kind: one version, no upstream to follow.
+        (
+            "nodeimage.dev_imageremovaljobs.yaml",
+            ImageRemovalJob::crd(),
         ),
     ]
 }

@@ -20,6 +20,7 @@ pub mod kubeedge;
 pub mod lenient;
 pub mod limits;
 pub mod nodeimage_dev;
+pub mod nodeselector;
 pub mod noproxy;
 pub mod predownload;
 pub mod reference;
@@ -27,3 +28,4 @@ pub mod validation;
 
 pub use kruise::{ImageListPullJob, ImagePullJob, NodeImage};
 pub use kubeedge::{ImagePrePullJob, NodeUpgradeJob};
+pub use nodeimage_dev::ImageRemovalJob;

@@ -49,3 +49,10 @@ pub const REMOVAL_IMAGES_MAX: u32 = 64;
 /// most the API server's CEL cost budget admits for the reference rule
 /// (10 is refused).
 pub const REMOVALS_PER_NODE_MAX: u32 = 8;
+
+/// Most blocked references one node may have at once, over every block job.
+pub const BLOCKED_PER_NODE_MAX: u32 = 256;
+
+/// Most node names an ImageRemovalJob's `failedNodes` lists (the count and
+/// the message say how many more failed).
+pub const FAILED_NODES_LISTED_MAX: u32 = 1_000;

@@ -60,6 +60,13 @@ const UPSTREAM: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
+    (
+        "ImageRemovalJob",
+        &[(
+            "none: nodeimage's own kind (design: docs/removal-design.md)",
+            "../removal-design.md",
+        )],
+    ),
 ];
 
 /// One CRD as the pages need it.

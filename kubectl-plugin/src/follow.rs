@@ -180,7 +180,8 @@ impl Drop for HiddenCursor {
     }
 }
 
-fn write_all(s: &str) -> Result<(), Error> {
+/// Writes `s` to standard output.
+pub fn write_all(s: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     out.write_all(s.as_bytes())?;
     out.flush()?;

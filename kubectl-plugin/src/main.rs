@@ -7,6 +7,8 @@ mod follow;
 mod precheck;
 mod predownload;
 mod pull;
+mod removal_cmd;
+mod remove;
 mod render;
 mod target;
 mod view;
@@ -50,6 +52,8 @@ enum Command {
     Status(StatusArgs),
     /// Create an ImagePullJob that pulls IMAGE onto nodes, and print its name.
     Pull(PullArgs),
+    /// Create an ImageRemovalJob that takes IMAGE... off nodes, and print its name.
+    Remove(RemoveArgs),
     /// Before uninstalling OpenKruise (docs/migration.md way A): list the
     /// objects of its other kinds, which the uninstall would delete; exit 4
     /// if there are any.
@@ -68,7 +72,8 @@ pub enum Output {
 #[derive(Args, Debug)]
 struct StatusArgs {
     /// The job: imagepulljob/NAME (ipj), imagelistpulljob/NAME (ilpj),
-    /// imageprepulljob/NAME (ippj) or nodeupgradejob/NAME (nuj); or KIND NAME.
+    /// imageprepulljob/NAME (ippj), nodeupgradejob/NAME (nuj) or
+    /// imageremovaljob/NAME (irj); or KIND NAME.
     /// A workload (deploy/NAME, sts/NAME, ds/NAME): its pre-download jobs.
     #[arg(value_name = "KIND/NAME")]
     target: String,
@@ -114,6 +119,41 @@ struct PullArgs {
     output: Output,
 }
 
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["nodes", "selector", "all"])))]
+struct RemoveArgs {
+    /// The images, by tag (registry.example.com/app:v1) or digest (…/app@sha256:…).
+    #[arg(required = true, num_args = 1..)]
+    images: Vec<String>,
+    /// Remove from these nodes (comma-separated names).
+    #[arg(long, value_delimiter = ',', value_name = "NODE,...")]
+    nodes: Option<Vec<String>>,
+    /// Remove from the nodes whose labels match (key=value, key!=value, key, !key; comma-separated).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    selector: Option<String>,
+    /// Remove from every node.
+    #[arg(long)]
+    all: bool,
+    /// Name of the job (default: generated from the first image's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Nodes removing at once (default 1).
+    #[arg(long, value_name = "N")]
+    parallelism: Option<u32>,
+    /// Remove even images a pull job on the node still wants.
+    #[arg(long)]
+    force: bool,
+    /// Keep these digests off the nodes until the job is deleted.
+    #[arg(long)]
+    block: bool,
+    /// Wait until every node has answered, then show the nodes.
+    #[arg(long)]
+    wait: bool,
+    /// Output format of the nodes.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    output: Output,
+}
+
 /// What went wrong, for the one line printed before exiting.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -151,6 +191,9 @@ pub enum Error {
         /// Its name.
         name: String,
     },
+    /// The removal job named does not exist.
+    #[error("ImageRemovalJob {0} not found")]
+    RemovalJobNotFound(String),
     /// The workload named does not exist.
     #[error("{kind} {name} not found in namespace {namespace}")]
     WorkloadNotFound {
@@ -260,6 +303,10 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             })
         }
         Command::Status(args) => {
+            if let Some(name) = remove::parse_target(&args.target, args.name.as_deref()) {
+                let (client, _) = client(&cli).await?;
+                return removal_cmd::removal_status(&client, &name, args.watch, args.output).await;
+            }
             if let Some((w, name)) = predownload::parse(&args.target, args.name.as_deref()) {
                 return workload_status(&cli, args, w, &name).await;
             }
@@ -278,6 +325,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             .await?;
             Ok(exit_code(args.watch, &outcome))
         }
+        Command::Remove(args) => removal_cmd::remove_images(&cli, args).await,
         Command::Pull(args) => {
             let nodes = match (&args.nodes, &args.selector) {
                 (Some(names), _) => pull::Nodes::Names(names.clone()),

@@ -251,6 +251,10 @@ fn apply<R: ContainerRuntime>(
     logged.clone_from(&invalid);
     let mut tasks = desired::tasks(&ni);
     decode::mark_invalid(&mut tasks, &invalid);
+    crate::removal::block::mark_blocked(
+        &mut tasks,
+        ni.spec.removals.as_deref().unwrap_or_default(),
+    );
     let reported = desired::reported(&ni);
     if relisted {
         workers.deps.status.observe_relisted(ni);

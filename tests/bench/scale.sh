@@ -17,6 +17,12 @@
 #                    ImagePullJob a user would write by hand (same
 #                    podSelector and parallelism), ROUNDS rounds of both,
 #                    alternating (see the scenario's own comment below).
+#   imageremovaljob  one ImageRemovalJob over all NODES simulated nodes
+#                    (one image by digest, parallelism PARALLELISM): time
+#                    to complete, controller CPU, NodeImage writes per
+#                    node while it runs (spec: the controller's entry;
+#                    status: the simulated daemon's answer) and at its
+#                    deletion (the entry taken back);
 #   landing          where a rollout's new Pods land (issue 49): a
 #                    Deployment of LANDING_REPLICAS (100) Pods bound one per
 #                    node to the first simulated nodes, annotated for
@@ -29,7 +35,7 @@
 #                    LANDING_EXTRA ("0 100 1000"; 0 is the rule before issue
 #                    49: the nodes of its Pods only), in one session.
 #
-#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [predownload] [landing]
+#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [imageremovaljob] [predownload] [landing]
 #   NODEIMAGE_STATE=/work/bench-state tests/bench/scale.sh reset   # after an aborted run
 #
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
@@ -98,7 +104,7 @@ SCENARIOS=("$@")
 # finalizers removed: no controller has to run) and the simulated Nodes and
 # NodeImages, so the next run starts from nothing.
 if [[ ${SCENARIOS[0]} == reset ]]; then
-  for kind in imagepulljobs.apps.kruise.io imageprepulljobs.operations.kubeedge.io; do
+  for kind in imagepulljobs.apps.kruise.io imageprepulljobs.operations.kubeedge.io imageremovaljobs.nodeimage.dev; do
     for j in $(kc get "$kind" -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}'); do
       ns=${j%%/*}
       kc patch "$kind" "${j#*/}" ${ns:+-n "$ns"} --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null || true
@@ -495,6 +501,48 @@ EOF
 }
 
 # ---------------------------------------------------------------------------
+# Scenario: one ImageRemovalJob over all simulated nodes
+# ---------------------------------------------------------------------------
+imageremovaljob() {
+  local s=imageremovaljob t done_at last=0 job=scale-removal w0 w1 w2 t0
+  measure_begin "$s"
+  w0=$(nodeimage_writes_split)
+  M_T0=$(now)
+  kc create -f - >/dev/null <<EOF
+apiVersion: nodeimage.dev/v1alpha1
+kind: ImageRemovalJob
+metadata:
+  name: $job
+spec:
+  images: ["$REG/bench/removal@sha256:$(printf '%064d' 7)"]
+  selector: {matchLabels: {"nodeimage.dev/sim": "true"}}
+  parallelism: $PARALLELISM
+EOF
+  while :; do
+    t=$(api_curl "/apis/nodeimage.dev/v1alpha1/imageremovaljobs/$job")
+    done_at=$(jq -r '.status.completionTime // ""' <<<"$t")
+    [[ -n $done_at ]] && break
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) >= last + 30)); then
+      last=$(elapsed "$M_T0" "$(now)" | cut -d. -f1)
+      log "$s: ${last}s: $(jq -r '.status.message // ""' <<<"$t" | cut -c1-160); controller RSS $(vmrss_mib "$(ctrl_pid)") MiB; load $(load_avg)"
+    fi
+    if (($(elapsed "$M_T0" "$(now)" | cut -d. -f1) > TIMEOUT_SECONDS)); then die "$s: not finished after $TIMEOUT_SECONDS s"; fi
+    sleep 1
+  done
+  measure_end "$s"
+  w1=$(nodeimage_writes_split)
+  record "$s.result" "$(jq -c '.status | {desired, succeeded, kept, failed, bytesFreed}' <<<"$t")"
+  record "$s.nodeimage_writes_per_node.running" "$(awk -v a="$w0" -v b="$w1" -v n="$NODES" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.2f (spec %d: the controller'"'"'s entries; status %d: the answers; over %d nodes)", (y[1] + y[2] - x[1] - x[2]) / n, y[1] - x[1], y[2] - x[2], n }')"
+  t0=$(now)
+  kc delete imageremovaljob "$job" --wait=false >/dev/null
+  wait_until "$TIMEOUT_SECONDS" "imageremovaljobs gone" scale-controller jobs_gone imageremovaljobs
+  w2=$(nodeimage_writes_split)
+  record "$s.cleanup.seconds" "$(elapsed "$t0" "$(now)") (delete the job until it is gone, its entries taken back)"
+  record "$s.nodeimage_writes_per_node.deletion" "$(awk -v a="$w1" -v b="$w2" -v n="$NODES" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.2f (spec %d, status %d)", (y[1] + y[2] - x[1] - x[2]) / n, y[1] - x[1], y[2] - x[2] }')"
+  bench_stop scale-controller
+}
+
+# ---------------------------------------------------------------------------
 # Scenario: pre-download of one Deployment's new image onto its 1,000 nodes
 # ---------------------------------------------------------------------------
 # A Deployment of NODES replicas, one Pod bound to each simulated node (by
@@ -774,8 +822,8 @@ landing() {
 
 for s in "${SCENARIOS[@]}"; do
   case $s in
-    imagepulljob | imageprepulljob | predownload | landing) "$s" ;;
-    *) die "unknown scenario $s (imagepulljob, imageprepulljob, predownload, landing)" ;;
+    imagepulljob | imageprepulljob | imageremovaljob | predownload | landing) "$s" ;;
+    *) die "unknown scenario $s (imagepulljob, imageprepulljob, imageremovaljob, predownload, landing)" ;;
   esac
 done
 record "simulator.stats.end" "$(cat "$SIM_STATS" 2>/dev/null)"

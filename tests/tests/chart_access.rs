@@ -14,8 +14,8 @@
 //!    controller folds them into `edit`; a ServiceAccount bound to `edit` in
 //!    one namespace (its own token, nothing else) may create, get, list and
 //!    delete ImagePullJobs there, and may not create them in another
-//!    namespace, write NodeImages, ImagePrePullJobs or NodeUpgradeJobs, or
-//!    write a job's status.
+//!    namespace, write NodeImages, ImagePrePullJobs, NodeUpgradeJobs or
+//!    ImageRemovalJobs, or write a job's status.
 //!
 //! 4. The NOTES of `helm install` print docs/install.md's uninstall block
 //!    with the release's names.
@@ -162,6 +162,9 @@ fn rendered_rights(c: &Cluster, manifest: &str) -> BTreeSet<Right> {
         let name = role["metadata"]["name"].as_str().unwrap_or_default();
         let kind = role["kind"].as_str().unwrap_or_default();
         let mut holders: Vec<(String, String)> = Vec::new();
+        if role["metadata"]["labels"]["nodeimage.dev/bound-by"].as_str() == Some("platform-team") {
+            holders.push(("platform team".into(), "where bound".into()));
+        }
         for label in ["view", "edit", "admin"] {
             let key = format!("rbac.authorization.k8s.io/aggregate-to-{label}");
             if role["metadata"]["labels"][&key].as_str() == Some("true") {
@@ -552,6 +555,18 @@ fn chart_tenants_edit_role_grants_only_their_jobs() {
     refused(
         &as_tenant(&["create"], Some(&nuj)),
         "create a NodeUpgradeJob",
+    );
+    let irj = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": "chart-tenant-irj"},
+        "spec": {"images": ["registry.example.test/app:v1"], "selector": {"names": ["node-1"]}}})
+    .to_string();
+    refused(
+        &as_tenant(&["create"], Some(&irj)),
+        "create an ImageRemovalJob",
+    );
+    refused(
+        &as_tenant(&["get", "imageremovaljobs"], None),
+        "list ImageRemovalJobs",
     );
     refused(
         &as_tenant(&["get", "secrets", "-n", "nodeimage-secrets"], None),

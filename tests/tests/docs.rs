@@ -71,6 +71,10 @@ fn readme_names_the_served_api_versions() {
                 "crds/yaml/operations.kubeedge.io_nodeupgradejobs.yaml",
             ][..],
         ),
+        (
+            "nodeimage.dev",
+            &["crds/yaml/nodeimage.dev_imageremovaljobs.yaml"][..],
+        ),
     ] {
         let row = readme
             .lines()

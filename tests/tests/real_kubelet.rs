@@ -1620,3 +1620,109 @@ fn real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on() {
     );
     drop(cleanup);
 }
+
+/// The ImageRemovalJob's answer on `node`, once it has answered.
+fn removal_answer(c: &Cluster, node: &str, job: &str) -> Value {
+    wait_for(
+        &format!("{node}'s answer to ImageRemovalJob {job}"),
+        TIMEOUT,
+        || {
+            let obj = ni::get(c, node)?;
+            obj["status"]["removals"]
+                .as_array()?
+                .iter()
+                .find(|r| r["job"] == job)
+                .cloned()
+        },
+    )
+}
+
+/// Issue 51: on a real kubelet node, an ImageRemovalJob keeps the image a
+/// running Pod uses (InUse) and removes a pre-pulled, pinned image no
+/// container uses (its pin taken off first), with the bytes freed; with no
+/// block in place, kubelet then pulls the removed image again for a new Pod.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_removal_keeps_what_a_pod_uses_and_removes_the_rest() {
+    let rn = RealNode::load(
+        1,
+        "real_kubelet_removal_keeps_what_a_pod_uses_and_removes_the_rest",
+    );
+    let dir = temp_dir(&rn);
+    let registry = Registry::new(&rn.c.var("NODEIMAGE_REGISTRY"));
+    let used = runnable(&rn, &registry, "rm-used");
+    let unused = runnable(&rn, &registry, "rm-unused");
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &rn, &[&used, &unused]);
+    let _daemon = rn.daemon(dir.path(), &[]);
+    let ns = rn.namespace(&mut cleanup, "e2e-removal");
+    // Both pre-pulled through tag entries (pinned by the daemon).
+    for img in [&used, &unused] {
+        ni::set_image(&rn.c, &rn.name, &img.name, json!({"tags": [{"tag": "v1"}]}));
+        ni::wait_phase(&rn.c, rn.tag(img), 0, "Succeeded", TIMEOUT);
+    }
+    assert!(
+        rn.image(&unused.reference()).is_some_and(|i| i.pinned),
+        "the pre-pulled image is pinned"
+    );
+    rn.create_pod(&ns, "user", &used.reference(), None);
+    rn.wait_pod_running(&ns, "user");
+    // The entries go (nothing wants the images any more), the job comes.
+    ni::remove_images(&rn.c, &rn.name, &[used.name.clone(), unused.name.clone()]);
+    let job = unique("e2e-real-irj");
+    {
+        let (c, job) = (rn.c.clone(), job.clone());
+        cleanup.defer("delete the ImageRemovalJob", move || {
+            let _ = c.kubectl(&["delete", "imageremovaljob", &job, "--wait=false"], None);
+        });
+    }
+    let irj = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": job},
+        "spec": {"images": [used.reference(), unused.reference()],
+                 "selector": {"names": [rn.name]}}});
+    rn.c.kubectl_ok(&["create", "-f", "-"], Some(&irj.to_string()));
+    let answer = removal_answer(&rn.c, &rn.name, &job);
+    let result = |img: &PushedImage| {
+        answer["images"]
+            .as_array()
+            .and_then(|l| l.iter().find(|i| i["image"] == img.reference()).cloned())
+            .unwrap_or_else(|| panic!("no result for {} in {answer}", img.reference()))
+    };
+    let kept = result(&used);
+    assert_eq!(kept["result"], "InUse", "{answer}");
+    assert!(
+        kept["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("running"),
+        "the message names the running container: {kept}"
+    );
+    let gone = result(&unused);
+    assert_eq!(gone["result"], "Removed", "{answer}");
+    assert!(gone["bytesFreed"].as_i64().unwrap_or(0) > 0, "{answer}");
+    assert!(
+        rn.image(&used.reference()).is_some(),
+        "the used image stays"
+    );
+    assert!(
+        rn.image(&unused.reference()).is_none(),
+        "the unused image is gone"
+    );
+    let done = wait_for("the job to finish", TIMEOUT, || {
+        let r =
+            rn.c.kubectl(&["get", "imageremovaljob", &job, "-o", "json"], None);
+        let v: Value = serde_json::from_str(&r.stdout).ok()?;
+        v["status"]["completionTime"].is_string().then_some(v)
+    });
+    assert_eq!(done["status"]["kept"], json!(1), "{done}");
+    // No block: kubelet pulls the removed image again for a new Pod.
+    rn.create_pod(&ns, "again", &unused.reference(), None);
+    rn.wait_pod_running(&ns, "again");
+    assert!(
+        rn.image(&unused.reference()).is_some(),
+        "kubelet pulled it again"
+    );
+    rn.delete_pod(&ns, "user");
+    rn.delete_pod(&ns, "again");
+    drop(cleanup);
+}

@@ -234,3 +234,332 @@ fn the_api_server_refuses_a_removal_entry_that_names_no_image() {
         "nothing refused was stored"
     );
 }
+
+/// The job's object, once `ready` holds of it.
+fn removal_job(c: &Cluster, name: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    wait_for(&format!("ImageRemovalJob {name}: {what}"), TIMEOUT, || {
+        let r = c.kubectl(&["get", "imageremovaljob", name, "-o", "json"], None);
+        let v: Value = serde_json::from_str(&r.stdout).ok()?;
+        ready(&v).then_some(v)
+    })
+}
+
+/// The status of condition `type_` of a job, and its reason.
+fn condition(job: &Value, type_: &str) -> (String, String) {
+    let c = job["status"]["conditions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no condition {type_} in {job}"));
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (s("status"), s("reason"))
+}
+
+/// Whether `node`'s NodeImage holds a removal entry of `uid`.
+fn holds_entry(c: &Cluster, node: &str, uid: &str) -> bool {
+    ni::get(c, node).is_some_and(|o| {
+        o["spec"]["removals"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|e| e["uid"] == uid))
+    })
+}
+
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn an_image_removal_job_takes_its_images_off_the_nodes_it_names_one_at_a_time() {
+    let c = Cluster::load();
+    let nodes: Vec<String> = [1, NODE].iter().map(|i| c.nodes()[*i].clone()).collect();
+    for (i, n) in [1, NODE].iter().zip(&nodes) {
+        wait_for("the node's NodeImage", Duration::from_secs(60), || {
+            ni::get(&c, n)
+        });
+        let url = c.daemon_readyz(*i);
+        wait_for("the node's shared daemon", Duration::from_secs(30), || {
+            (http::status_of(&url) == Some(200)).then_some(())
+        });
+    }
+    let sockets = [c.socket(1), c.socket(NODE)];
+    let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
+    let target = push(&reg, "irj-target");
+    let bystander = push(&reg, "irj-bystander");
+    let name = unique("e2e-irj");
+    let missing = unique("e2e-irj-missing");
+    let mut cleanup = Cleanup::default();
+    {
+        let c = c.clone();
+        let (name, missing) = (name.clone(), missing.clone());
+        let refs = [target.reference(), bystander.reference()];
+        let sockets = sockets.clone();
+        cleanup.defer("the jobs and the images", move || {
+            c.delete_quietly(&["imageremovaljob", &name]);
+            c.delete_quietly(&["imageremovaljob", &missing]);
+            for s in &sockets {
+                for r in &refs {
+                    let _ = cri::remove_image(s, r);
+                }
+            }
+        });
+    }
+    for s in &sockets {
+        cri::pull(s, &target.reference(), None).expect("CRI pull");
+        cri::pull(s, &bystander.reference(), None).expect("CRI pull");
+    }
+    let job = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": name},
+        "spec": {"images": [target.reference()], "selector": {"names": nodes}, "parallelism": 1}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&job.to_string()));
+
+    // One node at a time: while the first holds an unanswered entry, the
+    // second has none (the daemon answers fast, so this is seen when it is
+    // seen; the counts below hold either way).
+    let done = removal_job(&c, &name, "finished", |j| {
+        j["status"]["completionTime"].is_string()
+    });
+    let s = &done["status"];
+    assert_eq!(
+        (
+            s["desired"].as_i64(),
+            s["succeeded"].as_i64(),
+            s["kept"].as_i64(),
+            s["failed"].as_i64()
+        ),
+        (Some(2), Some(2), Some(0), Some(0)),
+        "{done}"
+    );
+    assert!(
+        s["bytesFreed"].as_i64().unwrap_or(0) > 0,
+        "bytes freed: {done}"
+    );
+    assert_eq!(
+        condition(&done, "Complete"),
+        ("True".into(), "AllNodesRemoved".into())
+    );
+    let uid = done["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for (s, n) in sockets.iter().zip(&nodes) {
+        assert!(
+            cri::image_status(s, &target.reference())
+                .expect("CRI ImageStatus")
+                .is_none(),
+            "{} is still on {n}",
+            target.reference()
+        );
+        assert!(
+            cri::image_status(s, &bystander.reference())
+                .expect("CRI ImageStatus")
+                .is_some(),
+            "the bystander left {n}"
+        );
+        assert!(
+            holds_entry(&c, n, &uid),
+            "{n} keeps the entry while the job exists"
+        );
+    }
+    let events = c.kubectl_ok(
+        &[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &format!("involvedObject.kind=ImageRemovalJob,involvedObject.name={name}"),
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        None,
+    );
+    for reason in ["Started", "Completed"] {
+        assert!(events.contains(reason), "event {reason} in {events:?}");
+    }
+
+    // Deleting the job takes its entries off the nodes, then lets it go.
+    c.kubectl_ok(&["delete", "imageremovaljob", &name, "--wait=false"], None);
+    wait_for("the job's entries to leave the nodes", TIMEOUT, || {
+        nodes
+            .iter()
+            .all(|n| !holds_entry(&c, n, &uid))
+            .then_some(())
+    });
+    wait_for("the deleted job to go", TIMEOUT, || {
+        let r = c.kubectl(&["get", "imageremovaljob", &name], None);
+        (!r.success).then_some(())
+    });
+
+    // A named node that does not exist fails the job, naming it.
+    let ghost = unique("e2e-no-such-node");
+    let job = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": missing},
+        "spec": {"images": [target.reference()], "selector": {"names": [ghost]}}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&job.to_string()));
+    let failed = removal_job(&c, &missing, "finished", |j| {
+        j["status"]["completionTime"].is_string()
+    });
+    assert_eq!(failed["status"]["failedNodes"], json!([ghost]), "{failed}");
+    assert_eq!(condition(&failed, "Failed").0, "True");
+    let message = failed["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("node not found"), "{message}");
+    drop(cleanup);
+}
+
+/// Creates an ImagePullJob of `image` on `node` (one try, a short deadline)
+/// and returns its status once it has completed.
+fn pull_job(c: &Cluster, name: &str, image: &str, node: &str) -> Value {
+    let job = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"image": image, "selector": {"names": [node]},
+                 "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 60},
+                 "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 120}}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&job.to_string()));
+    wait_for(&format!("ImagePullJob {name} to complete"), TIMEOUT, || {
+        let r = c.kubectl(
+            &["get", "imagepulljob", name, "-n", "default", "-o", "json"],
+            None,
+        );
+        let v: Value = serde_json::from_str(&r.stdout).ok()?;
+        v["status"]["completionTime"]
+            .is_string()
+            .then(|| v["status"].clone())
+    })
+}
+
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
+    let c = Cluster::load();
+    let node = node(&c);
+    let socket = c.socket(NODE);
+    let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
+    let image = push(&reg, "irj-block");
+    let by_digest = format!("{}@{}", image.name, image.digest);
+    let (name, pull_blocked, pull_after) = (
+        unique("e2e-irj-block"),
+        unique("e2e-blocked"),
+        unique("e2e-unblocked"),
+    );
+    let mut cleanup = Cleanup::default();
+    {
+        let c = c.clone();
+        let (name, jobs) = (name.clone(), [pull_blocked.clone(), pull_after.clone()]);
+        let (socket, reference) = (socket.clone(), image.reference());
+        cleanup.defer("the jobs and the image", move || {
+            c.delete_quietly(&["imageremovaljob", &name]);
+            for j in &jobs {
+                c.delete_quietly(&["imagepulljob", j, "-n", "default"]);
+            }
+            let _ = cri::remove_image(&socket, &reference);
+        });
+    }
+    cri::pull(&socket, &image.reference(), None).expect("CRI pull");
+    let job = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": name},
+        "spec": {"images": [by_digest], "selector": {"names": [node]}, "block": true}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&job.to_string()));
+    let done = removal_job(&c, &name, "finished", |j| {
+        j["status"]["completionTime"].is_string()
+    });
+    assert_eq!(done["status"]["succeeded"], json!(1), "{done}");
+    assert_eq!(condition(&done, "Blocking").0, "True");
+    assert!(
+        cri::image_status(&socket, &image.reference())
+            .expect("CRI ImageStatus")
+            .is_none(),
+        "the blocked image left the node"
+    );
+
+    // A pull job for the blocked digest fails on the node, naming the block.
+    let status = pull_job(&c, &pull_blocked, &by_digest, &node);
+    assert_eq!(status["failed"], json!(1), "{status}");
+    let obj = ni::get(&c, &node).expect("the node's NodeImage");
+    let tag = ni::tag_status(&obj, &image.name, &image.digest)
+        .unwrap_or_else(|| panic!("no status for the blocked pull in {obj}"));
+    let message = tag["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("blocked by ImageRemovalJob {name}")),
+        "{message}"
+    );
+    assert!(
+        cri::image_status(&socket, &image.reference())
+            .expect("CRI ImageStatus")
+            .is_none(),
+        "the blocked image stays off the node"
+    );
+
+    // Deleting the block lets a new pull job pull it.
+    c.kubectl_ok(&["delete", "imageremovaljob", &name], None);
+    c.delete_quietly(&["imagepulljob", &pull_blocked, "-n", "default"]);
+    let status = pull_job(&c, &pull_after, &by_digest, &node);
+    assert_eq!(status["succeeded"], json!(1), "{status}");
+    drop(cleanup);
+}
+
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn kubectl_nodeimage_remove_creates_a_job_and_shows_its_nodes() {
+    let c = Cluster::load();
+    let node = node(&c);
+    let socket = c.socket(NODE);
+    let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
+    let image = push(&reg, "irj-plugin");
+    let name = unique("e2e-irj-plugin");
+    let mut cleanup = Cleanup::default();
+    {
+        let (c, name) = (c.clone(), name.clone());
+        let (socket, reference) = (socket.clone(), image.reference());
+        cleanup.defer("the job and the image", move || {
+            c.delete_quietly(&["imageremovaljob", &name]);
+            let _ = cri::remove_image(&socket, &reference);
+        });
+    }
+    cri::pull(&socket, &image.reference(), None).expect("CRI pull");
+    let plugin = c.nodeimage_bin().join("kubectl-nodeimage");
+    let out = std::process::Command::new(&plugin)
+        .args([
+            "remove",
+            &image.reference(),
+            "--nodes",
+            &node,
+            "--name",
+            &name,
+            "--wait",
+        ])
+        .env("KUBECONFIG", c.var("KUBECONFIG"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run kubectl-nodeimage");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}: {stdout}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("imageremovaljob/{name} created")),
+        "{stdout}"
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with(&node))
+        .unwrap_or_else(|| panic!("no row for {node} in {stdout}"));
+    assert!(row.contains("Succeeded"), "{row}");
+    assert!(
+        cri::image_status(&socket, &image.reference())
+            .expect("CRI ImageStatus")
+            .is_none(),
+        "the image left the node"
+    );
+    // The same rows as JSON, from `status`.
+    let out = std::process::Command::new(&plugin)
+        .args(["status", &format!("irj/{name}"), "-o", "json"])
+        .env("KUBECONFIG", c.var("KUBECONFIG"))
+        .output()
+        .expect("run kubectl-nodeimage");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["nodes"][0]["node"], json!(node), "{doc}");
+    assert_eq!(doc["nodes"][0]["result"], json!("Succeeded"), "{doc}");
+    assert!(
+        doc["nodes"][0]["bytesFreed"].as_i64().unwrap_or(0) > 0,
+        "{doc}"
+    );
+    drop(cleanup);
+}

@@ -9,7 +9,7 @@ use crate::cluster::cache::Cache;
 use crate::cluster::skipped::Skipped;
 use crate::cluster::watch::without_managed_fields;
 use crate::runtime::context::Context;
-use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeUpgradeJob};
+use nodeimage_api::{ImagePrePullJob, ImagePullJob, ImageRemovalJob, NodeUpgradeJob};
 
 /// The ImagePullJob cache, empty until it runs.
 pub fn image_pull_jobs(ctx: &Context) -> Cache<ImagePullJob> {
@@ -38,5 +38,15 @@ pub fn node_upgrade_jobs(ctx: &Context) -> Cache<NodeUpgradeJob> {
         "nodeupgradejobs-synced",
         without_managed_fields::<NodeUpgradeJob>,
         Skipped::new(ctx, "NodeUpgradeJob", Some("reason")),
+    )
+}
+
+/// The ImageRemovalJob cache, empty until it runs.
+pub fn image_removal_jobs(ctx: &Context) -> Cache<ImageRemovalJob> {
+    Cache::lenient(
+        "imageremovaljobs",
+        "imageremovaljobs-synced",
+        without_managed_fields::<ImageRemovalJob>,
+        Skipped::new(ctx, "ImageRemovalJob", Some("message")),
     )
 }

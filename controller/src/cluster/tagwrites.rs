@@ -3,7 +3,6 @@
 //! was computed from, and its finalizer.
 //! Shared shell for the job kinds; the edits themselves are in `entries`.
 
-use crate::nodeimage::entries;
 use crate::nodeimage::patch::{self, PatchError};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -14,6 +13,7 @@ use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use nodeimage_api::kruise::nodeimage::salvage;
 use nodeimage_api::kruise::{ImageSpec, NodeImage};
 use nodeimage_api::lenient::Lenient;
+use nodeimage_api::nodeimage_dev::RemovalEntry;
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -48,11 +48,12 @@ pub enum WriteError {
 /// resourceVersion (in case the spec read back never compares equal).
 const ATTEMPTS: usize = 4;
 
-/// Applies `edit` to a copy of `ni`'s `spec.images` and, if it reports a
-/// change, writes the images it changed, each guarded by that image as it
-/// was read (JSON Patch `test`s, so the node's status writes and entry
-/// writes for other images do not void it). When an image moved (another
-/// writer), the edit is redone on a fresh read. A
+/// Applies `edit` to a copy of `ni`'s `spec.images` and `edit_removals` to
+/// one of its `spec.removals` and, if they change anything, writes the
+/// images they changed, each guarded by that image as it was read (JSON
+/// Patch `test`s, so the node's status writes and entry writes for other
+/// images do not void it), and the removal list guarded as read. When an
+/// image moved (another writer), the edits are redone on a fresh read. A
 /// NodeImage that is gone is not an error (its node left). Returns the
 /// object as written, if a write was made.
 async fn edit_images(
@@ -60,6 +61,7 @@ async fn edit_images(
     ni: &NodeImage,
     what: &str,
     edit: impl Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool,
+    edit_removals: impl Fn(&NodeImage, &mut Vec<RemovalEntry>) -> bool,
 ) -> Result<Option<NodeImage>, WriteError> {
     let node = ni.name_any();
     // Read back leniently: an entry that does not decode must not fail the
@@ -74,33 +76,29 @@ async fn edit_images(
         let current = fresh.as_ref().unwrap_or(ni);
         let old = current.spec.images.clone().unwrap_or_default();
         let mut new = old.clone();
-        if !edit(current, &mut new) {
-            return Ok(None);
+        let images_edited = edit(current, &mut new);
+        let old_removals = current.spec.removals.clone().unwrap_or_default();
+        let mut removals = old_removals.clone();
+        if edit_removals(current, &mut removals) && salvage::removals_unreadable(current) {
+            tracing::warn!(nodeimage = %node, "removal entries not written: spec.removals holds an entry nodeimage cannot read, and is left as stored until it is fixed");
+            removals.clone_from(&old_removals);
         }
-        let undone = salvage::keep_unreadable(current, &old, &mut new);
-        if !undone.is_empty() {
-            tracing::warn!(nodeimage = %node, images = ?undone, "not written: these images hold an entry nodeimage cannot read, and are left as stored until it is fixed");
+        if images_edited {
+            let undone = salvage::keep_unreadable(current, &old, &mut new);
+            if !undone.is_empty() {
+                tracing::warn!(nodeimage = %node, images = ?undone, "not written: these images hold an entry nodeimage cannot read, and are left as stored until it is fixed");
+            }
         }
-        if old == new {
+        if old == new && old_removals == removals {
             return Ok(None);
         }
         let result = if attempt < ATTEMPTS {
-            let body = patch::images_tested(&current.spec, &new)?;
+            let body = patch::spec_tested(&current.spec, &new, &removals)?;
             api.patch(&node, &PatchParams::default(), &Patch::Json::<()>(body))
                 .await
         } else {
             tracing::info!(nodeimage = %node, attempts = ATTEMPTS - 1, "spec kept moving under an entry write; guarding the last try by resourceVersion");
-            let Some(body) = patch::guarded(
-                "spec.images",
-                current.resource_version().as_deref(),
-                &["spec", "images"],
-                &old,
-                &new,
-            )?
-            else {
-                return Ok(None);
-            };
-            let body = patch::clearing_managed_fields(body);
+            let body = last_try(current, (&old, &new), (&old_removals, &removals))?;
             api.patch(&node, &PatchParams::default(), &Patch::Merge(&body))
                 .await
         };
@@ -121,84 +119,55 @@ async fn edit_images(
     Err(WriteError::Conflict(format!("NodeImage {node}")))
 }
 
-/// Takes the entries owned by any of `uids` out of `ni` (see
-/// [`entries::release`]).
-pub async fn release(
-    writer: &NodeWriter,
-    ni: Arc<NodeImage>,
-    uids: &[String],
-) -> Result<(), WriteError> {
-    // Borrowed, not cloned: a cleanup looks at every NodeImage, and most
-    // hold nothing of the job (a copy of each spec multiplied the
-    // controller's memory while many jobs were deleted: docs/benchmarks.md,
-    // "Controller memory").
-    let uids: Vec<String> = match ni.spec.images.as_ref() {
-        Some(images) => uids
-            .iter()
-            .filter(|u| entries::owns_any(images, u))
-            .cloned()
-            .collect(),
-        None => Vec::new(),
-    };
-    if uids.is_empty() {
-        return Ok(());
+/// The last try of an entry write: a merge patch of the images and the
+/// removal list, guarded by the resourceVersion read.
+fn last_try(
+    current: &NodeImage,
+    images: (
+        &BTreeMap<SharedStr, ImageSpec>,
+        &BTreeMap<SharedStr, ImageSpec>,
+    ),
+    removals: (&Vec<RemovalEntry>, &Vec<RemovalEntry>),
+) -> Result<serde_json::Value, WriteError> {
+    let rv = current.resource_version();
+    let mut body = patch::guarded(
+        "spec.images",
+        rv.as_deref(),
+        &["spec", "images"],
+        images.0,
+        images.1,
+    )?
+    .unwrap_or_else(|| serde_json::json!({"metadata": {"resourceVersion": rv}, "spec": {}}));
+    if removals.0 != removals.1 {
+        let value = if removals.1.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::to_value(removals.1)
+                .map_err(|source| WriteError::Patch(PatchError::new("spec.removals", source)))?
+        };
+        if let Some(spec) = body.get_mut("spec").and_then(|s| s.as_object_mut()) {
+            spec.insert("removals".into(), value);
+        }
     }
-    let edit: Edit = Box::new(move |_, images| {
-        uids.iter().fold(false, |changed, uid| {
-            entries::release(images, uid) | changed
-        })
-    });
-    writer.edit(ni, edit).await
+    Ok(patch::clearing_managed_fields(body))
 }
 
-/// Releases in flight at once when a job leaves every node.
-const RELEASE_CONCURRENCY: usize = 32;
-
-/// Takes the entries owned by any of `uids` out of every NodeImage in
-/// `nodeimages`, several nodes at a time (a deleted job may hold entries on
-/// thousands). Passing every job of the kind that is being deleted, not
-/// just one, lets the first of them clear a node for all in one write.
-/// Each node is read from the cache when its turn comes: a list of every
-/// NodeImage taken up front kept each as it was then alive for the whole
-/// cleanup, beside the cache's newer copies.
-pub async fn release_all(
-    writer: &NodeWriter,
-    nodeimages: &Store<NodeImage>,
-    uids: &[String],
-) -> Result<(), WriteError> {
-    let holding: Vec<String> = nodeimages
-        .state()
-        .iter()
-        .filter(|ni| {
-            let images = ni.spec.images.as_ref();
-            images.is_some_and(|images| uids.iter().any(|u| entries::owns_any(images, u)))
-        })
-        .map(|ni| ni.name_any())
-        .collect();
-    release_on(writer, nodeimages, holding, uids).await
-}
-
-/// Takes the entries owned by any of `uids` out of the NodeImages of
-/// `nodes`, several at a time: each release waits for its own write, so a
-/// job leaving a thousand nodes one by one held its reconcile for minutes.
-pub async fn release_on(
-    writer: &NodeWriter,
-    nodeimages: &Store<NodeImage>,
-    nodes: impl IntoIterator<Item = String>,
-    uids: &[String],
-) -> Result<(), WriteError> {
-    let results: Vec<Result<(), WriteError>> = futures::stream::iter(nodes)
-        .filter_map(|node| std::future::ready(nodeimages.get(&ObjectRef::new(&node))))
-        .map(|ni| release(writer, ni, uids))
-        .buffer_unordered(RELEASE_CONCURRENCY)
-        .collect()
-        .await;
-    results.into_iter().collect()
-}
+mod release;
+pub use release::{release_all, release_on, release_removals};
 
 /// An edit of a NodeImage's `spec.images` given the object it applies to;
 /// returns whether it changed anything.
 pub type Edit = Box<dyn Fn(&NodeImage, &mut BTreeMap<SharedStr, ImageSpec>) -> bool + Send + Sync>;
+
+/// An edit of a NodeImage's `spec.removals` given the object it applies
+/// to; returns whether it changed anything.
+pub type RemovalEdit = Box<dyn Fn(&NodeImage, &mut Vec<RemovalEntry>) -> bool + Send + Sync>;
+
+/// One edit waiting for a node's next write.
+enum Pending {
+    Images(Edit),
+    Removals(RemovalEdit),
+}
 
 /// The one writer of tag entries for the whole binary. Each job hands its
 /// edits for a node to it; the edits that arrive while a write to that node
@@ -233,7 +202,7 @@ const GATHER: std::time::Duration = std::time::Duration::from_millis(300);
 /// One node's queue.
 #[derive(Default)]
 struct Slot {
-    pending: Vec<(Edit, oneshot::Sender<Result<(), WriteError>>)>,
+    pending: Vec<(Pending, oneshot::Sender<Result<(), WriteError>>)>,
     /// Whether a task is writing this node's edits.
     running: bool,
     /// Our last write (without status), until the cache holds it.
@@ -258,6 +227,20 @@ impl NodeWriter {
     /// Applies `edit` to NodeImage `ni` (a cached copy) in the next write to
     /// that node, and waits for that write.
     pub async fn edit(&self, ni: Arc<NodeImage>, edit: Edit) -> Result<(), WriteError> {
+        self.queue(ni, Pending::Images(edit)).await
+    }
+
+    /// Applies `edit` to the removal entries of NodeImage `ni` in the next
+    /// write to that node (with any tag entry edits), and waits for it.
+    pub async fn edit_removals(
+        &self,
+        ni: Arc<NodeImage>,
+        edit: RemovalEdit,
+    ) -> Result<(), WriteError> {
+        self.queue(ni, Pending::Removals(edit)).await
+    }
+
+    async fn queue(&self, ni: Arc<NodeImage>, edit: Pending) -> Result<(), WriteError> {
         let node = ni.name_any();
         let (done, result) = oneshot::channel();
         let start = {
@@ -317,13 +300,21 @@ impl NodeWriter {
                 };
                 (std::mem::take(&mut slot.pending), base)
             };
-            let (edits, waiters): (Vec<Edit>, Vec<_>) = batch.into_iter().unzip();
-            let result = edit_images(&self.client, &base, "writing entries", |current, images| {
-                edits
-                    .iter()
-                    .fold(false, |changed, edit| edit(current, images) | changed)
-            })
-            .await;
+            let (edits, waiters): (Vec<Pending>, Vec<_>) = batch.into_iter().unzip();
+            let images = |current: &NodeImage, images: &mut BTreeMap<SharedStr, ImageSpec>| {
+                edits.iter().fold(false, |changed, edit| match edit {
+                    Pending::Images(edit) => edit(current, images) | changed,
+                    Pending::Removals(_) => changed,
+                })
+            };
+            let removals = |current: &NodeImage, removals: &mut Vec<RemovalEntry>| {
+                edits.iter().fold(false, |changed, edit| match edit {
+                    Pending::Removals(edit) => edit(current, removals) | changed,
+                    Pending::Images(_) => changed,
+                })
+            };
+            let result =
+                edit_images(&self.client, &base, "writing entries", images, removals).await;
             let outcome = match result {
                 Ok(written) => {
                     if let Some(mut written) = written {

@@ -250,5 +250,8 @@ impl std::io::Write for HashWriter {
     }
 }
 
+mod removals;
+pub use removals::removal_owners;
+
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! The controllers, one per resource they reconcile, each with only what is
 //! its own: the job kinds (OpenKruise's ImagePullJob and ImageListPullJob,
-//! KubeEdge's ImagePrePullJob and NodeUpgradeJob: a pure `plan` and the
+//! KubeEdge's ImagePrePullJob and NodeUpgradeJob, nodeimage's
+//! ImageRemovalJob: a pure `plan` and the
 //! `reconcile` that feeds it and applies it through the job shell), and the
 //! NodeImage's own two: one NodeImage per Node (`nodemirror`) and the tag
 //! entries' lifetime (`housekeeping`: TTLs, nodes that never answer,
@@ -13,6 +14,7 @@ pub mod housekeeping;
 pub mod imagelistpulljob;
 pub mod imageprepulljob;
 pub mod imagepulljob;
+pub mod imageremovaljob;
 pub mod nodemirror;
 pub mod nodeupgradejob;
 pub mod predownload;

@@ -8,6 +8,7 @@ use nodeimage_api::conditions::{COMPLETE, FAILED, PROGRESSING};
 use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
 use nodeimage_api::kruise::{ImageListPullJobStatus, ImagePullJobStatus};
 use nodeimage_api::kubeedge::{ImagePrePullJobStatus, NodeUpgradeJobStatus};
+use nodeimage_api::nodeimage_dev::imageremovaljob::ImageRemovalJobStatus;
 
 /// Where a job stands, with a CamelCase reason and a message for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,6 +115,22 @@ impl Judged for ImageListPullJobStatus {
             (None, _) => Verdict::Running("Pulling", message),
             (Some(_), Some(f)) if !f.is_empty() => Verdict::Failed("ImagesFailed", message),
             (Some(_), _) => Verdict::Complete("AllImagesSucceeded", message),
+        }
+    }
+    conditions_field!();
+}
+
+impl Judged for ImageRemovalJobStatus {
+    fn verdict(&self) -> Verdict {
+        let message = self.message.clone().unwrap_or_default();
+        match (&self.completion_time, self.failed, self.kept) {
+            (None, _, _) => Verdict::Running("Removing", message),
+            (Some(_), 0, 0) => Verdict::Complete("AllNodesRemoved", message),
+            (Some(_), 0, _) => Verdict::Complete("SomeImagesKept", message),
+            (Some(_), _, _) if message.contains("activeDeadlineSeconds") => {
+                Verdict::Failed("DeadlineExceeded", message)
+            }
+            (Some(_), _, _) => Verdict::Failed("NodesFailed", message),
         }
     }
     conditions_field!();

@@ -20,6 +20,13 @@ pub struct PatchError {
     source: serde_json::Error,
 }
 
+impl PatchError {
+    /// Serialising `what` failed with `source`.
+    pub fn new(what: &'static str, source: serde_json::Error) -> Self {
+        Self { what, source }
+    }
+}
+
 /// The merge patch that turns `old` into `new`, or `None` if they are equal.
 /// Objects are diffed key by key; anything else (arrays included) is replaced.
 pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
@@ -96,6 +103,74 @@ pub fn images_tested(
         ops.push(nodeimage_api::kruise::nodeimage::patch::clear_managed_fields_op());
     }
     serde_json::from_value(ops).map_err(|source| PatchError {
+        what: "JSON patch",
+        source,
+    })
+}
+
+/// The operations that turn `old.removals` into `new` (nothing when they
+/// are equal; an empty list removes the field), the stored list tested as
+/// read when there is one. Only the controller writes `spec.removals`,
+/// through its one node writer, so an absent list is added without a test.
+pub fn removals_ops(
+    old: &nodeimage_api::kruise::NodeImageSpec,
+    new: &[nodeimage_api::nodeimage_dev::RemovalEntry],
+) -> Result<Vec<Value>, PatchError> {
+    let what = "spec.removals";
+    let to_value = |v: &[nodeimage_api::nodeimage_dev::RemovalEntry]| {
+        serde_json::to_value(v).map_err(|source| PatchError { what, source })
+    };
+    let path = "/spec/removals";
+    Ok(match old.removals.as_deref() {
+        None if new.is_empty() => vec![],
+        None => vec![json!({"op": "add", "path": path, "value": to_value(new)?})],
+        Some(was) if was == new => vec![],
+        Some(was) => {
+            let test = json!({"op": "test", "path": path, "value": to_value(was)?});
+            if new.is_empty() {
+                vec![test, json!({"op": "remove", "path": path})]
+            } else {
+                vec![
+                    test,
+                    json!({"op": "replace", "path": path, "value": to_value(new)?}),
+                ]
+            }
+        }
+    })
+}
+
+/// One spec write: the image edits (`images_tested`, when they change
+/// anything) and the removal edits ([`removals_ops`]), clearing the managed
+/// fields.
+pub fn spec_tested(
+    old: &nodeimage_api::kruise::NodeImageSpec,
+    images: &std::collections::BTreeMap<
+        nodeimage_api::interned::SharedStr,
+        nodeimage_api::kruise::ImageSpec,
+    >,
+    removals: &[nodeimage_api::nodeimage_dev::RemovalEntry],
+) -> Result<json_patch::Patch, PatchError> {
+    let images_same = match &old.images {
+        Some(before) => before == images,
+        None => images.is_empty(),
+    };
+    let mut ops = if images_same {
+        vec![nodeimage_api::kruise::nodeimage::patch::clear_managed_fields_op()]
+    } else {
+        let patch = images_tested(old, images)?;
+        match serde_json::to_value(patch) {
+            Ok(Value::Array(ops)) => ops,
+            Ok(_) => vec![],
+            Err(source) => {
+                return Err(PatchError {
+                    what: "JSON patch",
+                    source,
+                });
+            }
+        }
+    };
+    ops.extend(removals_ops(old, removals)?);
+    serde_json::from_value(Value::Array(ops)).map_err(|source| PatchError {
         what: "JSON patch",
         source,
     })

@@ -4,10 +4,6 @@
 //! vanish with their job because they are computed from the current cache.
 
 use crate::runtime::readers::Scraped;
-use kube::ResourceExt;
-use nodeimage_api::kruise::ImagePullJob;
-use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
-use nodeimage_api::kubeedge::{ImagePrePullJob, NodeUpgradeJob};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -85,6 +81,7 @@ pub const RECONCILED_KINDS: &[&str] = &[
     "ImageListPullJob",
     "ImagePrePullJob",
     "NodeUpgradeJob",
+    "ImageRemovalJob",
     "Predownload",
 ];
 
@@ -304,109 +301,6 @@ impl Metrics {
     }
 }
 
-/// One job's counts and phase, whatever its kind.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobCounts {
-    /// Kind.
-    pub kind: &'static str,
-    /// Namespace, "" if cluster-scoped.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// Nodes selected.
-    pub desired: i64,
-    /// Nodes working.
-    pub active: i64,
-    /// Nodes done.
-    pub succeeded: i64,
-    /// Nodes failed.
-    pub failed: i64,
-    /// Running, Succeeded or Failed.
-    pub phase: &'static str,
-}
-
-/// Counts of an ImagePullJob, from its status.
-pub fn image_pull_job_counts(j: &ImagePullJob) -> JobCounts {
-    let s = j.status.clone().unwrap_or_default();
-    let phase = match (s.completion_time.is_some(), s.failed > 0) {
-        (false, _) => "Running",
-        (true, false) => "Succeeded",
-        (true, true) => "Failed",
-    };
-    JobCounts {
-        kind: "ImagePullJob",
-        namespace: j.namespace().unwrap_or_default(),
-        name: j.name_any(),
-        desired: s.desired.into(),
-        active: s.active.into(),
-        succeeded: s.succeeded.into(),
-        failed: s.failed.into(),
-        phase,
-    }
-}
-
-/// Phase of a KubeEdge job from its `state`.
-fn kubeedge_phase(state: Option<&str>) -> &'static str {
-    match task_end(state) {
-        Some(TaskEnd::Successful) => "Succeeded",
-        Some(TaskEnd::Failed) => "Failed",
-        None => "Running",
-    }
-}
-
-/// Counts of node states from KubeEdge-style per-node states.
-fn kubeedge_counts<'a>(states: impl Iterator<Item = Option<&'a str>>) -> (i64, i64, i64, i64) {
-    let (mut desired, mut active, mut succeeded, mut failed) = (0, 0, 0, 0);
-    for s in states {
-        desired += 1;
-        match task_end(s) {
-            Some(TaskEnd::Successful) => succeeded += 1,
-            Some(TaskEnd::Failed) => failed += 1,
-            None => active += 1,
-        }
-    }
-    (desired, active, succeeded, failed)
-}
-
-/// Counts of an ImagePrePullJob, from its per-node status.
-pub fn image_pre_pull_job_counts(j: &ImagePrePullJob) -> JobCounts {
-    let s = j.status.clone().unwrap_or_default();
-    let nodes = s.status.clone().unwrap_or_default();
-    let (desired, active, succeeded, failed) = kubeedge_counts(nodes.iter().map(|n| {
-        n.node_status
-            .as_ref()
-            .and_then(|t| t.phase.state.as_deref())
-    }));
-    JobCounts {
-        kind: "ImagePrePullJob",
-        namespace: String::new(),
-        name: j.name_any(),
-        desired,
-        active,
-        succeeded,
-        failed,
-        phase: kubeedge_phase(s.job.state.as_deref()),
-    }
-}
-
-/// Counts of a NodeUpgradeJob, from its per-node status.
-pub fn node_upgrade_job_counts(j: &NodeUpgradeJob) -> JobCounts {
-    let s = j.status.clone().unwrap_or_default();
-    let nodes = s.node_status.clone().unwrap_or_default();
-    let (desired, active, succeeded, failed) =
-        kubeedge_counts(nodes.iter().map(|n| n.task.phase.state.as_deref()));
-    JobCounts {
-        kind: "NodeUpgradeJob",
-        namespace: String::new(),
-        name: j.name_any(),
-        desired,
-        active,
-        succeeded,
-        failed,
-        phase: kubeedge_phase(s.job.state.as_deref()),
-    }
-}
-
 /// How many cached Nodes carry the start-up gate's taint `key` (none when
 /// the gate is off, `key` empty).
 fn gated_nodes(nodes: &[Arc<k8s_openapi::api::core::v1::Node>], key: &str) -> usize {
@@ -453,6 +347,9 @@ impl Collector for CacheCollector {
         if let Some(all) = c.node_upgrade_jobs.listed() {
             jobs.extend(all.iter().map(|j| node_upgrade_job_counts(j)));
         }
+        if let Some(all) = c.image_removal_jobs.listed() {
+            jobs.extend(all.iter().map(|j| image_removal_job_counts(j)));
+        }
         let nodes: Family<JobLabels, Gauge> = Family::default();
         let mut phases: BTreeMap<(&'static str, &'static str), i64> = BTreeMap::new();
         for j in &jobs {
@@ -498,6 +395,12 @@ impl Collector for CacheCollector {
         Ok(())
     }
 }
+
+mod jobcounts;
+pub use jobcounts::{
+    JobCounts, image_pre_pull_job_counts, image_pull_job_counts, image_removal_job_counts,
+    node_upgrade_job_counts,
+};
 
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,8 @@ pub struct Scraped {
     pub image_pre_pull_jobs: Listed<ImagePrePullJob>,
     /// NodeUpgradeJobs.
     pub node_upgrade_jobs: Listed<NodeUpgradeJob>,
+    /// ImageRemovalJobs.
+    pub image_removal_jobs: Listed<nodeimage_api::ImageRemovalJob>,
     /// Registry pacing, per registry.
     pub registries: RegistryReport,
 }

@@ -5,8 +5,13 @@
 //! write them over a selector of nodes, is designed in
 //! docs/removal-design.md.
 
+pub mod imageremovaljob;
 pub mod nodeentry;
 pub mod removal;
 
+pub use imageremovaljob::{ImageRemovalJob, ImageRemovalJobSpec, ImageRemovalJobStatus};
 pub use nodeentry::{ImageRemoval, NodeRemoval, RemovalEntry, RemovalStatus, answer_to};
 pub use removal::{RemovalResult, SkipReason};
+
+/// The API group of nodeimage's own kinds.
+pub const GROUP: &str = "nodeimage.dev";

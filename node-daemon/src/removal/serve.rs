@@ -77,12 +77,13 @@ impl Removals {
     }
 }
 
-/// The images (as pulls name them) that removal entries with `force`
-/// list: the presence check does not pull them back while those stand.
+/// The images (as pulls name them) that removal entries with `force` or
+/// `block` list: the presence check does not pull them back while those
+/// stand.
 pub fn forced(entries: &[RemovalEntry]) -> BTreeSet<String> {
     entries
         .iter()
-        .filter(|e| e.force)
+        .filter(|e| e.force || e.block)
         .flat_map(|e| e.images.iter())
         .filter_map(|i| ImageRef::parse(i).ok())
         .map(|r| r.pull_ref())

@@ -66,6 +66,7 @@ use nodeimage_api::kruise::{
     ImagePullPhase, ImageTagStatus, NodeImage, NodeImageStatus, Purpose, TagUpgradeStatus,
     UpgradeState,
 };
+use nodeimage_api::nodeimage_dev::{ImageRemoval, RemovalResult, RemovalStatus, answer_to};
 use nodeimage_api::reference::ImageRef;
 use nodeimage_tests::leaseprobe;
 use tokio::sync::mpsc;
@@ -806,10 +807,50 @@ fn step(ni: &NodeImage) -> Option<(NodeImageStatus, u64, u64)> {
             }
         }
     });
+    let mut out = out;
+    let answered = answer_removals(ni, &mut out);
     // Also write when entries or counts are stale (a tag left the spec);
     // compare shapes only, so that server-side defaulting cannot loop us.
-    let due = pulling + succeeded > 0 || observed.is_none_or(|o| shape(o) != shape(&out));
+    let due =
+        pulling + succeeded + answered > 0 || observed.is_none_or(|o| shape(o) != shape(&out));
     due.then_some((out, pulling, succeeded))
+}
+
+/// Answers each removal entry of `ni` that `out` has no answer to, as a
+/// daemon that removed every listed image (1 MiB each) would; returns how
+/// many it answered.
+fn answer_removals(ni: &NodeImage, out: &mut NodeImageStatus) -> u64 {
+    let Some(entries) = ni.spec.removals.as_deref().filter(|e| !e.is_empty()) else {
+        return 0;
+    };
+    let old = out.removals.take().unwrap_or_default();
+    let mut answered = 0;
+    let answers = entries
+        .iter()
+        .map(|e| {
+            answer_to(e, &old).cloned().unwrap_or_else(|| {
+                answered += 1;
+                RemovalStatus {
+                    job: e.job.clone(),
+                    uid: e.uid.clone(),
+                    images: e
+                        .images
+                        .iter()
+                        .map(|i| ImageRemoval {
+                            image: i.clone(),
+                            result: RemovalResult::Removed,
+                            reason: None,
+                            bytes_freed: Some(1 << 20),
+                            message: None,
+                        })
+                        .collect(),
+                    completion_time: Some(now()),
+                }
+            })
+        })
+        .collect();
+    out.removals = Some(answers);
+    answered
 }
 
 /// Counts and (image, tag, purpose, version, phase) of every entry.

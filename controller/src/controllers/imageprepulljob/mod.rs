@@ -20,4 +20,5 @@ pub const WIRING: NodeTaskWiring<ImagePrePullJob, crate::nodeimage::nodes::NodeI
     NodeTaskWiring {
         node_key: crate::nodeimage::nodes::node_info,
         is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
+        owners: crate::engine::jobshell::tag_owners::<ImagePrePullJob>,
     };

@@ -31,4 +31,5 @@ pub const WIRING: NodeTaskWiring<NodeUpgradeJob, (nodes::NodeInfo, Option<String
     NodeTaskWiring {
         node_key,
         is_finished: |j| j.status.as_ref().is_some_and(plan::is_finished),
+        owners: crate::engine::jobshell::tag_owners::<NodeUpgradeJob>,
     };

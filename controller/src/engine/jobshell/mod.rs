@@ -16,7 +16,7 @@ pub use reconcile::{error_policy, reconcile, retry};
 pub use requeue::after_success;
 pub use run::{
     JobInputs, NodeJobs, NodeTaskWiring, drive, ensure_secrets_namespace, run_node_tasks,
-    wake_owners,
+    tag_owners, wake_owners,
 };
 pub use writes::{
     StateOf, patch_status, publish, publish_on, write_entries, write_guarded_status, written_status,

@@ -161,12 +161,25 @@ pub struct JobInputs<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     pub jobs: crate::cluster::cache::Subscription<K>,
 }
 
-/// How a KubeEdge node-task kind's controller is wired.
+/// Maps a NodeImage change to the jobs of kind `K` it concerns.
+pub type OwnersOf<K> = Box<dyn Fn(Arc<NodeImage>) -> Vec<ObjectRef<K>> + Send + Sync>;
+
+/// The jobs of kind `K` owning a tag that changed (the tag entry kinds).
+pub fn tag_owners<K: JobKind>() -> OwnersOf<K> {
+    Box::new(wake_owners::<K>(TagChanges::new(
+        K::KIND,
+        crate::engine::nodetasks::GROUP,
+    )))
+}
+
+/// How a cluster-scoped node-task kind's controller is wired.
 pub struct NodeTaskWiring<K: JobKind, Key> {
     /// What of a Node its plan reads: only changes of it wake running jobs.
     pub node_key: fn(&Node) -> Key,
     /// Whether a job has finished (finished jobs ignore Node changes).
     pub is_finished: fn(&K) -> bool,
+    /// Which jobs a NodeImage change concerns.
+    pub owners: fn() -> OwnersOf<K>,
 }
 
 /// Runs a KubeEdge node-task kind's controller until `stop` turns true. A
@@ -216,11 +229,10 @@ pub async fn run_node_tasks<K, Key>(
         kind: PhantomData,
     });
     let is_finished = w.is_finished;
-    let changes = TagChanges::new(K::KIND, crate::engine::nodetasks::GROUP);
     let paced = state.shared.pacing.wakeups::<K>(K::KIND);
     let controller = controller
         .reconcile_on(paced)
-        .watches_shared_stream(nodeimages.changes, wake_owners::<K>(changes))
+        .watches_shared_stream(nodeimages.changes, (w.owners)())
         .watches_stream(node_events, move |_: Node| {
             jobs.state()
                 .iter()

@@ -3,8 +3,10 @@ use crate::runtime::readers::{Listed, RegistryGauge, RegistryReport, Scraped, Sy
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, Store};
 use nodeimage_api::NodeImage;
-use nodeimage_api::kruise::{ImagePullJobSpec, ImagePullJobStatus};
-use nodeimage_api::kubeedge::{ImagePrePullJobStatus, ImagePrePullStatus, TaskStatus};
+use nodeimage_api::kruise::{ImagePullJob, ImagePullJobSpec, ImagePullJobStatus};
+use nodeimage_api::kubeedge::{
+    ImagePrePullJob, ImagePrePullJobStatus, ImagePrePullStatus, TaskStatus,
+};
 
 #[test]
 fn job_counts_and_phases() {
@@ -96,6 +98,7 @@ fn unlisted_caches(registries: RegistryReport) -> Scraped {
         image_pull_jobs: unlisted(),
         image_pre_pull_jobs: unlisted(),
         node_upgrade_jobs: unlisted(),
+        image_removal_jobs: unlisted(),
         registries,
     }
 }
@@ -152,6 +155,7 @@ fn populated_render() -> String {
         image_pull_jobs: listed(vec![j]),
         image_pre_pull_jobs: unlisted(),
         node_upgrade_jobs: unlisted(),
+        image_removal_jobs: unlisted(),
         registries: Arc::new(|| {
             vec![RegistryGauge {
                 registry: "docker.io".into(),

@@ -23,6 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 /// as they are stored.
 pub const UNREADABLE_IMAGES: &str = "nodeimage.dev/unreadable-images";
 
+/// Annotation on the controller's in-memory copy of a NodeImage (never
+/// written): the removal entries that do not decode, by their `job`, as a
+/// JSON list. The controller's writes then leave `spec.removals` as stored.
+pub const UNREADABLE_REMOVALS: &str = "nodeimage.dev/unreadable-removals";
+
 /// An entry that does not decode: its image key, its `tag` field (or
 /// `<entry N>` when even that is missing) and its `purpose` (Pull unless it
 /// reads as another).
@@ -84,6 +89,15 @@ pub fn marked_explained(l: Lenient<NodeImage>) -> (NodeImage, Option<String>) {
             annotations.remove(UNREADABLE_IMAGES);
         }
     }
+    let jobs: Vec<&String> = invalid_removals.keys().collect();
+    match serde_json::to_string(&jobs) {
+        Ok(list) if !jobs.is_empty() => {
+            annotations.insert(UNREADABLE_REMOVALS.to_string(), list);
+        }
+        _ => {
+            annotations.remove(UNREADABLE_REMOVALS);
+        }
+    }
     (nodeimage, explained)
 }
 
@@ -95,6 +109,15 @@ pub fn unreadable_images(ni: &NodeImage) -> BTreeSet<String> {
         .and_then(|a| a.get(UNREADABLE_IMAGES))
         .and_then(|list| serde_json::from_str(list).ok())
         .unwrap_or_default()
+}
+
+/// Whether [`marked`] found a removal entry on `ni` that does not decode
+/// (its `spec.removals` is then left as stored).
+pub fn removals_unreadable(ni: &NodeImage) -> bool {
+    ni.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(UNREADABLE_REMOVALS))
 }
 
 /// Puts back into `new` each image that [`marked`] named on `ni`, as it is

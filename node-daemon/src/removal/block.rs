@@ -1,0 +1,110 @@
+//! The node's last line of a block: a pull entry whose reference is a
+//! digest that a removal entry with `block` keeps off this node fails before
+//! any pull, naming the job that blocks it; the presence check does not pull
+//! a blocked image back (`serve::forced`). The controller hands block
+//! entries to the nodes its job selects, nodes that join later included.
+
+use crate::desired::PullTask;
+use nodeimage_api::nodeimage_dev::RemovalEntry;
+use nodeimage_api::reference::ImageRef;
+
+/// The digests `entries` block, each with the job that blocks it.
+fn blocked(entries: &[RemovalEntry]) -> Vec<(ImageRef, &str)> {
+    entries
+        .iter()
+        .filter(|e| e.block)
+        .flat_map(|e| {
+            e.images
+                .iter()
+                .filter_map(|i| ImageRef::parse(i).ok())
+                .filter(|r| r.digest.is_some())
+                .map(move |r| (r, e.job.as_str()))
+        })
+        .collect()
+}
+
+/// The job whose block names `image` (same registry, repository and digest).
+fn blocking<'a>(image: &ImageRef, blocked: &[(ImageRef, &'a str)]) -> Option<&'a str> {
+    blocked
+        .iter()
+        .find(|(b, _)| {
+            image.digest.is_some()
+                && b.digest == image.digest
+                && b.repository == image.repository
+                && b.registry == image.registry
+        })
+        .map(|(_, job)| *job)
+}
+
+/// Fails each task of `tasks` whose reference a block entry names.
+pub fn mark_blocked(tasks: &mut [PullTask], entries: &[RemovalEntry]) {
+    let blocked = blocked(entries);
+    if blocked.is_empty() {
+        return;
+    }
+    for task in tasks {
+        let Ok(target) = &task.target else {
+            continue;
+        };
+        if let Some(job) = blocking(&target.image, &blocked) {
+            task.target = Err(format!(
+                "blocked by ImageRemovalJob {job}: {} is kept off this node while that job exists",
+                target.image.pull_ref()
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn entry(job: &str, block: bool, images: &[String]) -> RemovalEntry {
+        RemovalEntry {
+            job: job.into(),
+            uid: "u".into(),
+            images: images.to_vec(),
+            block,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_blocked_digest_in_its_repository_is_refused() {
+        let blocks = [
+            entry("cve", true, &[format!("r.example/app@{D1}")]),
+            entry("plain", false, &[format!("r.example/app@{D2}")]),
+        ];
+        let rows: &[(&str, Option<&str>)] = &[
+            (
+                "r.example/app@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                Some("cve"),
+            ),
+            (
+                "r.example/app:v1@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                Some("cve"),
+            ),
+            (
+                "r.example/other@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                None,
+            ),
+            (
+                "mirror.example/app@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                None,
+            ),
+            (
+                "r.example/app@sha256:2222222222222222222222222222222222222222222222222222222222222222",
+                None,
+            ),
+            ("r.example/app:v1", None),
+        ];
+        let list = blocked(&blocks);
+        for (reference, want) in rows {
+            let r = ImageRef::parse(reference).unwrap_or_else(|e| panic!("{reference}: {e}"));
+            assert_eq!(blocking(&r, &list), *want, "{reference}");
+        }
+    }
+}
