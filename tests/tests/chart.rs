@@ -131,7 +131,7 @@ fn chart_crds_are_a_copy_of_crds_yaml() {
             "charts/nodeimage/crds/{name} differs from crds/yaml; refresh it with `make crds`"
         );
     }
-    assert_eq!(ours.len(), 5);
+    assert_eq!(ours.len(), 6);
 }
 
 #[test]

@@ -25,13 +25,24 @@ fn push(reg: &Registry, what: &str) -> PushedImage {
 /// (2.x) honours pins (Debian's 1.6.20 on the first does not).
 const NODE: usize = 2;
 
+/// The node the ImageRemovalJob tests share with each other (the tests
+/// above replace node NODE's whole removal list by hand, which would take
+/// a job's entry with it).
+const JOB_NODE: usize = 1;
+
 /// The node's name, once its NodeImage exists and its shared daemon is ready.
 fn node(c: &Cluster) -> String {
-    let node = c.nodes()[NODE].clone();
+    node_at(c, NODE)
+}
+
+/// Node `index`'s name, once its NodeImage exists and its shared daemon is
+/// ready.
+fn node_at(c: &Cluster, index: usize) -> String {
+    let node = c.nodes()[index].clone();
     wait_for("the test node's NodeImage", Duration::from_secs(60), || {
         ni::get(c, &node)
     });
-    let url = c.daemon_readyz(NODE);
+    let url = c.daemon_readyz(index);
     wait_for(
         "the test node's shared daemon",
         Duration::from_secs(30),
@@ -267,17 +278,8 @@ fn holds_entry(c: &Cluster, node: &str, uid: &str) -> bool {
 #[ignore = "needs the local cluster (make test)"]
 fn an_image_removal_job_takes_its_images_off_the_nodes_it_names_one_at_a_time() {
     let c = Cluster::load();
-    let nodes: Vec<String> = [1, NODE].iter().map(|i| c.nodes()[*i].clone()).collect();
-    for (i, n) in [1, NODE].iter().zip(&nodes) {
-        wait_for("the node's NodeImage", Duration::from_secs(60), || {
-            ni::get(&c, n)
-        });
-        let url = c.daemon_readyz(*i);
-        wait_for("the node's shared daemon", Duration::from_secs(30), || {
-            (http::status_of(&url) == Some(200)).then_some(())
-        });
-    }
-    let sockets = [c.socket(1), c.socket(NODE)];
+    let nodes: Vec<String> = [0, JOB_NODE].iter().map(|i| node_at(&c, *i)).collect();
+    let sockets = [c.socket(0), c.socket(JOB_NODE)];
     let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
     let target = push(&reg, "irj-target");
     let bystander = push(&reg, "irj-bystander");
@@ -426,8 +428,8 @@ fn pull_job(c: &Cluster, name: &str, image: &str, node: &str) -> Value {
 #[ignore = "needs the local cluster (make test)"]
 fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
     let c = Cluster::load();
-    let node = node(&c);
-    let socket = c.socket(NODE);
+    let node = node_at(&c, JOB_NODE);
+    let socket = c.socket(JOB_NODE);
     let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
     let image = push(&reg, "irj-block");
     let by_digest = format!("{}@{}", image.name, image.digest);
@@ -496,8 +498,8 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
 #[ignore = "needs the local cluster (make test)"]
 fn kubectl_nodeimage_remove_creates_a_job_and_shows_its_nodes() {
     let c = Cluster::load();
-    let node = node(&c);
-    let socket = c.socket(NODE);
+    let node = node_at(&c, JOB_NODE);
+    let socket = c.socket(JOB_NODE);
     let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
     let image = push(&reg, "irj-plugin");
     let name = unique("e2e-irj-plugin");

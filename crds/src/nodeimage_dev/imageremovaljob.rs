@@ -19,7 +19,7 @@ use serde_json::{Value, json};
     kind = "ImageRemovalJob",
     status = "ImageRemovalJobStatus",
     shortname = "irj",
-    category = "nodeimage",
+    category = "prepull",
     doc = "ImageRemovalJob removes the images it names from the nodes it selects, a bounded number of nodes at a time, skipping images in use, the sandbox image and images live pull jobs want; with block it keeps their digests off those nodes while it exists.",
     printcolumn = r#"{"name":"TOTAL","type":"integer","jsonPath":".status.desired","description":"Nodes selected"}"#,
     printcolumn = r#"{"name":"ACTIVE","type":"integer","jsonPath":".status.active","description":"Nodes removing now"}"#,

@@ -15,9 +15,9 @@
 //! - **The deadline** (`activeDeadlineSeconds` from `startTime`) fails every
 //!   node that has not answered, and ends the job.
 //! - **The end**: every selected node's part has ended. A job without block
-//!   then looks no more (its entries stay until it is deleted: the nodes'
-//!   answers are its record); a block job keeps handing its entry to nodes
-//!   its selector takes later.
+//!   then looks no more: its status is its record, kept as it is (its
+//!   entries stay until it is deleted); a block job keeps handing its entry
+//!   to nodes its selector takes later.
 
 use crate::engine::jobevents::JobEvent;
 use crate::engine::rollout;
@@ -181,6 +181,9 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         .spec
         .active_deadline_seconds
         .map(|s| clock::after(start, clock::seconds(s)));
+    if was_finished && !job.spec.blocks() {
+        return settled(job, old, deadline, now);
+    }
     let past_deadline = !was_finished && deadline.is_some_and(|d| now >= d);
     let (selected, mut parts) = parts_of(&inp, past_deadline);
     let parallelism = usize::try_from(job.spec.parallelism.unwrap_or(1).max(1)).unwrap_or(1);
@@ -231,6 +234,27 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         events,
         requeue_after,
         finished,
+        delete,
+    }
+}
+
+/// A finished job without block: its status is its record and stays as
+/// it is (a node's entry or answer that goes later, by hand or with its
+/// node, changes nothing); only its TTL is left to watch.
+fn settled(
+    job: &ImageRemovalJob,
+    status: ImageRemovalJobStatus,
+    deadline: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Plan {
+    let (delete, requeue_after) = due(job, &status, deadline, now);
+    Plan {
+        status,
+        entry: entry(job, now),
+        write_to: vec![],
+        events: vec![],
+        requeue_after,
+        finished: true,
         delete,
     }
 }

@@ -381,9 +381,17 @@ fn a_finished_block_job_serves_nodes_that_join_later() {
         "since the first look"
     );
     assert_eq!(later.requeue_after, Some(LOOK_AGAIN));
-    // A finished job without block writes nowhere, whatever joins.
+    // A finished job without block writes nowhere, whatever joins, and
+    // keeps its record when a node's entry goes (wiped by hand).
     let plain = after(job(|_| {}), &done);
-    assert!(run(&plain, &w, t(100)).write_to.is_empty());
+    let settled = run(&plain, &w, t(100));
+    assert!(settled.write_to.is_empty());
+    let wiped = world(&[("n1", true, Holds::Nothing)]);
+    assert_eq!(
+        run(&plain, &wiped, t(100)).status,
+        done.status,
+        "the record stays"
+    );
 }
 
 #[test]
