@@ -6,6 +6,7 @@
 //! API server refuses entries that name no image.
 
 use nodeimage_tests::nodeimage as ni;
+use nodeimage_tests::process::Daemon;
 use nodeimage_tests::registry::{PushedImage, Registry};
 use nodeimage_tests::{
     Cleanup, Cluster, KubectlResult, cri, http, random_suffix, unique, wait_for,
@@ -562,6 +563,88 @@ fn kubectl_nodeimage_remove_creates_a_job_and_shows_its_nodes() {
     assert!(
         doc["nodes"][0]["bytesFreed"].as_i64().unwrap_or(0) > 0,
         "{doc}"
+    );
+    drop(cleanup);
+}
+
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_node_that_joins_a_block_later_has_the_image_removed_by_its_daemon() {
+    let c = Cluster::load();
+    let socket = c.socket(0);
+    let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
+    let image = push(&reg, "irj-late");
+    let by_digest = format!("{}@{}", image.name, image.digest);
+    let (job, late) = (unique("e2e-irj-late"), unique("e2e-late-node"));
+    let label = unique("e2e-late");
+    let mut cleanup = Cleanup::default();
+    {
+        let (c, job, late) = (c.clone(), job.clone(), late.clone());
+        let (socket, reference) = (socket.clone(), image.reference());
+        cleanup.defer("the job, the late node and the image", move || {
+            c.delete_quietly(&["imageremovaljob", &job]);
+            c.delete_quietly(&["node", &late]);
+            let _ = cri::remove_image(&socket, &reference);
+        });
+    }
+    // The block selects no node yet: it completes, and keeps looking.
+    let irj = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": job},
+        "spec": {"images": [by_digest], "selector": {"matchLabels": {"e2e-late": label}},
+                 "block": true}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&irj.to_string()));
+    let done = removal_job(&c, &job, "finished", |j| {
+        j["status"]["completionTime"].is_string()
+    });
+    assert_eq!(done["status"]["desired"], json!(0), "{done}");
+    assert_eq!(condition(&done, "Blocking").0, "True");
+
+    // The image is on the containerd the late node's daemon will serve.
+    cri::pull(&socket, &image.reference(), None).expect("CRI pull");
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": late, "labels": {"e2e-late": label}}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&node.to_string()));
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "reason": "KubeletReady", "message": "the test's late node",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    c.kubectl_ok(
+        &[
+            "patch",
+            "node",
+            &late,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &ready.to_string(),
+        ],
+        None,
+    );
+    wait_for(
+        "the block's entry on the late node's NodeImage",
+        TIMEOUT,
+        || {
+            let obj = ni::get(&c, &late)?;
+            let entries = obj["spec"]["removals"].as_array()?;
+            entries.iter().any(|e| e["job"] == job).then_some(())
+        },
+    );
+    // Its daemon starts and serves the entry it finds.
+    let dir = tempfile::tempdir().expect("a log directory");
+    let _daemon = Daemon::start(&c, &late, &socket, dir.path(), &[]);
+    let got = answer(
+        &c,
+        &late,
+        &job,
+        done["metadata"]["uid"].as_str().unwrap_or_default(),
+    );
+    let (result, _, bytes, message) = result_of(&got, &by_digest);
+    assert_eq!(result, "Removed", "{message}");
+    assert!(bytes > 0, "{got}");
+    assert!(
+        cri::image_status(&socket, &image.reference())
+            .expect("CRI ImageStatus")
+            .is_none(),
+        "the blocked image left the late node"
     );
     drop(cleanup);
 }
