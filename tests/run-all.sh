@@ -112,7 +112,7 @@ cargo test --workspace --quiet
 step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
-step "in the background while the end-to-end tests mostly wait: helm (go install), cosign and cargo-cyclonedx, and the release (make release: images for $IMAGE_ARCHES, signatures, SBOMs, the chart), logs $STATE/logs/{helm,release-tools,release}.log"
+step "in the background while the end-to-end tests mostly wait: helm (go install), cosign and cargo-cyclonedx, the release (make release: images for $IMAGE_ARCHES, signatures, SBOMs, the chart), Eraser's remover, logs $STATE/logs/{helm,release-tools,release,eraser}.log"
 # CPU work that would otherwise run alone later: a cold run saves most of
 # the time these take. The release waits for its cargo build, started first.
 background helm tests/chart.sh --install-helm
@@ -123,12 +123,15 @@ HELM_PID=$!
 background release-tools bash -c 'release/cosign.sh && release/cyclonedx.sh'
 background release flock "$STATE/release-build.lock" release/release.sh
 RELEASE_PID=$!
+# Eraser's remover, for its own step after the chart's.
+background eraser tests/eraser/build.sh
+ERASER_PID=$!
 
 step "end-to-end tests"
 # --tests: the doc tests are not end-to-end tests (and `--ignored` would run
 # the doc examples marked `ignore`). The kubectl plugin the tests run came
 # with cargo_build_all.
-NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_ --skip install_
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_ --skip install_ --skip eraser_
 
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test kubeedge_crds -- --ignored upstream_crds
@@ -151,6 +154,10 @@ tail -n 2 "$STATE/logs/helm.log"
 
 step "Helm chart: lint, server-side dry runs, RBAC with ServiceAccount tokens"
 tests/chart.sh
+
+step "Eraser's remover (v1.4.1, built from source) against nodeimage's exclusion list (alone: it links /run/cri/cri.sock)"
+wait_background "$ERASER_PID" eraser
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test eraser -- --ignored --test-threads=1
 
 step "alerts: promtool check rules and the alerts' unit tests"
 tests/alerts/test.sh

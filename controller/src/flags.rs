@@ -114,6 +114,13 @@ pub struct Flags {
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub predownload_namespaces: Vec<String>,
 
+    /// Namespace where Eraser (AKS Image Cleaner) reads its exclusion lists:
+    /// the controller keeps the ConfigMap `nodeimage-pinned` there, listing
+    /// the images nodeimage pins, which Eraser then leaves on the nodes.
+    /// Empty: no list is kept.
+    #[arg(long, default_value = "")]
+    pub eraser_namespace: String,
+
     /// Most nodes a Deployment's or StatefulSet's pre-download pulls onto
     /// beyond the nodes of its Pods: nodes its new pod template can be
     /// scheduled on (node selector, required node affinity, tolerations),

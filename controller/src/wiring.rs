@@ -7,8 +7,8 @@
 use crate::cluster::cache::Cache;
 use crate::cluster::{jobcaches, nodecache, nodeimages, podcache, tagwrites};
 use crate::controllers::{
-    housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, imageremovaljob, nodemirror,
-    nodeupgradejob, predownload, startupgate,
+    eraserlist, housekeeping, imagelistpulljob, imageprepulljob, imagepulljob, imageremovaljob,
+    nodemirror, nodeupgradejob, predownload, startupgate,
 };
 use crate::engine::jobshell;
 use crate::engine::registrypace::{Limits, RegistryPacing};
@@ -112,9 +112,16 @@ pub async fn controllers(
         .changes
         .take_until(lifecycle::stopped(stop.clone()));
     let f = caches.feeds(&ctx, &writer);
+    let eraser = eraserlist::run(
+        ctx.clone(),
+        caches.nodeimages.store.clone(),
+        caches.nodeimages.synced.clone(),
+        stop.clone(),
+    );
     tokio::join!(
         caches.run(ctx.clone(), readiness.clone(), stop.clone()),
         writer.follow(writes_seen.boxed()),
+        eraser,
         nodemirror::run(ctx.clone(), stop.clone(), f.mirror_nodes, f.mirror),
         housekeeping::run(
             ctx.clone(),

@@ -269,6 +269,8 @@ fn chart_rbac_table_is_the_rendered_roles() {
             "daemon.upgrades.enabled=true",
             "--set",
             "daemon.upgrades.nodeVersionSource=kubelet",
+            "--set",
+            "controller.eraserNamespace=eraser-system",
         ],
     );
     let rendered = rendered_rights(&c, &manifest);

@@ -648,3 +648,75 @@ fn a_node_that_joins_a_block_later_has_the_image_removed_by_its_daemon() {
     );
     drop(cleanup);
 }
+
+/// The references in the controller's Eraser exclusion list, once it exists.
+fn eraser_excluded(c: &Cluster) -> Option<(Vec<String>, Value)> {
+    let cm = c.get_json(&[
+        "configmap",
+        "nodeimage-pinned",
+        "-n",
+        "nodeimage-eraser-e2e",
+    ])?;
+    let data = cm["data"]["nodeimage-pinned.json"].as_str()?;
+    let list: Value = serde_json::from_str(data).ok()?;
+    let refs = list["excluded"]
+        .as_array()?
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    Some((refs, cm))
+}
+
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn the_controller_keeps_erasers_exclusion_list_of_the_images_it_pins() {
+    let c = Cluster::load();
+    let node = node(&c);
+    let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
+    let image = push(&reg, "eraser-list");
+    let mut cleanup = Cleanup::default();
+    {
+        let (c, node, names) = (c.clone(), node.clone(), vec![image.name.clone()]);
+        let (socket, reference) = (c.socket(NODE), image.reference());
+        cleanup.defer("the tag entry and the image", move || {
+            ni::remove_images(&c, &node, &names);
+            let _ = cri::remove_image(&socket, &reference);
+        });
+    }
+    ni::set_image(&c, &node, &image.name, json!({"tags": [{"tag": "v1"}]}));
+    ni::wait_phase(
+        &c,
+        ni::Tag {
+            ni: &node,
+            image: &image.name,
+            tag: "v1",
+        },
+        0,
+        "Succeeded",
+        TIMEOUT,
+    );
+    // Listed as Eraser matches it (the full tag), within the list's 30 s.
+    let listed = |want: bool| {
+        wait_for(
+            &format!(
+                "{} {} Eraser's exclusion list",
+                image.reference(),
+                if want { "in" } else { "out of" }
+            ),
+            TIMEOUT,
+            || {
+                let (refs, cm) = eraser_excluded(&c)?;
+                (refs.contains(&image.reference()) == want).then_some(cm)
+            },
+        )
+    };
+    let cm = listed(true);
+    assert_eq!(
+        cm["metadata"]["labels"]["eraser.sh/exclude.list"], "true",
+        "{cm}"
+    );
+    // The entry goes, nodeimage no longer pins it: it leaves the list.
+    ni::remove_images(&c, &node, std::slice::from_ref(&image.name));
+    listed(false);
+    drop(cleanup);
+}

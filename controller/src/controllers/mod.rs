@@ -8,8 +8,10 @@
 //! orphaned status entries); and the node start-up gate (`startupgate`:
 //! new nodes take Pods once their gating images are there); and pre-download
 //! for native workloads (`predownload`: ImagePullJobs made for a
-//! Deployment's, StatefulSet's or DaemonSet's new images).
+//! Deployment's, StatefulSet's or DaemonSet's new images); and Eraser's
+//! exclusion list of the images nodeimage pins (`eraserlist`).
 
+pub mod eraserlist;
 pub mod housekeeping;
 pub mod imagelistpulljob;
 pub mod imageprepulljob;

@@ -44,6 +44,9 @@ pub struct Context {
     pub follow_tag_http_registries: Vec<String>,
     /// Most nodes a workload's pre-download adds beyond those of its Pods.
     pub predownload_max_extra_nodes: u32,
+    /// Namespace of Eraser's exclusion lists, where the controller keeps the
+    /// list of pinned images (None: not kept).
+    pub eraser_namespace: Option<String>,
     /// kubelet's credential-provider plugins for followed-tag lookups.
     pub follow_tag_providers: Option<std::sync::Arc<nodeimage_ops::credproviders::Providers>>,
 }
@@ -75,6 +78,8 @@ impl Context {
             metrics: crate::runtime::metrics::Metrics::default(),
             follow_tag_http_registries: flags.follow_tag_http_registries.clone(),
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
+            eraser_namespace: Some(flags.eraser_namespace.trim().to_string())
+                .filter(|n| !n.is_empty()),
             follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags((
                 flags.image_credential_provider_config.as_deref(),
                 flags.image_credential_provider_bin_dir.as_deref(),
