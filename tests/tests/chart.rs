@@ -1454,8 +1454,21 @@ fn chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint() {
     let only_gate = without(FAKE_NI, "dedicated");
     let only_gate_there = without(OTHER_NI, "dedicated");
     let added = json!([{"op": "add", "path": "/spec/taints/-", "value": {"key": "extra", "effect": "NoSchedule"}}]);
-    let relabel = json!([{"op": "add", "path": "/metadata/labels/extra", "value": "x"}]);
-    let cordon = json!([{"op": "add", "path": "/spec/unschedulable", "value": true}]);
+    // A label or a cordon beside an allowed removal of the start-up taint,
+    // so the policy's taint rule (checked first) passes whether or not the
+    // shared controller's own gate took the taint off meanwhile, and its
+    // label or spec rule is what refuses.
+    let with = |allowed: &serde_json::Value, op: serde_json::Value| {
+        let mut ops = allowed.as_array().cloned().unwrap_or_default();
+        ops.push(op);
+        serde_json::Value::Array(ops)
+    };
+    let label_op = json!({"op": "add", "path": "/metadata/labels/extra", "value": "x"});
+    let cordon_op = json!({"op": "add", "path": "/spec/unschedulable", "value": true});
+    let relabel = with(&only_other, label_op.clone());
+    let cordon = with(&only_other, cordon_op.clone());
+    let relabel_there = with(&only_other_there, label_op);
+    let cordon_there = with(&only_other_there, cordon_op);
 
     // The policy takes effect once the API server loaded it.
     let first = wait_for(
@@ -1519,14 +1532,14 @@ fn chart_startup_gate_policy_lets_nodeimage_only_remove_its_taint() {
         (
             &controller,
             OTHER_NI,
-            relabel.clone(),
+            relabel_there.clone(),
             "labels, annotations",
             "controller changes a label",
         ),
         (
             &controller,
             OTHER_NI,
-            cordon.clone(),
+            cordon_there.clone(),
             "the rest of its spec",
             "controller cordons a node",
         ),
