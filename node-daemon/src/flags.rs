@@ -39,6 +39,13 @@ pub struct Flags {
     #[arg(long)]
     pub sandbox_image: Option<String>,
 
+    /// Enforce ImageRemovalJob blocks in containerd 2.x for every client
+    /// (kubelet too): the daemon installs an image verifier in DIR/bin and
+    /// keeps its list in DIR/nodeimage-blocks. containerd's bindir plugin
+    /// must read DIR/bin (its default is /opt/containerd/image-verifier/bin).
+    #[arg(long, value_name = "DIR")]
+    pub pull_verifier_dir: Option<PathBuf>,
+
     /// Most pulls running at once on this node; the rest wait in order.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_concurrent_pulls: u32,

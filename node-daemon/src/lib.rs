@@ -49,6 +49,8 @@ pub enum Error {
     Health(std::io::Error),
     #[error(transparent)]
     CredentialProviders(#[from] nodeimage_ops::credproviders::LoadError),
+    #[error("--pull-verifier-dir: {0}")]
+    PullVerifier(#[from] removal::verifier::VerifierError),
 }
 
 /// Runs until a stop signal (or a lost lease), then shuts down cleanly.
@@ -90,7 +92,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         status.clone(),
         metrics.clone(),
         providers,
-    ));
+    )?);
     let pinning = tokio::spawn(pin_when_able(
         deps.clone(),
         info_rx,
@@ -198,7 +200,7 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// What every task shares, from the flags.
+/// What every task shares, from the flags (installs the image verifier if asked).
 fn deps(
     flags: &Flags,
     runtime: containerd::Runtime,
@@ -206,8 +208,13 @@ fn deps(
     status: writer::StatusHandle,
     metrics: metrics::Metrics,
     providers: Option<Arc<nodeimage_ops::credproviders::Providers>>,
-) -> NodeDeps {
-    deps::Deps {
+) -> Result<NodeDeps, Error> {
+    let verifier = flags
+        .pull_verifier_dir
+        .as_deref()
+        .map(removal::verifier::PullVerifier::install)
+        .transpose()?;
+    Ok(deps::Deps {
         node: flags.node_name.clone(),
         runtime,
         client,
@@ -230,7 +237,8 @@ fn deps(
         pins: pins::Pins::default(),
         rate_limits: ratelimit::registries::Registries::new(flags.node_name.clone()),
         sandbox_image: flags.sandbox_image.clone(),
-    }
+        verifier,
+    })
 }
 
 /// How node-agent upgrades run on this node, from the flags.

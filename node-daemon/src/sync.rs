@@ -202,6 +202,9 @@ impl State {
         let wanted = crate::pins::wanted(&self.latest.tasks, note.as_deref());
         workers.deps.pins.want(wanted);
         self.latest.forced = crate::removal::serve::forced(&removal_entries);
+        if let Some(verifier) = &workers.deps.verifier {
+            verifier.publish(&removal_entries);
+        }
         self.removals.apply(
             &workers.deps,
             &removal_entries,

@@ -617,6 +617,16 @@ EOF
     max_concurrent_downloads = 3
     config_path = "$d/certs.d"
 EOF
+  # A real node's image verifiers (2.x; every pull, kubelet's too, runs
+  # what is in bin_dir: nothing until a daemon started with
+  # --pull-verifier-dir $d/image-verifier installs nodeimage's).
+  if ((real)); then
+    cat <<EOF
+
+  [plugins."io.containerd.image-verifier.v1.bindir"]
+    bin_dir = "$d/image-verifier/bin"
+EOF
+  fi
 }
 
 # runtime_config DIR SNAPSHOTTER SANDBOX_IMAGE [real]: containerd_config for

@@ -80,6 +80,8 @@ fn all_on(pod: bool) -> Vec<&'static str> {
         "controller.leaderElection.enabled=true",
         "--set",
         "controller.podDisruptionBudget.enabled=true",
+        "--set",
+        "daemon.pullVerifier.enabled=true",
     ]
 }
 
@@ -502,6 +504,17 @@ fn chart_lints_renders_and_refuses_bad_values() {
         "dashboard ConfigMap label",
     );
     expect_in(&all, "nodeimage_daemon_pulls_total", "dashboard and alerts");
+    expect_in(
+        &all,
+        "- --pull-verifier-dir=/opt/containerd/image-verifier",
+        "the daemon installs containerd's image verifier when asked",
+    );
+    expect_in(
+        &all,
+        "path: /opt/containerd/image-verifier\n            type: DirectoryOrCreate",
+        "the verifier's host directory",
+    );
+    expect_not_in(&single, "pull-verifier", "no image verifier by default");
     let pod = rendered(&c, &all_on(true));
     expect_in(&pod, "kind: PodMonitor", "PodMonitor when enabled");
     expect_not_in(

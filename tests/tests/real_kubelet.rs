@@ -1726,3 +1726,160 @@ fn real_kubelet_removal_keeps_what_a_pod_uses_and_removes_the_rest() {
     rn.delete_pod(&ns, "again");
     drop(cleanup);
 }
+
+/// Issue 51: a block over the two real kubelet nodes. kubelet-1's
+/// containerd (2.2) runs nodeimage's image verifier (its daemon has
+/// --pull-verifier-dir); kubelet-2's (1.7) has none. The job selects nodes
+/// by a label that only kubelet-1 has at first: there the image is removed
+/// and kubelet cannot pull it back for a Pod, nor can any CRI client (by
+/// tag: the runtime judges the resolved digest). kubelet-2, labelled
+/// later, has the image removed by its daemon. An ImagePullJob for the
+/// digest fails on both, naming the block. Once the job is deleted kubelet
+/// pulls the image for a new Pod.
+#[test]
+#[ignore = "needs the local cluster's real node (make test)"]
+fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
+    let test = "real_kubelet_block_keeps_the_image_off_until_the_job_goes";
+    let (one, two) = (RealNode::load(1, test), RealNode::load(2, test));
+    let (dir_one, dir_two) = (temp_dir(&one), temp_dir(&two));
+    let registry = Registry::new(&one.c.var("NODEIMAGE_REGISTRY"));
+    let image = runnable(&one, &registry, "rm-blocked");
+    let by_digest = format!("{}@{}", image.name, image.digest);
+    let (job, pull) = (unique("e2e-real-block"), unique("e2e-real-blocked"));
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &one, &[&image]);
+    forget(&mut cleanup, &two, &[&image]);
+    // The verifier's directory as the host sees kubelet-1's /run/containerd.
+    let verifier_dir = one
+        .state
+        .join("real")
+        .join(&one.name)
+        .join("image-verifier");
+    {
+        let (c, job, pull, verifier_dir) = (
+            one.c.clone(),
+            job.clone(),
+            pull.clone(),
+            verifier_dir.clone(),
+        );
+        let nodes = [one.name.clone(), two.name.clone()];
+        cleanup.defer("the jobs, the label and the verifier", move || {
+            c.delete_quietly(&["imageremovaljob", &job]);
+            c.delete_quietly(&["imagepulljob", &pull, "-n", "default"]);
+            for n in &nodes {
+                let _ = c.kubectl(&["label", "node", n, "e2e-block-"], None);
+            }
+            let _ = std::fs::remove_dir_all(&verifier_dir);
+        });
+    }
+    let _daemon_one = one.daemon(
+        dir_one.path(),
+        &["--pull-verifier-dir", "/run/containerd/image-verifier"],
+    );
+    let _daemon_two = two.daemon(dir_two.path(), &[]);
+    assert!(
+        verifier_dir.join("bin").join("nodeimage-block").exists(),
+        "the daemon installed the verifier where the node's containerd looks"
+    );
+    let ns = one.namespace(&mut cleanup, "e2e-block");
+    for rn in [&one, &two] {
+        ni::set_image(
+            &rn.c,
+            &rn.name,
+            &image.name,
+            json!({"tags": [{"tag": "v1"}]}),
+        );
+        ni::wait_phase(&rn.c, rn.tag(&image), 0, "Succeeded", TIMEOUT);
+        ni::remove_images(&rn.c, &rn.name, std::slice::from_ref(&image.name));
+    }
+    one.c.kubectl_ok(
+        &["label", "node", &one.name, &format!("e2e-block={job}")],
+        None,
+    );
+    let irj = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": job},
+        "spec": {"images": [by_digest], "selector": {"matchLabels": {"e2e-block": job}},
+                 "block": true}});
+    one.c
+        .kubectl_ok(&["create", "-f", "-"], Some(&irj.to_string()));
+    let answer = removal_answer(&one.c, &one.name, &job);
+    assert_eq!(answer["images"][0]["result"], "Removed", "{answer}");
+    assert!(
+        one.image(&image.reference()).is_none(),
+        "the image left kubelet-1"
+    );
+    assert!(
+        two.image(&image.reference()).is_some(),
+        "a node the job does not select keeps the image"
+    );
+    let named = format!("blocked by ImageRemovalJob {job}");
+
+    // kubelet: the Pod's pull (by tag) is refused by the runtime.
+    one.create_pod(&ns, "blocked", &image.reference(), None);
+    let waiting = one.wait_pod_refused_image(&ns, "blocked");
+    let message = waiting["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&named),
+        "kubelet's pull names the block: {waiting}"
+    );
+    // Any CRI client: the same.
+    let refused = cri::pull(&one.socket, &image.reference(), None)
+        .expect_err("a CRI pull of the blocked image by tag is refused");
+    assert!(refused.contains(&named), "{refused}");
+
+    // A node that comes into the selection later: its daemon removes it.
+    two.c.kubectl_ok(
+        &["label", "node", &two.name, &format!("e2e-block={job}")],
+        None,
+    );
+    let answer = removal_answer(&two.c, &two.name, &job);
+    assert_eq!(answer["images"][0]["result"], "Removed", "{answer}");
+    assert!(
+        two.image(&image.reference()).is_none(),
+        "the image left kubelet-2"
+    );
+
+    // An ImagePullJob for the digest fails on both nodes, naming the block.
+    let ipj = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": pull, "namespace": "default"},
+        "spec": {"image": by_digest, "selector": {"names": [one.name, two.name]},
+                 "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 60},
+                 "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 120}}});
+    one.c
+        .kubectl_ok(&["create", "-f", "-"], Some(&ipj.to_string()));
+    let status = wait_for("the blocked ImagePullJob to complete", TIMEOUT, || {
+        let r = one.c.kubectl(
+            &["get", "imagepulljob", &pull, "-n", "default", "-o", "json"],
+            None,
+        );
+        let v: Value = serde_json::from_str(&r.stdout).ok()?;
+        v["status"]["completionTime"]
+            .is_string()
+            .then(|| v["status"].clone())
+    });
+    assert_eq!(status["failed"], json!(2), "{status}");
+    for rn in [&one, &two] {
+        let obj = ni::get(&rn.c, &rn.name).expect("the node's NodeImage");
+        let tag = ni::tag_status(&obj, &image.name, &image.digest)
+            .unwrap_or_else(|| panic!("no status for the blocked pull in {obj}"));
+        assert!(
+            tag["message"].as_str().unwrap_or_default().contains(&named),
+            "{}: {tag}",
+            rn.name
+        );
+        assert!(
+            rn.image(&image.reference()).is_none(),
+            "the image stays off {}",
+            rn.name
+        );
+    }
+
+    // The block goes: kubelet pulls the image for a new Pod.
+    one.c.kubectl_ok(&["delete", "imageremovaljob", &job], None);
+    one.delete_pod(&ns, "blocked");
+    one.create_pod(&ns, "after", &image.reference(), None);
+    one.wait_pod_running(&ns, "after");
+    assert!(one.image(&image.reference()).is_some(), "kubelet pulled it");
+    one.delete_pod(&ns, "after");
+    drop(cleanup);
+}

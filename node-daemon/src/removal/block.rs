@@ -9,7 +9,7 @@ use nodeimage_api::nodeimage_dev::RemovalEntry;
 use nodeimage_api::reference::ImageRef;
 
 /// The digests `entries` block, each with the job that blocks it.
-fn blocked(entries: &[RemovalEntry]) -> Vec<(ImageRef, &str)> {
+pub(crate) fn blocked(entries: &[RemovalEntry]) -> Vec<(ImageRef, &str)> {
     entries
         .iter()
         .filter(|e| e.block)
