@@ -10,7 +10,6 @@ use crate::pull;
 use crate::runtime::ContainerRuntime;
 use crate::worker::{self, Workers};
 use futures::{Stream, StreamExt};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use nodeimage_api::kruise::NodeImage;
 use nodeimage_api::lenient::Lenient;
@@ -22,6 +21,9 @@ use tokio::task::JoinHandle;
 
 /// Longest a presence check of one image may take.
 const PRESENCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+mod follow;
+pub use follow::{WatchEvent, watch_nodeimage};
 
 struct Running {
     version: i64,
@@ -38,6 +40,9 @@ struct Latest {
     /// The images removal entries with `force` name: while such an entry
     /// stands, their leaving the node is no loss to pull again for.
     forced: BTreeSet<String>,
+    /// The removal entries with `block`: their images are removed again
+    /// at each presence check if they came back.
+    blocks: Vec<nodeimage_api::nodeimage_dev::RemovalEntry>,
 }
 
 /// What the loop keeps between events.
@@ -65,20 +70,6 @@ struct State {
     removals: crate::removal::serve::Removals,
     /// The last reason logged for each removal entry that cannot be decoded.
     logged_removals: BTreeMap<String, String>,
-}
-
-/// One event of the NodeImage watch, as `run` reads it.
-pub type WatchEvent = Result<Event<Lenient<NodeImage>>, watcher::Error>;
-
-/// The watch of `node`'s own NodeImage, retried with backoff; decoded entry
-/// by entry (a field that does not fit fails its tag, never the watch, and
-/// with it every other tag of the node).
-pub fn watch_nodeimage(
-    api: kube::Api<Lenient<NodeImage>>,
-    node: &str,
-) -> impl Stream<Item = WatchEvent> + Send + use<> {
-    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
-    watcher::watcher(api, config).default_backoff()
 }
 
 /// Follows `node`'s NodeImage as `stream` delivers it until `stop` flips,
@@ -117,6 +108,7 @@ pub async fn run<R: ContainerRuntime>(
             e = stream.next() => e,
             _ = presence_tick.tick(), if presence_every.is_some() => {
                 check_presence(&workers, &st.latest, &st.running, &gone_tx);
+                st.removals.sweep_blocks(&workers.deps, &st.latest.blocks, &st.latest.tasks, &st.latest.reported);
                 continue;
             }
             Some(gone) = gone_rx.recv() => {
@@ -202,6 +194,11 @@ impl State {
         let wanted = crate::pins::wanted(&self.latest.tasks, note.as_deref());
         workers.deps.pins.want(wanted);
         self.latest.forced = crate::removal::serve::forced(&removal_entries);
+        self.latest.blocks = removal_entries
+            .iter()
+            .filter(|e| e.block)
+            .cloned()
+            .collect();
         if let Some(verifier) = &workers.deps.verifier {
             verifier.publish(&removal_entries);
         }
@@ -295,6 +292,7 @@ fn apply<R: ContainerRuntime>(
         tasks,
         reported,
         forced: BTreeSet::new(),
+        blocks: Vec::new(),
     }
 }
 

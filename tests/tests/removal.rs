@@ -486,6 +486,19 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
             .is_none(),
         "the blocked image stays off the node"
     );
+    // Pulled back by hand, by tag (this node's containerd runs no image
+    // verifier): the daemon's next presence check removes it again.
+    cri::pull(&socket, &image.reference(), None).expect("CRI pull by tag");
+    wait_for(
+        "the daemon to remove the blocked image again",
+        TIMEOUT,
+        || {
+            cri::image_status(&socket, &image.reference())
+                .expect("CRI ImageStatus")
+                .is_none()
+                .then_some(())
+        },
+    );
 
     // Deleting the block lets a new pull job pull it.
     c.kubectl_ok(&["delete", "imageremovaljob", &name], None);

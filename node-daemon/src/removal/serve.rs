@@ -21,10 +21,11 @@ use tokio::task::JoinHandle;
 /// Longest message one image's result carries (the CRD's bound).
 const MESSAGE_MAX: usize = 1000;
 
-/// The removal tasks of this daemon, by job name.
+/// The removal tasks of this daemon, by job name, and the block sweep.
 #[derive(Default)]
 pub struct Removals {
     running: BTreeMap<String, (String, JoinHandle<()>)>,
+    sweep: Option<JoinHandle<()>>,
 }
 
 impl Removals {
@@ -69,10 +70,75 @@ impl Removals {
         }
     }
 
+    /// Removes again what the `blocks` keep off the node, if it came back
+    /// (pulled by hand, or by kubelet for a Pod since gone, on a runtime
+    /// without nodeimage's verifier), by the same rule as the first time;
+    /// one sweep at a time, after the entry's own answer. Nothing is
+    /// written: the entry's answer stands, the log says what went.
+    pub fn sweep_blocks<R: ContainerRuntime>(
+        &mut self,
+        deps: &Arc<Deps<R>>,
+        blocks: &[RemovalEntry],
+        tasks: &[PullTask],
+        reported: &BTreeMap<TagKey, Reported>,
+    ) {
+        if blocks.is_empty() || self.sweep.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let settled: Vec<RemovalEntry> = blocks
+            .iter()
+            .filter(|e| !self.running.contains_key(&e.job))
+            .cloned()
+            .collect();
+        let facts = NodeFacts {
+            name: deps.node.clone(),
+            sandbox: None,
+            wanted: wanting(tasks, reported),
+        };
+        self.sweep = Some(tokio::spawn(sweep(deps.clone(), settled, facts)));
+    }
+
     /// Stops every task (the NodeImage is gone, or the daemon stops).
     pub fn stop(&mut self) {
         for (_, (_, handle)) in std::mem::take(&mut self.running) {
             handle.abort();
+        }
+        if let Some(h) = self.sweep.take() {
+            h.abort();
+        }
+    }
+}
+
+/// One sweep of the block entries: what came back and no container uses goes.
+async fn sweep<R: ContainerRuntime>(
+    deps: Arc<Deps<R>>,
+    blocks: Vec<RemovalEntry>,
+    mut facts: NodeFacts,
+) {
+    facts.sandbox = run::sandbox(&deps.runtime, deps.sandbox_image.as_deref()).await;
+    for entry in blocks {
+        let rule = Entry {
+            images: entry.images.clone(),
+            force: entry.force,
+            block: true,
+        };
+        match run::remove(&deps.runtime, &facts, &rule).await {
+            Ok(outcomes) => {
+                for o in outcomes {
+                    match o.result {
+                        RemovalResult::Removed => {
+                            tracing::info!(job = %entry.job, image = %o.image, bytes = o.bytes_freed, "blocked image came back; removed again")
+                        }
+                        RemovalResult::InUse => {
+                            tracing::info!(job = %entry.job, image = %o.image, message = %o.message, "blocked image came back and a container uses it; removed once unused")
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(job = %entry.job, error = %e, "block sweep could not read the node")
+            }
         }
     }
 }
