@@ -41,9 +41,6 @@ pub struct Deps<R> {
     /// The sandbox image named by `--sandbox-image`, if set (removals never
     /// take it; unset, the runtime's status names it).
     pub sandbox_image: Option<String>,
-    /// containerd's image verifier, if installed: told the blocks so the
-    /// runtime refuses their pulls from any client.
-    pub verifier: Option<crate::removal::verifier::PullVerifier>,
 }
 
 #[cfg(test)]
@@ -79,7 +76,6 @@ impl<R> Deps<R> {
             pins: crate::pins::Pins::default(),
             rate_limits: crate::ratelimit::registries::Registries::new("n1"),
             sandbox_image: None,
-            verifier: None,
         }
     }
 }

@@ -92,7 +92,7 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         status.clone(),
         metrics.clone(),
         providers,
-    )?);
+    ));
     let pinning = tokio::spawn(pin_when_able(
         deps.clone(),
         info_rx,
@@ -108,14 +108,13 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     ));
     let presence_every = (flags.presence_check_seconds > 0)
         .then(|| Duration::from_secs(flags.presence_check_seconds));
-    let upgrades = upgrade_settings(&flags);
     let (notes, notes_rx) = tokio::sync::watch::channel(None);
     let bound = gate_bound(&flags);
     let gate = tokio::spawn(gate::run(deps.clone(), notes_rx, bound, stop_rx.clone()));
     let sync = tokio::spawn(sync::run(
         sync::watch_nodeimage(api, &flags.node_name),
         flags.node_name.clone(),
-        worker::Workers { deps, upgrades },
+        workers(deps, &flags)?,
         synced,
         presence_every,
         notes,
@@ -200,7 +199,7 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// What every task shares, from the flags (installs the image verifier if asked).
+/// What every task shares, from the flags.
 fn deps(
     flags: &Flags,
     runtime: containerd::Runtime,
@@ -208,13 +207,8 @@ fn deps(
     status: writer::StatusHandle,
     metrics: metrics::Metrics,
     providers: Option<Arc<nodeimage_ops::credproviders::Providers>>,
-) -> Result<NodeDeps, Error> {
-    let verifier = flags
-        .pull_verifier_dir
-        .as_deref()
-        .map(removal::verifier::PullVerifier::install)
-        .transpose()?;
-    Ok(deps::Deps {
+) -> NodeDeps {
+    deps::Deps {
         node: flags.node_name.clone(),
         runtime,
         client,
@@ -237,7 +231,24 @@ fn deps(
         pins: pins::Pins::default(),
         rate_limits: ratelimit::registries::Registries::new(flags.node_name.clone()),
         sandbox_image: flags.sandbox_image.clone(),
-        verifier,
+    }
+}
+
+/// What the loop hands its tasks: the shared pieces, upgrades, and
+/// containerd's image verifier, installed here if the flags ask for it.
+fn workers(
+    deps: Arc<NodeDeps>,
+    flags: &Flags,
+) -> Result<worker::Workers<containerd::Runtime>, Error> {
+    let verifier = flags
+        .pull_verifier_dir
+        .as_deref()
+        .map(removal::verifier::PullVerifier::install)
+        .transpose()?;
+    Ok(worker::Workers {
+        deps,
+        upgrades: upgrade_settings(flags),
+        verifier: verifier.map(Arc::new),
     })
 }
 

@@ -199,7 +199,7 @@ impl State {
             .filter(|e| e.block)
             .cloned()
             .collect();
-        if let Some(verifier) = &workers.deps.verifier {
+        if let Some(verifier) = &workers.verifier {
             verifier.publish(&removal_entries);
         }
         self.removals.apply(

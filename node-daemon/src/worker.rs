@@ -18,6 +18,9 @@ pub struct Workers<R> {
     pub deps: Arc<Deps<R>>,
     /// How node-agent upgrades run here (off unless `--enable-upgrades`).
     pub upgrades: Arc<upgrade::Settings>,
+    /// containerd's image verifier, if installed: told the blocks so the
+    /// runtime refuses their pulls to any client.
+    pub verifier: Option<Arc<crate::removal::verifier::PullVerifier>>,
 }
 
 impl<R> Clone for Workers<R> {
@@ -25,6 +28,7 @@ impl<R> Clone for Workers<R> {
         Workers {
             deps: self.deps.clone(),
             upgrades: self.upgrades.clone(),
+            verifier: self.verifier.clone(),
         }
     }
 }

@@ -72,6 +72,7 @@ async fn start(rt: FakeRuntime, presence_every: Option<Duration>) -> Loop {
             node_name: "n1".into(),
             lock: tokio::sync::Mutex::new(()),
         }),
+        verifier: None,
     };
     let (events, rx) = unbounded();
     let (stop, stop_rx) = watch::channel(false);
