@@ -4,7 +4,7 @@
 //! against every containerd of the local stack (through the daemon's own
 //! containerd client), with the same outcome class per step required of
 //! each. The cases: an image that exists, a missing image, a closed socket,
-//! a registry answering 429, and a lease ended twice. The fake is told the
+//! a registry answering 429, a lease ended twice, and a removal. The fake is told the
 //! same facts about its world as the stack has (which image the registry
 //! lacks, which registry rate-limits, that the socket is closed); what it
 //! answers from them must be what containerd answers.
@@ -136,6 +136,35 @@ async fn case_lease_twice<R: ContainerRuntime>(rt: &R, reference: &str) -> Outco
     ]
 }
 
+/// The removal seam (ImageRemovalJob): a pulled image is listed, no
+/// container is an error, the image goes by its ID and is then absent, and
+/// removing it again is no error (CRI's RemoveImage is idempotent).
+async fn case_removal<R: ContainerRuntime>(rt: &R, w: &World) -> Outcomes {
+    let pulled = bounded(rt.pull(pull_of(&w.present))).await;
+    let status = bounded(rt.image_status(&w.present)).await;
+    let id = match &status {
+        Ok(Some(i)) => i.id.clone(),
+        _ => String::new(),
+    };
+    let listed = match bounded(rt.list_images()).await {
+        Ok(l) if l.iter().any(|i| i.id == id) => "listed".to_string(),
+        Ok(_) => "not listed".to_string(),
+        Err(e) => e.reason().into(),
+    };
+    let containers = bounded(rt.list_containers()).await;
+    let removed = bounded(rt.remove_image(&id)).await;
+    let after = bounded(rt.image_status(&w.present)).await;
+    let again = bounded(rt.remove_image(&id)).await;
+    vec![
+        ("pull", class(&pulled)),
+        ("list_images", listed),
+        ("list_containers", class(&containers)),
+        ("remove_image", class(&removed)),
+        ("image_status", presence(&after)),
+        ("remove_image again", class(&again)),
+    ]
+}
+
 /// The fake, told the facts of `w`.
 fn fake_of(w: &World) -> FakeRuntime {
     let fake = FakeRuntime::default();
@@ -157,6 +186,7 @@ async fn suite<R: ContainerRuntime, C: ContainerRuntime>(
         ("a closed socket", case_closed(closed, w).await),
         ("a registry answering 429", case_rate_limited(rt, w).await),
         ("a lease ended twice", case_lease_twice(rt, lease_ref).await),
+        ("a removal", case_removal(rt, w).await),
     ]
 }
 
@@ -291,6 +321,17 @@ fn the_fake_answers_each_case_in_its_class() {
                 ("end_lease", "ok"),
                 ("end_lease again", "ok"),
                 ("end_lease of none", "ok"),
+            ]),
+        ),
+        (
+            "a removal",
+            s(&[
+                ("pull", "ok"),
+                ("list_images", "listed"),
+                ("list_containers", "ok"),
+                ("remove_image", "ok"),
+                ("image_status", "absent"),
+                ("remove_image again", "ok"),
             ]),
         ),
     ];
