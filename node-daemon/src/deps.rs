@@ -41,6 +41,9 @@ pub struct Deps<R> {
     /// The sandbox image named by `--sandbox-image`, if set (removals never
     /// take it; unset, the runtime's status names it).
     pub sandbox_image: Option<String>,
+    /// `name@digest` of each image a block entry keeps off this node, with
+    /// the job: a tag whose pull resolves to one fails (set by the loop).
+    pub blocked: std::sync::RwLock<std::collections::BTreeMap<String, String>>,
 }
 
 #[cfg(test)]
@@ -76,6 +79,7 @@ impl<R> Deps<R> {
             pins: crate::pins::Pins::default(),
             rate_limits: crate::ratelimit::registries::Registries::new("n1"),
             sandbox_image: None,
+            blocked: Default::default(),
         }
     }
 }

@@ -231,6 +231,7 @@ fn deps(
         pins: pins::Pins::default(),
         rate_limits: ratelimit::registries::Registries::new(flags.node_name.clone()),
         sandbox_image: flags.sandbox_image.clone(),
+        blocked: Default::default(),
     }
 }
 

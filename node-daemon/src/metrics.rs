@@ -119,6 +119,7 @@ pub const PULL_OUTCOMES: &[(&str, &str)] = &[
     ("failed", "deadline"),
     ("failed", "check"),
     ("failed", "invalid"),
+    ("failed", "blocked"),
     ("failed", "lost"),
     ("failed", "secret"),
     ("failed", "unavailable"),

@@ -194,11 +194,7 @@ impl State {
         let wanted = crate::pins::wanted(&self.latest.tasks, note.as_deref());
         workers.deps.pins.want(wanted);
         self.latest.forced = crate::removal::serve::forced(&removal_entries);
-        self.latest.blocks = removal_entries
-            .iter()
-            .filter(|e| e.block)
-            .cloned()
-            .collect();
+        self.latest.blocks = crate::removal::block::observe(&workers.deps, &removal_entries);
         if let Some(verifier) = &workers.verifier {
             verifier.publish(&removal_entries);
         }

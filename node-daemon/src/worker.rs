@@ -55,7 +55,14 @@ pub async fn run<R: ContainerRuntime>(
     let mut rep = Reporter::new(&*deps, task.key.clone(), task.version);
     let target = match &task.target {
         Ok(t) => t.clone(),
-        Err(msg) => return fail(&task, &deps, "invalid", msg.clone()).await,
+        Err(msg) => {
+            let reason = if crate::removal::block::is_block_message(msg) {
+                "blocked"
+            } else {
+                "invalid"
+            };
+            return fail(&task, &deps, reason, msg.clone()).await;
+        }
     };
     let deadline = pull::deadline_of(&task, &target);
     rep.send(ImagePullPhase::Waiting, 0, task.note.clone());

@@ -434,15 +434,19 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
     let reg = Registry::new(&c.var("NODEIMAGE_REGISTRY"));
     let image = push(&reg, "irj-block");
     let by_digest = format!("{}@{}", image.name, image.digest);
-    let (name, pull_blocked, pull_after) = (
+    let (name, pull_blocked, pull_after, pull_tag) = (
         unique("e2e-irj-block"),
         unique("e2e-blocked"),
         unique("e2e-unblocked"),
+        unique("e2e-blocked-tag"),
     );
     let mut cleanup = Cleanup::default();
     {
         let c = c.clone();
-        let (name, jobs) = (name.clone(), [pull_blocked.clone(), pull_after.clone()]);
+        let (name, jobs) = (
+            name.clone(),
+            [pull_blocked.clone(), pull_after.clone(), pull_tag.clone()],
+        );
         let (socket, reference) = (socket.clone(), image.reference());
         cleanup.defer("the jobs and the image", move || {
             c.delete_quietly(&["imageremovaljob", &name]);
@@ -499,6 +503,31 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
                 .then_some(())
         },
     );
+
+    // A pull job by tag: the node learns the digest from the pull, then
+    // fails the tag naming the block; the sweep takes the image off again.
+    let status = pull_job(&c, &pull_tag, &image.reference(), &node);
+    assert_eq!(status["failed"], json!(1), "{status}");
+    let obj = ni::get(&c, &node).expect("the node's NodeImage");
+    let tag = ni::tag_status(&obj, &image.name, "v1")
+        .unwrap_or_else(|| panic!("no status for the tag pull in {obj}"));
+    let message = tag["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("blocked by ImageRemovalJob {name}"))
+            && message.contains("resolves to"),
+        "{message}"
+    );
+    wait_for(
+        "the sweep to take the tag's image off again",
+        TIMEOUT,
+        || {
+            cri::image_status(&socket, &image.reference())
+                .expect("CRI ImageStatus")
+                .is_none()
+                .then_some(())
+        },
+    );
+    c.delete_quietly(&["imagepulljob", &pull_tag, "-n", "default"]);
 
     // Deleting the block lets a new pull job pull it.
     c.kubectl_ok(&["delete", "imageremovaljob", &name], None);

@@ -87,7 +87,7 @@ pub(crate) async fn in_slot<'a, R: ContainerRuntime>(
         Ok(()) => {
             let started = Instant::now();
             on_slot(rep);
-            let outcome = pull(rep, t, deadline, &mut slot).await;
+            let outcome = refuse_blocked(deps, t, pull(rep, t, deadline, &mut slot).await);
             Pulled {
                 outcome,
                 elapsed: Some(started.elapsed()),
@@ -103,6 +103,23 @@ pub(crate) async fn in_slot<'a, R: ContainerRuntime>(
     // another tag naming the same image still pulls it.
     lease.end(&deps.runtime, &deps.node);
     pulled
+}
+
+/// A pull that resolved to a digest a block entry names fails, naming the
+/// job (a tag the block could not see before the pull); the block sweep
+/// then removes the image.
+fn refuse_blocked<R>(deps: &Deps<R>, t: &Target, outcome: Outcome) -> Outcome {
+    let Outcome::Succeeded { id, .. } = &outcome else {
+        return outcome;
+    };
+    let job = deps.blocked.read().ok().and_then(|b| b.get(id).cloned());
+    match job {
+        Some(job) => Outcome::failed(
+            "blocked",
+            crate::removal::block::resolved_message(&job, &t.image.pull_ref(), id),
+        ),
+        None => outcome,
+    }
 }
 
 /// The tag's first slot; an Always pull, which will ask the registry, first

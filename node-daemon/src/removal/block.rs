@@ -8,6 +8,44 @@ use crate::desired::PullTask;
 use nodeimage_api::nodeimage_dev::RemovalEntry;
 use nodeimage_api::reference::ImageRef;
 
+/// How every block refusal starts (also the metric reason's test).
+const BLOCKED_BY: &str = "blocked by ImageRemovalJob ";
+
+/// Whether a failure `message` is a block's refusal.
+pub fn is_block_message(message: &str) -> bool {
+    message.starts_with(BLOCKED_BY)
+}
+
+/// Tells the pulls what `entries` block now; returns the block entries
+/// (for the sweep).
+pub fn observe<R>(deps: &crate::deps::Deps<R>, entries: &[RemovalEntry]) -> Vec<RemovalEntry> {
+    if let Ok(mut b) = deps.blocked.write() {
+        *b = by_name(entries);
+    }
+    entries.iter().filter(|e| e.block).cloned().collect()
+}
+
+/// `name@digest` of each image `entries` block, with the job.
+fn by_name(entries: &[RemovalEntry]) -> std::collections::BTreeMap<String, String> {
+    blocked(entries)
+        .into_iter()
+        .filter_map(|(r, job)| {
+            Some((
+                format!("{}@{}", r.name(), r.digest.as_deref()?),
+                job.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The refusal of a tag whose pull resolved to `id` (`name@digest`), which
+/// `job` blocks.
+pub fn resolved_message(job: &str, reference: &str, id: &str) -> String {
+    format!(
+        "{BLOCKED_BY}{job}: {reference} resolves to {id}, which is kept off this node while that job exists"
+    )
+}
+
 /// The digests `entries` block, each with the job that blocks it.
 pub(crate) fn blocked(entries: &[RemovalEntry]) -> Vec<(ImageRef, &str)> {
     entries
@@ -48,7 +86,7 @@ pub fn mark_blocked(tasks: &mut [PullTask], entries: &[RemovalEntry]) {
         };
         if let Some(job) = blocking(&target.image, &blocked) {
             task.target = Err(format!(
-                "blocked by ImageRemovalJob {job}: {} is kept off this node while that job exists",
+                "{BLOCKED_BY}{job}: {} is kept off this node while that job exists",
                 target.image.pull_ref()
             ));
         }

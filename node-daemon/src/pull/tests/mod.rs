@@ -439,3 +439,31 @@ async fn a_refused_credential_moves_on_to_the_next() {
         assert_eq!(tried, users, "{name}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tag_that_resolves_to_a_blocked_digest_fails_naming_the_job() {
+    let rows: &[(&str, &str)] = &[
+        // (what the block names, what the pull ends as)
+        ("127.0.0.1:5000/app@sha256:manifest", "blocked"),
+        ("127.0.0.1:5000/other@sha256:manifest", "pulled"),
+        ("127.0.0.1:5000/app@sha256:another", "pulled"),
+    ];
+    for (blocked, want) in rows {
+        let rt = FakeRuntime::default();
+        let deps = deps(rt, 1);
+        if let Ok(mut b) = deps.blocked.write() {
+            b.insert((*blocked).to_string(), "cve-9".into());
+        }
+        let pulled = pull_once(&deps, &target(0), None).await;
+        assert_eq!(reason(&pulled.outcome), *want, "{blocked}");
+        if *want == "blocked" {
+            let said = message(&pulled.outcome);
+            assert!(
+                said.starts_with(
+                    "blocked by ImageRemovalJob cve-9: 127.0.0.1:5000/app:v1 resolves to"
+                ),
+                "{said}"
+            );
+        }
+    }
+}
