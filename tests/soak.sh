@@ -15,7 +15,8 @@
 # ones (soak.nodeimage.dev/sim=true, and KubeEdge's edge role).
 #
 # Churn: every 1 to SOAK_TICK_SECONDS (4) s one of: create a job
-# (ImagePullJob, ImageListPullJob, ImagePrePullJob or NodeUpgradeJob, with a
+# (ImagePullJob, ImageListPullJob, ImagePrePullJob, NodeUpgradeJob or
+# ImageRemovalJob of the simulated nodes, with a
 # parallelism or concurrency between a quarter of SOAK_PARALLELISM (20) and
 # all of it; some with a pull secret of the authenticated registry, so the
 # controller copies it), edit one (parallelism, or a label on the KubeEdge
@@ -36,8 +37,9 @@
 #     number of nodes it selects and its succeeded + failed is desired; an
 #     ImageListPullJob's desired is its images and all of them completed; a
 #     finished ImagePrePullJob or NodeUpgradeJob has one result per node it
-#     selects, each Successful or Failed;
-#   - no NodeImage entry whose owner (a soak job) is gone,
+#     selects, each Successful or Failed; a finished ImageRemovalJob's
+#     desired is the simulated nodes and succeeded + kept + failed is desired;
+#   - no NodeImage entry (tag or removal) whose owner (a soak job) is gone,
 #   - no pull-secret copy of the soak's secret that no live job refers to,
 #   - no deleted job kept by a finalizer;
 #   the last three can be true for a moment (the controller cleans up after a
@@ -124,7 +126,7 @@ setup() {
 # (the KubeEdge kinds are cluster-scoped) or its namespace still going: a
 # job of that run must not be judged by this one.
 leftovers() {
-  local kinds=imagepulljobs,imagelistpulljobs,imageprepulljobs,nodeupgradejobs names i
+  local kinds=imagepulljobs,imagelistpulljobs,imageprepulljobs,nodeupgradejobs,imageremovaljobs names i
   names=$(k get "$kinds" -A -o json |
     jq -r '.items[] | select(.metadata.name | startswith("soak-")) |
       "\(.kind | ascii_downcase)/\(.metadata.name) \(.metadata.namespace // "")"')
@@ -158,7 +160,7 @@ teardown() {
 # ---------------------------------------------------------------------------
 # Churn
 # ---------------------------------------------------------------------------
-KINDS=(imagepulljob imagelistpulljob imageprepulljob nodeupgradejob)
+KINDS=(imagepulljob imagelistpulljob imageprepulljob nodeupgradejob imageremovaljob)
 declare -A CREATED=() EDITED=() DELETED=()
 LIVE=() # kind/name of the soak's own jobs
 SEQ=0
@@ -208,11 +210,20 @@ EOF
   "labelSelector":{"matchLabels":{"$SIM_LABEL":"true"}},"concurrency":$(width),"timeoutSeconds":120}}
 EOF
       ;;
+    imageremovaljob)
+      cat <<EOF
+{"apiVersion":"nodeimage.dev/v1alpha1","kind":"ImageRemovalJob","metadata":{"name":"$name","labels":{"$SIM_LABEL":"job"}},
+ "spec":{"images":["$img"],"selector":{"matchLabels":{"$SIM_LABEL":"true"}},"parallelism":$(width),
+  "activeDeadlineSeconds":900}}
+EOF
+      ;;
   esac
 }
 
 create_job() {
   local kind=${KINDS[RANDOM % ${#KINDS[@]}]} name
+  # One of each kind first, so even a short run sees every kind finish.
+  ((SEQ < ${#KINDS[@]})) && kind=${KINDS[SEQ]}
   SEQ=$((SEQ + 1))
   name=soak-${kind}-$SEQ
   if manifest "$kind" "$name" | k apply -f - >/dev/null 2>>"$OUT/churn-errors"; then
@@ -366,6 +377,11 @@ COUNTS_JQ='
     if ($s.desired // 0) != (.spec.images | length) or ($s.completed // 0) != ($s.desired // 0)
     then "counts \($job): desired \($s.desired) completed \($s.completed), \(.spec.images | length) images" else empty end,
     "finished \($job)"
+  elif .kind == "ImageRemovalJob" then
+    select($s.completionTime != null) |
+    if ($s.desired // 0) != $sim or (($s.succeeded // 0) + ($s.kept // 0) + ($s.failed // 0)) != ($s.desired // 0)
+    then "counts \($job): desired \($s.desired) succeeded \($s.succeeded) kept \($s.kept) failed \($s.failed), \($sim) nodes selected" else empty end,
+    "finished \($job)"
   else
     select($s.state == "Successful" or $s.state == "Failed") |
     ([$s.nodeStatus[]? | select(.phase | IN("Successful", "Failure", "Unknown"))] | length) as $done |
@@ -382,6 +398,9 @@ LINGER_JQ='
     .value.tags[]? | .tag as $t | .ownerReferences[]? |
     select((.name | startswith("soak-")) and (.uid | IN($uids[]) | not)) |
     "entry nodeimage/\($n) \($i):\($t) owned by gone \(.kind)/\(.name)"),
+  ($nis.items[] | .metadata.name as $n | .spec.removals[]? |
+    select((.job | startswith("soak-")) and (.uid | IN($uids[]) | not)) |
+    "removal entry nodeimage/\($n) of gone ImageRemovalJob/\(.job)"),
   ($copies.items[] | select(.metadata.annotations["nodeimage.dev/source"] == ($ns + "/soak-auth")) |
     (.metadata.annotations["nodeimage.dev/references"] // "" | split(",") | map(select(. != ""))) as $r |
     select([$r[] | select(IN($refs[]))] | length == 0) |
@@ -391,7 +410,7 @@ LINGER_JQ='
 
 fetch() {
   k get imagepulljobs,imagelistpulljobs -n "$NS" -o json >"$OUT/kruise.json" &&
-    k get imageprepulljobs,nodeupgradejobs -o json >"$OUT/kubeedge.json" &&
+    k get imageprepulljobs,nodeupgradejobs,imageremovaljobs -o json >"$OUT/kubeedge.json" &&
     jq -s '{items: (.[0].items + .[1].items)}' "$OUT/kruise.json" "$OUT/kubeedge.json" >"$OUT/jobs.json" &&
     k get nodeimages -o json >"$OUT/nodeimages.json" &&
     k get secrets -n "$SECRETS_NS" -l nodeimage.dev/pull-secret-copy -o json >"$OUT/copies.json"
@@ -509,6 +528,7 @@ settle() {
     if fetch 2>/dev/null; then
       left=$(jq -r '.items[] | select(.metadata.name | startswith("soak-")) | "job \(.kind)/\(.metadata.name) still there (finalizers \(.metadata.finalizers))"' "$OUT/jobs.json")
       left+=$(jq -r --arg ns "$NS" '(.items[] | .metadata.name as $n | (.spec.images // {}) | to_entries[] | .key as $i | .value.tags[]? | .tag as $t | .ownerReferences[]? | select(.name | startswith("soak-")) | "entry nodeimage/\($n) \($i):\($t) of \(.kind)/\(.name)")' "$OUT/nodeimages.json")
+      left+=$(jq -r '.items[] | .metadata.name as $n | .spec.removals[]? | select(.job | startswith("soak-")) | "removal entry nodeimage/\($n) of ImageRemovalJob/\(.job)"' "$OUT/nodeimages.json")
       left+=$(jq -r --arg ns "$NS" '.items[] | select(.metadata.annotations["nodeimage.dev/source"] == ($ns + "/soak-auth")) | "copy secret/\(.metadata.name)"' "$OUT/copies.json")
       [[ -z $left ]] && { say "settled: every soak job, entry and secret copy is gone"; return 0; }
     else
