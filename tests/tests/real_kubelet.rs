@@ -1816,11 +1816,32 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
 
     // kubelet: the Pod's pull (by tag) is refused by the runtime.
     one.create_pod(&ns, "blocked", &image.reference(), None);
-    let waiting = one.wait_pod_refused_image(&ns, "blocked");
-    let message = waiting["message"].as_str().unwrap_or_default();
+    one.wait_pod_refused_image(&ns, "blocked");
+    // kubelet's Failed event carries the runtime's refusal.
+    let event = wait_for_or(TIMEOUT, || {
+        let r = one.c.kubectl(
+            &[
+                "get",
+                "events",
+                "-n",
+                &ns,
+                "--field-selector",
+                "involvedObject.name=blocked",
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        let v: Value = serde_json::from_str(&r.stdout).ok()?;
+        v["items"].as_array()?.iter().find_map(|e| {
+            let m = e["message"].as_str()?;
+            m.contains(&named).then(|| m.to_string())
+        })
+    });
     assert!(
-        message.contains(&named),
-        "kubelet's pull names the block: {waiting}"
+        event.is_some(),
+        "kubelet's pull names the block: {}",
+        one.pod(&ns, "blocked")["status"]
     );
     // Any CRI client: the same.
     let refused = cri::pull(&one.socket, &image.reference(), None)
