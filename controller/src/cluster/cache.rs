@@ -31,6 +31,9 @@ pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
     writer: Writer<K>,
     synced: Synced,
     subscribers: Vec<mpsc::Sender<watcher::Event<K>>>,
+    /// `/readyz` does not wait for it while it cannot be listed
+    /// ([`SyncSignals::optional`](crate::cluster::watch::SyncSignals)).
+    optional: bool,
 }
 
 /// What one reader gets of a shared cache.
@@ -104,6 +107,17 @@ where
             writer,
             synced: Synced::default(),
             subscribers: Vec::new(),
+            optional: false,
+        }
+    }
+
+    /// This cache, which `/readyz` does not wait for while the API server
+    /// refuses to list its kind or does not serve it (a kind newer than the
+    /// chart's RBAC or CRDs): every other kind is served meanwhile.
+    pub fn optional(self) -> Self {
+        Self {
+            optional: true,
+            ..self
         }
     }
 
@@ -158,6 +172,7 @@ where
             synced: self.synced.clone(),
             check: readiness.check(self.check).await,
             relisted: None,
+            optional: self.optional,
         };
         let (what, subscribers) = (self.what, self.subscribers);
         let events = match self.skipped {

@@ -41,7 +41,10 @@ pub fn node_upgrade_jobs(ctx: &Context) -> Cache<NodeUpgradeJob> {
     )
 }
 
-/// The ImageRemovalJob cache, empty until it runs.
+/// The ImageRemovalJob cache, empty until it runs; optional: a chart
+/// whose RBAC or CRDs predate the kind (an upgrade of the images alone, or
+/// one that skipped the CRD step) leaves removal jobs unserved, not the
+/// controller unready.
 pub fn image_removal_jobs(ctx: &Context) -> Cache<ImageRemovalJob> {
     Cache::lenient(
         "imageremovaljobs",
@@ -49,4 +52,5 @@ pub fn image_removal_jobs(ctx: &Context) -> Cache<ImageRemovalJob> {
         without_managed_fields::<ImageRemovalJob>,
         Skipped::new(ctx, "ImageRemovalJob", Some("message")),
     )
+    .optional()
 }

@@ -104,6 +104,7 @@ impl NodeImages {
             synced: self.synced.clone(),
             check: readiness.check("nodeimages-synced").await,
             relisted: None,
+            optional: false,
         };
         let mut observers = self.observers;
         let trim = move |ni: &mut NodeImage| {

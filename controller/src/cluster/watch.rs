@@ -33,6 +33,11 @@ pub struct SyncSignals {
     /// Told of every completed (re)list, when the owner wants to re-examine
     /// everything then.
     pub relisted: Option<UnboundedSender<()>>,
+    /// A kind this binary serves beside the others but must not wait for:
+    /// while the API server refuses to list it (403: the chart's RBAC
+    /// predates it; 404: its CRD is not applied) `/readyz` does not wait for
+    /// it; the store stays unsynced, so nothing is decided from it.
+    pub optional: bool,
 }
 
 /// Watches `api` into `writer` (after `trim` drops what the store need not
@@ -174,8 +179,16 @@ fn signalled<K>(
     signals: SyncSignals,
 ) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) -> std::future::Ready<Option<watcher::Event<K>>>
 {
+    let mut told = false;
     move |event| {
         let out = match event {
+            Err(error) if signals.optional && !signals.synced.get() && unavailable(&error) => {
+                signals.check.set(true);
+                if !std::mem::replace(&mut told, true) {
+                    tracing::warn!(watch = what, %error, "this kind cannot be listed: it is not served until the chart's CRD and RBAC for it are applied; every other kind is served meanwhile");
+                }
+                None
+            }
             Ok(watcher::Event::InitDone) => {
                 if !signals.synced.get() {
                     tracing::info!(watch = what, "cache synced");
@@ -195,6 +208,19 @@ fn signalled<K>(
         };
         std::future::ready(out)
     }
+}
+
+/// Whether a watch `error` says the kind cannot be listed at all: refused
+/// (403) or not served (404).
+fn unavailable(error: &watcher::Error) -> bool {
+    let code = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    code == 403 || code == 404
 }
 
 /// A filter for [`reflect`]'s events that passes on an applied object only
@@ -255,6 +281,62 @@ mod tests {
         c.metadata.name = Some(name.into());
         c.data = Some([("k".to_string(), value.to_string())].into());
         c
+    }
+
+    fn refused(code: u16) -> watcher::Error {
+        let status = kube::core::Status {
+            code,
+            ..Default::default()
+        };
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    /// Whether `/readyz` passes after `errors` on a watch (`optional` or not).
+    fn ready_after(optional: bool, errors: Vec<watcher::Error>) -> (bool, bool) {
+        futures::executor::block_on(async {
+            let readiness = nodeimage_ops::health::Readiness::default();
+            let signals = SyncSignals {
+                synced: Synced::default(),
+                check: readiness.check("kind-synced").await,
+                relisted: None,
+                optional,
+            };
+            let synced = signals.synced.clone();
+            let mut f = signalled::<ConfigMap>("kinds", signals);
+            for e in errors {
+                let _ = f(Err(e)).await;
+            }
+            (readiness.failing().await.is_empty(), synced.get())
+        })
+    }
+
+    #[test]
+    fn an_optional_kind_that_cannot_be_listed_does_not_hold_readiness() {
+        let rows: Vec<(&str, bool, Vec<watcher::Error>, bool)> = vec![
+            ("required kind, forbidden", false, vec![refused(403)], false),
+            ("optional kind, forbidden", true, vec![refused(403)], true),
+            (
+                "optional kind, not served",
+                true,
+                vec![refused(404), refused(404)],
+                true,
+            ),
+            (
+                "optional kind, server error",
+                true,
+                vec![refused(500)],
+                false,
+            ),
+            ("optional kind, no error yet", true, vec![], false),
+        ];
+        for (name, optional, errors, want) in rows {
+            let (ready, synced) = ready_after(optional, errors);
+            assert_eq!(ready, want, "{name}");
+            assert!(
+                !synced,
+                "{name}: nothing is decided from a store never listed"
+            );
+        }
     }
 
     #[test]
