@@ -85,9 +85,15 @@ impl Removals {
         if blocks.is_empty() || self.sweep.as_ref().is_some_and(|h| !h.is_finished()) {
             return;
         }
+        // An entry's own task stays listed once it ends: only one still
+        // running is left to itself.
         let settled: Vec<RemovalEntry> = blocks
             .iter()
-            .filter(|e| !self.running.contains_key(&e.job))
+            .filter(|e| {
+                self.running
+                    .get(&e.job)
+                    .is_none_or(|(_, h)| h.is_finished())
+            })
             .cloned()
             .collect();
         let facts = NodeFacts {

@@ -98,3 +98,26 @@ async fn a_runtime_that_cannot_list_fails_each_image_with_the_reason() {
     assert!(message.contains("listing the images"), "{message}");
     l.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_blocked_image_that_comes_back_is_removed_again_at_the_presence_check() {
+    let rt = FakeRuntime::default();
+    rt.image(OLD, "sha256:old", 300);
+    let mut l = start(rt.clone(), Some(s(5))).await;
+    let by_digest = "127.0.0.1:5000/old@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    rt.image(by_digest, "sha256:old", 300);
+    let ni = with_removals(
+        l.nodeimage(json!({}), None),
+        json!([{"job": "cve", "uid": "r1", "images": [by_digest], "block": true}]),
+    );
+    l.listed(ni).await;
+    until("the block is answered", || answer(&l, "r1").is_some()).await;
+    assert_eq!(removes(&l), 1);
+    // Back on the node (a hand pull): the next presence check takes it off.
+    rt.image(by_digest, "sha256:old", 300);
+    until("the sweep removes it again", || removes(&l) == 2).await;
+    // Gone, it stays gone: later checks remove nothing more.
+    tokio::time::sleep(s(30)).await;
+    assert_eq!(removes(&l), 2, "{:?}", rt.calls());
+    l.stop().await;
+}
