@@ -608,12 +608,18 @@ fn crd_upgrade_command(t: &mut Install) {
         .lines()
         .filter(|l| l.contains("serverside-applied"))
         .count();
+    // The current chart's CRDs: the previous chart's 5, and ImageRemovalJob's,
+    // which this upgrade creates.
     assert!(
-        applied == 5,
-        "the CRD upgrade command applied {applied} CRDs, not 5: {}",
+        applied == 6,
+        "the CRD upgrade command applied {applied} CRDs, not 6: {}",
         text(&out)
     );
-    t.pass("helm show crds | kubectl apply --server-side --force-conflicts: the 5 CRDs applied over Helm's");
+    assert!(
+        t.kc_silent(&["get", "crd", "imageremovaljobs.nodeimage.dev"]),
+        "the CRD upgrade command did not create ImageRemovalJob's CRD"
+    );
+    t.pass("helm show crds | kubectl apply --server-side --force-conflicts: the 5 CRDs applied over Helm's, and ImageRemovalJob's created");
 }
 
 /// `IMAGE%@*`: the repository of `repo@digest`.
