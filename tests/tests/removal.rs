@@ -22,6 +22,13 @@ fn push(reg: &Registry, what: &str) -> PushedImage {
         .expect("push a test image")
 }
 
+/// Whether `reference` is off the node whose containerd listens at `socket`.
+fn off_node(socket: &std::path::Path, reference: &str) -> bool {
+    cri::image_status(socket, reference)
+        .expect("CRI ImageStatus")
+        .is_none()
+}
+
 /// The node these tests use: the third simulated node, whose containerd
 /// (2.x) honours pins (Debian's 1.6.20 on the first does not).
 const NODE: usize = 2;
@@ -149,9 +156,7 @@ fn a_removal_entry_removes_what_it_names_and_keeps_what_a_pull_wants() {
     assert_eq!(result, "Removed", "{message}");
     assert!(bytes > 0, "bytes freed reported: {got}");
     assert!(
-        cri::image_status(&socket, &unused.reference())
-            .expect("CRI ImageStatus")
-            .is_none(),
+        off_node(&socket, &unused.reference()),
         "the unused image is off the node"
     );
     let (result, reason, _, message) = result_of(&got, &wanted.reference());
@@ -193,9 +198,7 @@ fn a_removal_entry_removes_what_it_names_and_keeps_what_a_pull_wants() {
     assert_eq!(result, "Removed", "{message}");
     assert!(bytes > 0, "{got}");
     assert!(
-        cri::image_status(&socket, &wanted.reference())
-            .expect("CRI ImageStatus")
-            .is_none(),
+        off_node(&socket, &wanted.reference()),
         "the formerly wanted image is off the node"
     );
     let obj = ni::get(&c, &node).expect("the NodeImage");
@@ -467,9 +470,7 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
     assert_eq!(done["status"]["succeeded"], json!(1), "{done}");
     assert_eq!(condition(&done, "Blocking").0, "True");
     assert!(
-        cri::image_status(&socket, &image.reference())
-            .expect("CRI ImageStatus")
-            .is_none(),
+        off_node(&socket, &image.reference()),
         "the blocked image left the node"
     );
 
@@ -485,9 +486,7 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
         "{message}"
     );
     assert!(
-        cri::image_status(&socket, &image.reference())
-            .expect("CRI ImageStatus")
-            .is_none(),
+        off_node(&socket, &image.reference()),
         "the blocked image stays off the node"
     );
     // Pulled back by hand, by tag (this node's containerd runs no image
@@ -496,12 +495,7 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
     wait_for(
         "the daemon to remove the blocked image again",
         TIMEOUT,
-        || {
-            cri::image_status(&socket, &image.reference())
-                .expect("CRI ImageStatus")
-                .is_none()
-                .then_some(())
-        },
+        || off_node(&socket, &image.reference()).then_some(()),
     );
 
     // A pull job by tag: the node learns the digest from the pull, then
@@ -520,12 +514,7 @@ fn a_block_keeps_a_digest_off_its_nodes_until_the_job_is_deleted() {
     wait_for(
         "the sweep to take the tag's image off again",
         TIMEOUT,
-        || {
-            cri::image_status(&socket, &image.reference())
-                .expect("CRI ImageStatus")
-                .is_none()
-                .then_some(())
-        },
+        || off_node(&socket, &image.reference()).then_some(()),
     );
     c.delete_quietly(&["imagepulljob", &pull_tag, "-n", "default"]);
 
@@ -588,9 +577,7 @@ fn kubectl_nodeimage_remove_creates_a_job_and_shows_its_nodes() {
         .unwrap_or_else(|| panic!("no row for {node} in {stdout}"));
     assert!(row.contains("Succeeded"), "{row}");
     assert!(
-        cri::image_status(&socket, &image.reference())
-            .expect("CRI ImageStatus")
-            .is_none(),
+        off_node(&socket, &image.reference()),
         "the image left the node"
     );
     // The same rows as JSON, from `status`.
@@ -683,9 +670,7 @@ fn a_node_that_joins_a_block_later_has_the_image_removed_by_its_daemon() {
     assert_eq!(result, "Removed", "{message}");
     assert!(bytes > 0, "{got}");
     assert!(
-        cri::image_status(&socket, &image.reference())
-            .expect("CRI ImageStatus")
-            .is_none(),
+        off_node(&socket, &image.reference()),
         "the blocked image left the late node"
     );
     drop(cleanup);
