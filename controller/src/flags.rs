@@ -121,6 +121,13 @@ pub struct Flags {
     #[arg(long, default_value = "")]
     pub eraser_namespace: String,
 
+    /// The nodes' P2P agent for jobs that name none (annotation
+    /// nodeimage.dev/p2p-agent): `daemonset:NAMESPACE/NAME` or
+    /// `pods:NAMESPACE/KEY=VALUE[,KEY=VALUE]`. A node's entry is handed out
+    /// only once the agent's Pod on it is Ready. Empty: no default agent.
+    #[arg(long, default_value = "")]
+    pub p2p_agent: String,
+
     /// Most nodes a Deployment's or StatefulSet's pre-download pulls onto
     /// beyond the nodes of its Pods: nodes its new pod template can be
     /// scheduled on (node selector, required node affinity, tolerations),

@@ -37,6 +37,8 @@ pub enum Error {
     Context(#[from] context::ContextError),
     #[error(transparent)]
     Election(#[from] leader::ElectionError),
+    #[error("--p2p-agent: {0}")]
+    P2pAgent(String),
     #[error("lost the leader-election lease; exiting so that a restart waits as a standby")]
     LostLease,
     #[error("health server on {addr}: {source}")]
@@ -57,6 +59,9 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
             .collect(),
     );
     nodes::gate_taint_key(flags.startup_gate_taint.clone());
+    if !flags.p2p_agent.trim().is_empty() {
+        engine::p2p::settings::AgentRef::parse(&flags.p2p_agent).map_err(Error::P2pAgent)?;
+    }
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let ctx = context::Context::new(client, &flags)?;
     let limits =

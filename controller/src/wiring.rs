@@ -135,6 +135,7 @@ pub async fn controllers(
             imageprepulljob::WIRING,
             f.prepull,
             f.prepull_nodes,
+            Some(f.prepull_pods),
             stop.clone()
         ),
         imagelistpulljob::run(ctx.clone(), readiness.clone(), stop.clone(), f.lists),
@@ -157,9 +158,16 @@ pub async fn controllers(
             nodeupgradejob::WIRING,
             f.upgrade,
             f.upgrade_nodes,
+            None,
             stop.clone()
         ),
-        jobshell::run_node_tasks(imageremovaljob::WIRING, f.removal, f.removal_nodes, stop),
+        jobshell::run_node_tasks(
+            imageremovaljob::WIRING,
+            f.removal,
+            f.removal_nodes,
+            None,
+            stop
+        ),
     );
 }
 
@@ -175,6 +183,7 @@ struct Feeds {
     node_store: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
     prepull: jobshell::JobInputs<ImagePrePullJob>,
     prepull_nodes: nodecache::NodeSubscription,
+    prepull_pods: podcache::PodSubscription,
     upgrade: jobshell::JobInputs<NodeUpgradeJob>,
     upgrade_nodes: nodecache::NodeSubscription,
     removal: jobshell::JobInputs<ImageRemovalJob>,
@@ -191,6 +200,19 @@ struct Feeds {
 }
 
 impl Caches {
+    /// Pre-download's subscriptions, one per workload kind.
+    fn predownload_feeds(&mut self) -> predownload::Feeds {
+        let mut feed = || predownload::Feed {
+            pods: self.pods.subscribe(),
+            jobs: self.pull_jobs.subscribe(),
+        };
+        predownload::Feeds {
+            deployments: feed(),
+            statefulsets: feed(),
+            daemonsets: feed(),
+        }
+    }
+
     /// Subscribes every controller to the caches it reads.
     fn feeds(&mut self, ctx: &Context, writer: &tagwrites::NodeWriter) -> Feeds {
         let owned = nodemirror::Owned::default();
@@ -202,6 +224,7 @@ impl Caches {
             events: self.nodeimages.subscribe_meta(),
             owned,
         };
+        let predownload = self.predownload_feeds();
         let (c, w, p) = (ctx, writer, &self.pacing);
         let pull = job_inputs(
             c,
@@ -224,15 +247,6 @@ impl Caches {
             self.nodeimages.subscribe(),
             self.upgrade_jobs.subscribe(),
         );
-        let mut predownload = || predownload::Feed {
-            pods: self.pods.subscribe(),
-            jobs: self.pull_jobs.subscribe(),
-        };
-        let predownload = predownload::Feeds {
-            deployments: predownload(),
-            statefulsets: predownload(),
-            daemonsets: predownload(),
-        };
         Feeds {
             mirror,
             mirror_nodes: self.nodes.subscribe(),
@@ -248,6 +262,7 @@ impl Caches {
             node_store: self.nodes.store(),
             prepull,
             prepull_nodes: self.nodes.subscribe(),
+            prepull_pods: self.pods.subscribe(),
             upgrade,
             upgrade_nodes: self.nodes.subscribe(),
             removal: job_inputs(

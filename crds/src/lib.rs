@@ -22,6 +22,7 @@ pub mod limits;
 pub mod nodeimage_dev;
 pub mod nodeselector;
 pub mod noproxy;
+pub mod p2p;
 pub mod predownload;
 pub mod reference;
 pub mod validation;

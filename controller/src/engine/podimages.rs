@@ -136,7 +136,18 @@ pub fn used(spec: &PodSpec) -> std::collections::BTreeSet<String> {
 pub fn trim_pod(p: &mut Pod) {
     p.metadata.managed_fields = None;
     p.metadata.annotations = None;
-    p.metadata.owner_references = None;
+    // A DaemonSet controller's reference stays: the P2P agent gate finds an
+    // agent's Pods by it (`engine::p2p`).
+    if let Some(refs) = p.metadata.owner_references.as_mut() {
+        refs.retain(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+    }
+    if p.metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(Vec::is_empty)
+    {
+        p.metadata.owner_references = None;
+    }
     if let Some(spec) = p.spec.as_mut() {
         *spec = slim(spec);
         spec.image_pull_secrets = None;

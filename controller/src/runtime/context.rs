@@ -47,6 +47,9 @@ pub struct Context {
     /// Namespace of Eraser's exclusion lists, where the controller keeps the
     /// list of pinned images (None: not kept).
     pub eraser_namespace: Option<String>,
+    /// The chart's P2P agent for jobs that name none (`engine::p2p`;
+    /// checked by `lib::run` before the context is made).
+    pub p2p_agent: Option<String>,
     /// kubelet's credential-provider plugins for followed-tag lookups.
     pub follow_tag_providers: Option<std::sync::Arc<nodeimage_ops::credproviders::Providers>>,
 }
@@ -80,6 +83,8 @@ impl Context {
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
             eraser_namespace: Some(flags.eraser_namespace.trim().to_string())
                 .filter(|n| !n.is_empty()),
+            p2p_agent: Some(flags.p2p_agent.trim().to_string())
+                .filter(|a| !a.is_empty() && a != "none"),
             follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags((
                 flags.image_credential_provider_config.as_deref(),
                 flags.image_credential_provider_bin_dir.as_deref(),

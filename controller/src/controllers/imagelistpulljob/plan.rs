@@ -86,9 +86,10 @@ pub fn child(parent: &ImageListPullJob, image: &str, hash: &str) -> ImagePullJob
     }
 }
 
-/// A child's annotations: its image, and the start-up gate's mark and the
-/// follow-tag interval when the list job carries them (children carry them
-/// on: the gate reads ImagePullJobs, and each child follows its own tag).
+/// A child's annotations: its image, and the start-up gate's mark, the
+/// follow-tag interval and the P2P settings when the list job carries them
+/// (children carry them on: the gate reads ImagePullJobs, and each child
+/// follows its own tag and rolls out on its own).
 fn child_annotations(parent: &ImageListPullJob, image: &str) -> BTreeMap<String, String> {
     let mut a = BTreeMap::from([(IMAGE_ANNOTATION.to_string(), image.to_string())]);
     if let Some(every) = parent
@@ -99,6 +100,13 @@ fn child_annotations(parent: &ImageListPullJob, image: &str) -> BTreeMap<String,
             nodeimage_api::followtag::FOLLOW_TAG.to_string(),
             every.clone(),
         );
+    }
+    // P2P settings (`engine::p2p`): each child waits for the agent and
+    // rolls out in waves as the list job says.
+    for key in nodeimage_api::p2p::ALL {
+        if let Some(v) = parent.annotations().get(key) {
+            a.insert(key.to_string(), v.clone());
+        }
     }
     if nodeimage_api::gate::is_gating(parent.annotations()) {
         a.insert(

@@ -17,6 +17,7 @@ mod task;
 
 use crate::engine::jobevents::JobEvent;
 use crate::engine::nodetasks::{self, Job, Task, v1alpha2};
+use crate::engine::p2p::observe::Observed;
 use crate::engine::rollout::{self, Entry, Starts};
 use crate::nodeimage::entries::EntryRequest;
 pub use crate::nodeimage::nodes::NodeInfo;
@@ -89,6 +90,8 @@ pub struct Inputs<'a> {
     pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
     /// The job's image secret.
     pub secrets: Secrets,
+    /// The job's P2P settings and what they read, or why they are invalid.
+    pub p2p: &'a Result<Observed, String>,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -254,17 +257,27 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         secrets: &inp.secrets,
     };
     let old_rows = old.status.clone().unwrap_or_default();
+    // The P2P settings (`engine::p2p`): an invalid one fails the job before
+    // any node starts, as an invalid image does.
+    let p2p = inp.p2p;
+    let started = job
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(inp.now, crate::runtime::clock::instant);
     let step = nodetasks::step(
         &kind,
         Job {
             uid: job.uid().unwrap_or_default(),
             old: v1alpha2::recorded(&old.job, old.phase.as_deref()),
             old_rows: &old_rows,
-            entries: images.map(|_| entries.clone()),
+            entries: images
+                .and_then(|_| p2p.as_ref().map(|_| entries.clone()).map_err(Clone::clone)),
             task: Task::of(&t.task),
             edge_only: inp.edge_only,
             registry_cap: inp.registry_cap,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
+            p2p: p2p.as_ref().ok().map(|o| (o, started)),
         },
         inp.nodes,
         inp.nodeimages,

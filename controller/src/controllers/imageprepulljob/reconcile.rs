@@ -5,6 +5,7 @@
 use super::plan::{self, Inputs, Secrets};
 use crate::cluster::tagwrites;
 use crate::engine::jobshell::{self, Error, JobKind, JobReconciler, NodeJobs, StateOf};
+use crate::engine::p2p;
 use crate::engine::pullsecrets;
 use chrono::Utc;
 use kube::ResourceExt;
@@ -59,6 +60,13 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
         } else {
             plan::entries(&job)
         };
+        let p2p = if finished_before {
+            Ok(Default::default())
+        } else {
+            let pods = self.pods.as_ref().map(|(store, _)| store);
+            let default_agent = ctx.p2p_agent.as_deref();
+            p2p::observe::for_job(job.annotations(), default_agent, pods, &self.nodes)
+        };
         let paced = self.plan(&job, &entries, now, |w| {
             plan::plan(Inputs {
                 job: &job,
@@ -67,6 +75,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
                 edge_only: w.edge_only,
                 registry_cap: w.registry_cap,
                 secrets,
+                p2p: &p2p,
                 now,
             })
         });

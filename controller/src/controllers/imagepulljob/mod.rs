@@ -62,6 +62,7 @@ pub async fn run(
         providers: ctx.follow_tag_providers.clone(),
     };
     let follow = crate::engine::followtag::FollowTags::new(reach, ctx.metrics.clone());
+    let default_agent = ctx.p2p_agent.clone();
     let state = Arc::new(reconcile::State {
         follow,
         shared: crate::engine::jobshell::Shared {
@@ -83,7 +84,7 @@ pub async fn run(
         .watches_shared_stream(nodeimages.changes, on_nodeimage(jobs.clone(), relabelled))
         .watches_stream(
             crate::cluster::cache::touched(pod_events),
-            on_pod(jobs.clone()),
+            on_pod(jobs.clone(), default_agent),
         )
         .watches_stream(secret_events(&client), on_secret(jobs));
     jobshell::drive(controller, stop, state).await;
@@ -120,15 +121,31 @@ fn on_nodeimage(
     }
 }
 
-/// A changed pod wakes the podSelector jobs of its namespace.
+/// A changed pod wakes the podSelector jobs of its namespace, and the
+/// running jobs whose P2P agent it is.
 fn on_pod(
     jobs: Store<ImagePullJob>,
+    default_agent: Option<String>,
 ) -> impl Fn(Pod) -> Vec<ObjectRef<ImagePullJob>> + Send + Sync + 'static {
     move |pod| {
         let ns = pod.namespace();
+        let agent = crate::engine::p2p::observe::agent_pod(&pod);
+        let running = |j: &ImagePullJob| {
+            j.status
+                .as_ref()
+                .is_none_or(|s| s.completion_time.is_none())
+        };
+        let waits = |j: &ImagePullJob| {
+            running(j)
+                && crate::engine::p2p::observe::is_agent_for(
+                    j.annotations(),
+                    default_agent.as_deref(),
+                    &agent,
+                )
+        };
         jobs.state()
             .iter()
-            .filter(|j| j.namespace() == ns && plan::reads_pods(j))
+            .filter(|j| (j.namespace() == ns && plan::reads_pods(j)) || waits(j))
             .map(|j| ObjectRef::from_obj(j.as_ref()))
             .collect()
     }

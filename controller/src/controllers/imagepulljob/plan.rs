@@ -2,16 +2,16 @@
 //! NodeImages (and pods, for podSelector) and the clock. Pure.
 
 mod entry;
+mod roll;
 mod select;
 
 use crate::engine::jobevents::JobEvent;
+use crate::engine::p2p::observe::Observed;
 use crate::engine::rollout::{self, Entry, NodeState, Starts, Tally};
 use crate::nodeimage::entries::EntryRequest;
 use crate::runtime::clock::{api_time, instant};
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use nodeimage_api::kruise::nodeimage::contract::past_its_deadline;
 use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -64,6 +64,9 @@ pub struct Inputs<'a> {
     pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
     /// Whether the job follows its tag, and since when its nodes pull it again.
     pub follow: Follow,
+    /// The job's P2P settings and what they read (`engine::p2p`), or why
+    /// its P2P annotations are invalid (the job then starts no node).
+    pub p2p: &'a Result<Observed, String>,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -245,7 +248,7 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
             events.push(JobEvent::warning(GATE_REFUSED, why.clone()));
         }
     }
-    let (entry, nodes) = match nodes_of(inp) {
+    let (entry, nodes, observed) = match nodes_of(inp) {
         Ok(found) => found,
         Err(message) => {
             let status = ImagePullJobStatus {
@@ -261,14 +264,14 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
         .filter(|_| always)
         .map(|s| crate::runtime::clock::after(start_time, crate::runtime::clock::seconds(s)));
     let refused = (!inp.refused_secrets.is_empty()).then(|| inp.refused_secrets.join("; "));
-    let r = roll_out(
-        job,
-        nodes,
+    let bounds = roll::Bounds {
         deadline,
-        refused.as_deref(),
-        inp.registry_cap,
-        now,
-    );
+        refused: refused.as_deref(),
+        cap: inp.registry_cap,
+        p2p: observed,
+        started: start_time,
+    };
+    let r = roll::roll_out(job, nodes, &bounds, now);
     let complete = always && r.tally.finished();
     events.extend(node_events(job, &old, &r.tally, complete));
     let requeue_after = if complete {
@@ -278,6 +281,14 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
         Some(NEVER_RESYNC)
     } else {
         deadline.and_then(|d| (d - now).to_std().ok())
+    };
+    // A node waiting for its P2P agent decides again when its wait ends.
+    let wake = (r.p2p.wake_at.filter(|_| !complete))
+        .map(|w| (w - now).to_std().unwrap_or_default())
+        .map(|d| d.max(std::time::Duration::from_secs(1)));
+    let requeue_after = match (requeue_after, wake) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     };
     let status = status_of(&r, &old, start_time, complete, inp, now);
     Plan {
@@ -292,12 +303,17 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
     }
 }
 
-/// The job's entry and where each selected node stands with it, or why
-/// the job cannot pull (an invalid image or selector).
-fn nodes_of(inp: &Inputs<'_>) -> Result<(Entry, Vec<(String, NodeState)>), String> {
+/// The job's entry, where each selected node stands with it and the P2P
+/// rules' view, or why the job cannot pull (an invalid image, selector or
+/// P2P annotation).
+fn nodes_of<'a>(
+    inp: &Inputs<'a>,
+) -> Result<(Entry, Vec<(String, NodeState)>, &'a Observed), String> {
     let job = inp.job;
     let entry = rollout::entry_for(&job.spec.image)
         .map_err(|e| format!("cannot pull {}: {e}", job.spec.image))?;
+    let observed =
+        (inp.p2p.as_ref()).map_err(|e| format!("cannot pull {}: {e}", job.spec.image))?;
     let selected = select_nodes(job, inp.nodeimages, inp.pods, inp.nodes)?;
     let uid = job.uid().unwrap_or_default();
     let by_name: BTreeMap<String, &Arc<NodeImage>> =
@@ -311,75 +327,7 @@ fn nodes_of(inp: &Inputs<'_>) -> Result<(Entry, Vec<(String, NodeState)>), Strin
             (n, rollout::node_state(&pairs))
         })
         .collect();
-    Ok((entry, nodes))
-}
-
-/// Where the job's nodes stand after this step.
-struct Rollout {
-    /// The nodes by state (past the deadline, working ones failed).
-    tally: Tally,
-    /// Nodes that start now, and how many the job's budget wanted.
-    start: Starts,
-    /// Nodes to write the entry to: every node holding it (so it follows
-    /// an edited spec) and those that start.
-    write_to: Vec<String>,
-    /// activeDeadlineSeconds has passed.
-    past_deadline: bool,
-}
-
-/// How many nodes pull at once: `parallelism`, 1 when unset.
-fn parallelism(p: Option<&IntOrString>) -> usize {
-    match p {
-        None => 1,
-        Some(IntOrString::Int(n)) => (*n).max(0) as usize,
-        Some(IntOrString::String(s)) => s.trim().parse().unwrap_or(1),
-    }
-}
-
-/// Starts nodes within `parallelism` and the registry's `cap`, none past
-/// the job's `deadline` (which fails the working ones) or while a named
-/// pull secret is `refused` (which fails every unfinished node with why).
-fn roll_out(
-    job: &ImagePullJob,
-    nodes: Vec<(String, NodeState)>,
-    deadline: Option<DateTime<Utc>>,
-    refused: Option<&str>,
-    cap: Option<&rollout::Cap>,
-    now: DateTime<Utc>,
-) -> Rollout {
-    let past_deadline = deadline.is_some_and(|d| now >= d);
-    // Every node holding the job's entry keeps it in step with the job's spec
-    // (an edited pull policy or TTL reaches finished nodes too).
-    let mut write_to: Vec<String> = nodes
-        .iter()
-        .filter(|(_, s)| *s != NodeState::NotStarted)
-        .map(|(n, _)| n.clone())
-        .collect();
-    let (nodes, start) = if past_deadline {
-        let failed = rollout::apply_deadline(nodes, "job exceeds activeDeadlineSeconds");
-        (failed, Starts::default())
-    } else if let Some(why) = refused {
-        (rollout::apply_deadline(nodes, why), Starts::default())
-    } else {
-        let limit = parallelism(job.spec.template.parallelism.as_ref());
-        let start = rollout::to_start_capped(&nodes, limit, cap);
-        (nodes, start)
-    };
-    write_to.extend(start.nodes.iter().cloned());
-    let tally = rollout::tally(&nodes);
-    // A node that failed on its entry's activeDeadlineSeconds (the job's,
-    // counted from the entry's createdAt) ran into the job's deadline too,
-    // also when the job's recorded start is a second or two later than the
-    // entry's creation (a start written by a later reconcile).
-    let ran_out = deadline.is_some()
-        && !tally.failed.is_empty()
-        && tally.failed.iter().all(|(_, m)| past_its_deadline(m));
-    Rollout {
-        tally,
-        start,
-        write_to,
-        past_deadline: past_deadline || ran_out,
-    }
+    Ok((entry, nodes, observed))
 }
 
 /// NodeFailed for each node that failed since the status was written, and
@@ -420,7 +368,7 @@ fn node_events(
 
 /// The job's status after this step (conditions as they were).
 fn status_of(
-    r: &Rollout,
+    r: &roll::Rollout,
     old: &ImagePullJobStatus,
     start_time: DateTime<Utc>,
     complete: bool,
@@ -438,6 +386,9 @@ fn status_of(
     }
     for why in &inp.refused_secrets {
         message.push_str(&format!("; {why}"));
+    }
+    if let Some(p2p) = r.p2p.summary().filter(|_| !complete) {
+        message.push_str(&format!("; {p2p}"));
     }
     ImagePullJobStatus {
         start_time: Some(api_time(start_time)),

@@ -7,6 +7,7 @@ use crate::cluster::tagwrites;
 use crate::cluster::watch::Synced;
 use crate::engine::followtag;
 use crate::engine::jobshell::{self, Caches, Error, JobKind, JobReconciler, Shared, api_err};
+use crate::engine::p2p::{self, observe::Observed};
 use crate::engine::pullsecrets;
 use crate::engine::registrypace::PacedJob;
 use chrono::Utc;
@@ -118,6 +119,7 @@ impl JobReconciler for State {
             .then(|| ctx.policy.gate_refusal(job.namespace().as_deref()))
             .flatten();
         let pods = self.pods_of(&job);
+        let p2p = self.p2p_of(&job, ctx.p2p_agent.as_deref());
         let now = Utc::now();
         let (followed, follow_next) = self.follow_tag(&job, now).await;
         // The snapshot goes before any write is awaited: held, it would keep
@@ -140,6 +142,7 @@ impl JobReconciler for State {
                     gate_refusal: gate_refusal.clone(),
                     registry_cap,
                     follow: plan::Follow::from(&followed),
+                    p2p: &p2p,
                     now,
                 })
             },
@@ -287,6 +290,24 @@ impl State {
         } else {
             vec![]
         }
+    }
+
+    /// The job's P2P settings and what they read of the Pod and Node
+    /// caches (nothing for a finished job or one without them).
+    fn p2p_of(&self, job: &ImagePullJob, default_agent: Option<&str>) -> Result<Observed, String> {
+        let finished = job
+            .status
+            .as_ref()
+            .is_some_and(|s| s.completion_time.is_some());
+        if finished {
+            return Ok(Observed::default());
+        }
+        p2p::observe::for_job(
+            job.annotations(),
+            default_agent,
+            Some(&self.pods),
+            &self.nodes,
+        )
     }
 
     /// The pods of the job's namespace, as the plan reads them (only for

@@ -244,6 +244,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
             edge_only: inp.edge_only,
             registry_cap: inp.registry_cap,
             status_budget: nodetasks::status_budget(nodetasks::spec_bytes(&job.spec)),
+            p2p: None,
         },
         inp.nodes,
         inp.nodeimages,

@@ -415,6 +415,12 @@ fn job_for(w: &Workload, image: &Wanted, s: &Settings, d: &Desired) -> ImagePull
     if let Some(p) = d.placement_annotation() {
         annotations.insert(names::PLACEMENT_ANNOTATION.to_string(), p);
     }
+    // The workload's P2P settings go with its jobs (`engine::p2p`).
+    for key in nodeimage_api::p2p::ALL {
+        if let Some(v) = w.annotations.get(key) {
+            annotations.insert(key.to_string(), v.clone());
+        }
+    }
     ImagePullJob {
         metadata: ObjectMeta {
             name: Some(job_name(w, &image.image)),

@@ -6,6 +6,7 @@
 use super::{Caches, JobKind, JobReconciler, Shared};
 use crate::cluster::nodecache::NodeSubscription;
 use crate::cluster::nodeimages::Subscription;
+use crate::cluster::podcache::PodSubscription;
 use crate::cluster::wakeups::TagChanges;
 use crate::cluster::watch::{self, Synced};
 use crate::engine::registrypace::{Paced, PacedJob, Starting};
@@ -81,6 +82,9 @@ pub struct NodeJobs<K> {
     /// When each job's status was last written (ImagePrePullJob holds
     /// writes back that change no job state).
     pub status_pace: crate::engine::pace::StatusPace,
+    /// Every Pod, trimmed, for a kind whose jobs may wait for a P2P agent
+    /// (`engine::p2p`; `None`: the kind reads no Pods).
+    pub pods: Option<(Store<k8s_openapi::api::core::v1::Pod>, Synced)>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -142,7 +146,8 @@ impl<K> Caches for NodeJobs<K> {
     }
 
     fn synced(&self) -> bool {
-        self.nodes_synced.get() && self.shared.nodeimages_synced.get()
+        let pods = self.pods.as_ref().is_none_or(|(_, synced)| synced.get());
+        self.nodes_synced.get() && self.shared.nodeimages_synced.get() && pods
     }
 }
 
@@ -185,11 +190,13 @@ pub struct NodeTaskWiring<K: JobKind, Key> {
 /// Runs a KubeEdge node-task kind's controller until `stop` turns true. A
 /// job is woken when it changes, when a NodeImage holding one of its tags
 /// changes, when what its plan reads of a Node changes or a Node goes
-/// (running jobs only), and when its plan's due time comes.
+/// (running jobs only), when its plan's due time comes, and, for a kind
+/// given the Pods, when a Pod of its P2P agent changes.
 pub async fn run_node_tasks<K, Key>(
     w: NodeTaskWiring<K, Key>,
     inputs: JobInputs<K>,
     nodes: NodeSubscription,
+    pods: Option<PodSubscription>,
     stop: signal::Receiver<bool>,
 ) where
     K: JobKind,
@@ -212,6 +219,11 @@ pub async fn run_node_tasks<K, Key>(
     let node_events =
         crate::cluster::cache::event_stream(events).filter_map(watch::changes_only(w.node_key));
     ensure_secrets_namespace(&ctx, "image secrets").await;
+    let default_agent = ctx.p2p_agent.clone();
+    let (pods, pod_events) = match pods {
+        Some(p) => (Some((p.store, p.synced)), Some(p.events)),
+        None => (None, None),
+    };
     let trigger = crate::cluster::cache::applied(jobs.events);
     let jobs = jobs.store;
     let controller = Controller::for_stream(trigger, jobs.clone());
@@ -226,6 +238,7 @@ pub async fn run_node_tasks<K, Key>(
         nodes,
         nodes_synced,
         status_pace: Default::default(),
+        pods,
         kind: PhantomData,
     });
     let is_finished = w.is_finished;
@@ -233,12 +246,38 @@ pub async fn run_node_tasks<K, Key>(
     let controller = controller
         .reconcile_on(paced)
         .watches_shared_stream(nodeimages.changes, (w.owners)())
-        .watches_stream(node_events, move |_: Node| {
-            jobs.state()
-                .iter()
-                .filter(|j| !is_finished(j))
-                .map(|j| ObjectRef::from_obj(j.as_ref()))
-                .collect::<Vec<_>>()
+        .watches_stream(node_events, {
+            let jobs = jobs.clone();
+            move |_: Node| {
+                jobs.state()
+                    .iter()
+                    .filter(|j| !is_finished(j))
+                    .map(|j| ObjectRef::from_obj(j.as_ref()))
+                    .collect::<Vec<_>>()
+            }
         });
+    let Some(pod_events) = pod_events else {
+        return drive(controller, stop, state).await;
+    };
+    let wakes = agent_wakes(jobs, is_finished, default_agent);
+    let controller = controller.watches_stream(crate::cluster::cache::touched(pod_events), wakes);
     drive(controller, stop, state).await;
+}
+
+/// A changed Pod wakes the unfinished jobs whose P2P agent it is.
+fn agent_wakes<K: JobKind>(
+    jobs: Store<K>,
+    is_finished: fn(&K) -> bool,
+    default_agent: Option<String>,
+) -> impl Fn(k8s_openapi::api::core::v1::Pod) -> Vec<ObjectRef<K>> + Send + Sync + 'static {
+    move |pod| {
+        let agent = crate::engine::p2p::observe::agent_pod(&pod);
+        let default = default_agent.as_deref();
+        jobs.state()
+            .iter()
+            .filter(|j| !is_finished(j))
+            .filter(|j| crate::engine::p2p::observe::is_agent_for(j.annotations(), default, &agent))
+            .map(|j| ObjectRef::from_obj(j.as_ref()))
+            .collect()
+    }
 }

@@ -157,6 +157,9 @@ pub struct Job<'a, R> {
     /// Most nodes that may start now by the registries' free slots
     /// (`None`: none of the job's images is on a limited registry).
     pub registry_cap: Option<&'a crate::engine::rollout::Cap>,
+    /// The job's P2P rules and what they read, and the job's start
+    /// (`engine::p2p`; `None`: the kind or the job has none).
+    pub p2p: Option<(&'a crate::engine::p2p::observe::Observed, DateTime<Utc>)>,
 }
 
 /// The fields of a kind's `NodeTaskSpec` the engine reads, so that both

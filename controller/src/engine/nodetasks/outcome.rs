@@ -17,6 +17,8 @@ pub enum Node<K: NodeTask> {
     Skipped,
     /// Waiting for its NodeImage to exist.
     NoNodeImage,
+    /// Held back by the P2P rules (`engine::p2p`), with why.
+    Held(String),
     /// Known through its entries.
     Tracked {
         /// Where the node stands.
@@ -41,7 +43,7 @@ impl<K: NodeTask> Node<K> {
             }
             Node::Rejected(reason) => NodeState::Failed(reason.clone()),
             Node::Skipped => NodeState::Succeeded,
-            Node::NoNodeImage => NodeState::NotStarted,
+            Node::NoNodeImage | Node::Held(_) => NodeState::NotStarted,
             Node::Tracked { state, .. } => state.clone(),
         }
     }

@@ -97,6 +97,14 @@ pub fn render<K: NodeTask>(kind: &K, name: &str, row: &Node<K>) -> K::Row {
             K::MAX_REASON_CHARS,
         )),
         Node::Skipped => kind.render_skipped(name),
+        Node::Held(why) => K::row(task(
+            name,
+            state::INIT,
+            None,
+            None,
+            Some(why.clone()),
+            K::MAX_REASON_CHARS,
+        )),
         Node::NoNodeImage
         | Node::Tracked {
             state: NodeState::NotStarted,

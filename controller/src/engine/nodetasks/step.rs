@@ -37,6 +37,8 @@ struct Setup<'a, K: NodeTask> {
     names: Vec<String>,
     /// The rows so far.
     recorded: Recorded<'a, K>,
+    /// The P2P rules and the job's start.
+    p2p: Option<(&'a crate::engine::p2p::observe::Observed, DateTime<Utc>)>,
 }
 
 /// Decides the job's next step.
@@ -164,6 +166,7 @@ fn prepare<'a, K: NodeTask>(
         timeout,
         concurrency,
         registry_cap: job.registry_cap,
+        p2p: job.p2p,
         names,
         recorded: Recorded::of(job.old_rows),
     })
@@ -186,8 +189,10 @@ fn situations<K: NodeTask>(
             _ => (name.clone(), track.node(name)),
         })
         .collect();
+    let all = budget(&rows);
+    let budget = held_back(&mut rows, all, setup.p2p, now);
     let starts = starting(
-        &budget(&rows),
+        &budget,
         rows.len(),
         setup.tolerance,
         setup.concurrency,
@@ -202,6 +207,39 @@ fn situations<K: NodeTask>(
         };
     }
     (rows, starts)
+}
+
+/// The P2P rules over the budget (`engine::p2p`): held nodes get their
+/// reason in their rows and leave the budget; nodes the rules skip fail
+/// before they start.
+fn held_back<K: NodeTask>(
+    rows: &mut [(String, Node<K>)],
+    budget: Vec<(String, NodeState)>,
+    p2p: Option<(&crate::engine::p2p::observe::Observed, DateTime<Utc>)>,
+    now: DateTime<Utc>,
+) -> Vec<(String, NodeState)> {
+    let Some((observed, started)) = p2p else {
+        return budget;
+    };
+    let v = observed.verdict(budget, started, now);
+    let held: BTreeMap<&String, &String> = v.held.iter().map(|(n, w)| (n, w)).collect();
+    let failed: BTreeMap<&String, &String> = v
+        .nodes
+        .iter()
+        .filter_map(|(n, s)| match s {
+            NodeState::Failed(why) => Some((n, why)),
+            _ => None,
+        })
+        .collect();
+    for (name, row) in rows.iter_mut() {
+        let not_started = row.node_state() == NodeState::NotStarted;
+        if let Some(why) = held.get(name).filter(|_| not_started) {
+            *row = Node::Held((*why).clone());
+        } else if let Some(why) = failed.get(name).filter(|_| not_started) {
+            *row = Node::Rejected((*why).clone());
+        }
+    }
+    v.startable
 }
 
 /// The nodes the concurrency budget counts: all but those still waiting

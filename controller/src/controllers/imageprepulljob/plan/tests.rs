@@ -81,6 +81,7 @@ impl Plans for World {
             edge_only: true,
             registry_cap: None,
             secrets,
+            p2p: &Ok(Default::default()),
             now: at(now),
         })
     }
@@ -93,6 +94,7 @@ impl Plans for World {
             edge_only: true,
             registry_cap: cap.map(crate::engine::rollout::Cap::new).as_ref(),
             secrets: Secrets::None,
+            p2p: &Ok(Default::default()),
             now: at(now),
         })
     }
@@ -750,4 +752,58 @@ fn helpers() {
     assert_eq!(cap("abcdef", 4), "abc…");
     assert_eq!(cap("abc", 4), "abc");
     assert_eq!(rfc3339(at(0)), "2023-11-14T22:13:20Z");
+}
+
+#[test]
+fn p2p_held_nodes_wait_in_init_with_the_reason() {
+    use crate::engine::p2p::{observe::Observed, settings};
+    let mut j = with(job(&[IMG_A], &["n1", "n2", "n3"]), |t| {
+        t.task.concurrency = Some(3)
+    });
+    j.metadata.creation_timestamp = Some(crate::runtime::clock::api_time(at(0)));
+    let w = world(&["n1", "n2", "n3"]);
+    let annotations = BTreeMap::from([
+        (
+            nodeimage_api::p2p::AGENT.to_string(),
+            "pods:p2p/app=agent".to_string(),
+        ),
+        (
+            nodeimage_api::p2p::AGENT_MISSING.to_string(),
+            "skip".to_string(),
+        ),
+    ]);
+    let observed = Observed {
+        settings: settings::read(&annotations, None).unwrap_or_default(),
+        agents: BTreeMap::from([("n1".to_string(), true), ("n2".to_string(), false)]),
+        ..Default::default()
+    };
+    let run = |p2p: &Result<Observed, String>, now: i64| {
+        plan(Inputs {
+            job: &j,
+            nodes: &w.nodes,
+            nodeimages: &w.nodeimages,
+            edge_only: true,
+            registry_cap: None,
+            secrets: Secrets::None,
+            p2p,
+            now: at(now),
+        })
+    };
+    let p = run(&Ok(observed.clone()), 10);
+    assert_eq!(p.write_to, vec!["n1"]);
+    assert_eq!(sea(&p, "n2").0, "Init");
+    let why = node(&p, "n2").phase.reason.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("waits for the P2P agent Pods p2p/app=agent"),
+        "{why}"
+    );
+    // Past the wait (600 s from the job's creation), a node without a Ready agent is skipped: it fails before it starts.
+    let p = run(&Ok(observed), 10_000);
+    assert_eq!(sea(&p, "n3").0, "Failed");
+    let why = node(&p, "n3").phase.reason.clone().unwrap_or_default();
+    assert!(why.starts_with("skipped: the P2P agent"), "{why}");
+    // An invalid setting fails the job before any node starts.
+    let p = run(&Err("annotation nodeimage.dev/p2p-seeds: bad".into()), 10);
+    assert!(p.write_to.is_empty());
+    assert_eq!(p.status.job.state.as_deref(), Some("Failed"));
 }

@@ -1,4 +1,5 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nodeimage_api::kruise::{
     CompletionPolicy, ImagePullJobNodeSelector, ImagePullJobSpec, ImagePullPhase, ImageSpec,
     ImageStatus, ImageTagSpec, ImageTagStatus, NodeImageSpec, NodeImageStatus,
@@ -84,6 +85,7 @@ fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
         gate_refusal: None,
         registry_cap: None,
         follow: Default::default(),
+        p2p: &Ok(Default::default()),
         now: now(at),
     })
 }
@@ -206,6 +208,7 @@ fn registry_cap_cuts_the_starts() {
             gate_refusal: None,
             registry_cap: cap.map(crate::engine::rollout::Cap::new).as_ref(),
             follow: Default::default(),
+            p2p: &Ok(Default::default()),
             now: now(200),
         })
     };
@@ -395,6 +398,7 @@ fn missing_secrets_are_named() {
         gate_refusal: None,
         registry_cap: None,
         follow: Default::default(),
+        p2p: &Ok(Default::default()),
         now: now(1),
     });
     assert!(
@@ -425,6 +429,7 @@ fn refused_secrets_fail_the_unfinished_nodes_and_start_none() {
         gate_refusal: None,
         registry_cap: None,
         follow: Default::default(),
+        p2p: &Ok(Default::default()),
         now: now(1),
     });
     assert!(p.starts.nodes.is_empty(), "{:?}", p.starts);
@@ -529,6 +534,7 @@ fn a_missing_secret_is_announced_once() {
             gate_refusal: None,
             registry_cap: None,
             follow: Default::default(),
+            p2p: &Ok(Default::default()),
             now: now(1),
         })
     };
@@ -574,6 +580,7 @@ fn a_refused_gate_mark_is_said_once_when_the_job_starts() {
             gate_refusal: why.map(String::from),
             registry_cap: None,
             follow: Default::default(),
+            p2p: &Ok(Default::default()),
             now: now(1),
         })
     };
@@ -635,4 +642,68 @@ fn a_node_out_of_time_ends_the_job_by_its_deadline() {
         assert!(p.status.completion_time.is_some(), "{failure}");
         assert_eq!(p.status.message.as_deref(), Some(want), "{failure}");
     }
+}
+
+fn run_p2p(j: &ImagePullJob, nodes: &[Arc<NodeImage>], p2p: &Result<Observed, String>) -> Plan {
+    plan(Inputs {
+        job: j,
+        nodeimages: nodes,
+        pods: &[],
+        nodes: &[],
+        secrets: vec![],
+        missing_secrets: vec![],
+        refused_secrets: vec![],
+        gate_refusal: None,
+        registry_cap: None,
+        follow: Default::default(),
+        p2p,
+        now: now(200),
+    })
+}
+
+#[test]
+fn p2p_agent_holds_nodes_and_bad_annotations_start_nothing() {
+    use crate::engine::p2p::settings;
+    let nodes = vec![
+        node("n1", &[], None),
+        node("n2", &[], None),
+        node("n3", &[], None),
+    ];
+    let j = job(3, CompletionPolicy::default());
+    let annotations = BTreeMap::from([(
+        nodeimage_api::p2p::AGENT.to_string(),
+        "daemonset:p2p/agent".to_string(),
+    )]);
+    let observed = Observed {
+        settings: settings::read(&annotations, None).unwrap_or_default(),
+        agents: BTreeMap::from([("n1".to_string(), true), ("n2".to_string(), false)]),
+        ..Default::default()
+    };
+    let p = run_p2p(&j, &nodes, &Ok(observed));
+    // Only n1's agent is Ready: parallelism 3 starts n1 alone.
+    assert_eq!(p.starts.nodes, vec!["n1".to_string()]);
+    assert_eq!(p.write_to, vec!["n1".to_string()]);
+    let message = p.status.message.unwrap_or_default();
+    assert!(
+        message
+            .contains("2 node(s) held back (e.g. n2: waits for the P2P agent DaemonSet p2p/agent"),
+        "{message}"
+    );
+    // The job looks again when the wait ends (600 s after its start at 200).
+    assert!(
+        p.requeue_after
+            .is_some_and(|d| d <= std::time::Duration::from_secs(600))
+    );
+
+    let bad = Err(
+        "annotation nodeimage.dev/p2p-seeds: \"0\" is not a whole number from 1 to 1000"
+            .to_string(),
+    );
+    let p = run_p2p(&j, &nodes, &bad);
+    assert!(p.write_to.is_empty());
+    let message = p.status.message.unwrap_or_default();
+    assert!(
+        message.contains("annotation nodeimage.dev/p2p-seeds"),
+        "{message}"
+    );
 }
