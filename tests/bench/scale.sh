@@ -35,7 +35,15 @@
 #                    LANDING_EXTRA ("0 100 1000"; 0 is the rule before issue
 #                    49: the nodes of its Pods only), in one session.
 #
-#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [imageremovaljob] [predownload] [landing]
+#   p2p              issue 52: one large image onto all NODES through a
+#                    modelled network (ni-sim --bandwidth-model P2P_MODEL;
+#                    nodes in ZONES zones, made so on creation): plain
+#                    parallelism (every node at once) against
+#                    seed-then-fan-out (nodeimage.dev/p2p-seeds P2P_SEEDS):
+#                    time to Complete and the registry's modelled bytes, in
+#                    images, ROUNDS rounds alternating.
+#
+#   NODEIMAGE_STATE=/work/bench-state NODES=1000 tests/bench/scale.sh [imagepulljob] [imageprepulljob] [imageremovaljob] [predownload] [landing] [p2p]
 #   NODEIMAGE_STATE=/work/bench-state tests/bench/scale.sh reset   # after an aborted run
 #
 # The simulated Nodes (nodeimage.dev/sim=true) are created by `ni-sim
@@ -89,6 +97,9 @@ PULL_MS=${PULL_MS:-0}
 REGISTRY_LIMIT=${REGISTRY_LIMIT:-0}
 SETTLE_SECONDS=${SETTLE_SECONDS:-60}
 ROUNDS=${ROUNDS:-2}
+ZONES=${ZONES:-0}
+P2P_MODEL=${P2P_MODEL:-}
+P2P_SEEDS=${P2P_SEEDS:-1}
 TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-7200}
 PROBE_LEASES=${PROBE_LEASES:-100}
 PROBE_INTERVAL_MS=${PROBE_INTERVAL_MS:-10000}
@@ -200,7 +211,7 @@ if ((have != NODES)); then
     wait_until 600 "simulated NodeImages gone" - bash -c "[[ \$($KUBECTL get nodeimages -l $SIM_SEL -o name | wc -l) == 0 ]]"
   fi
   t0=$(now)
-  out=$("$BIN/ni-sim" --kubeconfig "$KUBECONFIG" create-nodes --count "$NODES" --concurrency 32)
+  out=$("$BIN/ni-sim" --kubeconfig "$KUBECONFIG" create-nodes --count "$NODES" --concurrency 32 --zones "$ZONES")
   t1=$(now)
   record "nodes.create.seconds[$NODES]" "$(elapsed "$t0" "$t1") ($out)"
   wait_until 1800 "$NODES simulated NodeImages" scale-controller bash -c "[[ \$($KUBECTL get nodeimages -l $SIM_SEL -o name | wc -l) -ge $NODES ]]"
@@ -210,7 +221,8 @@ fi
 bench_stop scale-controller
 
 bench_start ni-sim "$BIN/ni-sim" --kubeconfig "$SIM_KUBECONFIG" run --selector "$SIM_SEL" \
-  --concurrency "$SIM_CONCURRENCY" --pull-ms "$PULL_MS" --stats-file "$SIM_STATS" --stats-interval 1
+  --concurrency "$SIM_CONCURRENCY" --pull-ms "$PULL_MS" --stats-file "$SIM_STATS" --stats-interval 1 \
+  ${P2P_MODEL:+--bandwidth-model "$P2P_MODEL"}
 sim_stat() { jq -r ".$1" "$SIM_STATS" 2>/dev/null || echo 0; }
 
 # PATCHes of NodeImages (spec and status) by all clients: "total 409s 422s".
@@ -820,10 +832,60 @@ landing() {
   for extra in $LANDING_EXTRA; do landing_run "$extra"; done
 }
 
+# ---------------------------------------------------------------------------
+# Scenario p2p (issue 52): plain parallelism against seed-then-fan-out
+# ---------------------------------------------------------------------------
+# p2p_run VARIANT ROUND: one image onto every simulated node, timed from the
+# job's creation to its completion; the registry's and the peers' modelled
+# MB from the simulator's stats (written every second).
+p2p_run() {
+  local v=$1 r=$2 s=p2p image ann mb0 peer0 t0 el last=0 j
+  image=$REG/bench/p2p-$v-r$r-$(date -u +%H%M%S):v1
+  ann='{}'
+  [[ $v == seeds ]] && ann=$(jq -cn --arg k "$P2P_SEEDS" '{"nodeimage.dev/p2p-seeds": $k}')
+  mb0=$(sim_stat modelRegistryMb)
+  peer0=$(sim_stat modelPeerMb)
+  t0=$(now)
+  jq -n --arg image "$image" --arg ns "$NS" --argjson p "$NODES" --argjson a "$ann" \
+    '{apiVersion: "apps.kruise.io/v1alpha1", kind: "ImagePullJob",
+      metadata: {name: "p2p", namespace: $ns, annotations: $a},
+      spec: {image: $image, selector: {matchLabels: {"nodeimage.dev/sim": "true"}},
+             parallelism: $p, completionPolicy: {type: "Always"}}}' | kc create -f - >/dev/null
+  while :; do
+    sleep 1
+    el=$(elapsed "$t0" "$(now)")
+    j=$(api_curl "/apis/apps.kruise.io/v1alpha1/namespaces/$NS/imagepulljobs/p2p")
+    [[ $(jq -r '.status.completionTime // ""' <<<"$j") != "" ]] && break
+    if ((${el%.*} >= last + 30)); then
+      last=${el%.*}
+      log "$s $v r$r: ${last}s: succeeded $(jq '.status.succeeded // 0' <<<"$j"), active $(jq '.status.active // 0' <<<"$j"); sim $(cat "$SIM_STATS" 2>/dev/null)"
+    fi
+    ((${el%.*} <= TIMEOUT_SECONDS)) || die "$s $v r$r: not complete after $TIMEOUT_SECONDS s"
+  done
+  sleep 2 # the simulator's stats file is written every second
+  record "$s.$v.r$r" "$(jq -r '"succeeded \(.status.succeeded // 0) of \(.status.desired // 0), failed \(.status.failed // 0)"' <<<"$j") in $el s; registry $(awk -v a="$mb0" -v b="$(sim_stat modelRegistryMb)" 'BEGIN { printf "%.1f", b - a }') MB, peers $(awk -v a="$peer0" -v b="$(sim_stat modelPeerMb)" 'BEGIN { printf "%.1f", b - a }') MB"
+  P2P_SECONDS[$v]+="$el "
+  kc delete imagepulljob p2p -n "$NS" --wait=false >/dev/null
+  wait_until "$TIMEOUT_SECONDS" "$s: the job gone" scale-controller bash -c "! $KUBECTL get imagepulljob p2p -n $NS >/dev/null 2>&1"
+}
+p2p() {
+  local r v
+  [[ -n $P2P_MODEL ]] || die "p2p: set P2P_MODEL (ni-sim --bandwidth-model), e.g. image_mb=10000,registry_mbps=1250,node_mbps=500,upload_mbps=500,speed=50"
+  declare -gA P2P_SECONDS=()
+  start_controller
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for v in plain seeds; do p2p_run "$v" "$r"; done
+  done
+  for v in plain seeds; do
+    record "p2p.$v.summary" "to Complete $(tr ' ' '\n' <<<"${P2P_SECONDS[$v]}" | grep . | summary) s (real time; model time is P2P_MODEL's speed times that)"
+  done
+  bench_stop scale-controller
+}
+
 for s in "${SCENARIOS[@]}"; do
   case $s in
-    imagepulljob | imageprepulljob | imageremovaljob | predownload | landing) "$s" ;;
-    *) die "unknown scenario $s (imagepulljob, imageprepulljob, imageremovaljob, predownload, landing)" ;;
+    imagepulljob | imageprepulljob | imageremovaljob | predownload | landing | p2p) "$s" ;;
+    *) die "unknown scenario $s (imagepulljob, imageprepulljob, imageremovaljob, predownload, landing, p2p)" ;;
   esac
 done
 record "simulator.stats.end" "$(cat "$SIM_STATS" 2>/dev/null)"

@@ -18,6 +18,7 @@
 //! [`tenant`] (a user with rights in one namespace only, through its token),
 //! [`leaseprobe`] (`ni-sim probe`: Lease renewals as kubelets make them, timed).
 
+pub mod bandwidth;
 pub mod cri;
 pub mod docs;
 pub mod grpc_tap;

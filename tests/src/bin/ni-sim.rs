@@ -68,7 +68,7 @@ use nodeimage_api::kruise::{
 };
 use nodeimage_api::nodeimage_dev::{ImageRemoval, RemovalResult, RemovalStatus, answer_to};
 use nodeimage_api::reference::ImageRef;
-use nodeimage_tests::leaseprobe;
+use nodeimage_tests::{bandwidth, leaseprobe};
 use tokio::sync::mpsc;
 
 #[derive(Parser)]
@@ -95,6 +95,10 @@ enum Cmd {
         /// Requests in flight at once.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
+        /// Spread the nodes over this many zones (label
+        /// topology.kubernetes.io/zone=zone-K, round-robin); 0: no label.
+        #[arg(long, default_value_t = 0)]
+        zones: usize,
     },
     /// Delete the Nodes matching SELECTOR (one delete-collection request).
     DeleteNodes {
@@ -160,6 +164,12 @@ enum Cmd {
         /// Seconds between stats lines.
         #[arg(long, default_value_t = 10)]
         stats_interval: u64,
+        /// Pull through a modelled network instead of waiting --pull-ms
+        /// (`nodeimage_tests::bandwidth`): `image_mb=…,registry_mbps=…,
+        /// node_mbps=…,upload_mbps=…,speed=…`, each optional; a node's zone
+        /// is its topology.kubernetes.io/zone label.
+        #[arg(long)]
+        bandwidth_model: Option<String>,
     },
 }
 
@@ -212,7 +222,8 @@ async fn main() -> ExitCode {
             count,
             prefix,
             concurrency,
-        } => create_nodes(client, count, &prefix, concurrency).await,
+            zones,
+        } => create_nodes(client, count, &prefix, concurrency, zones).await,
         Cmd::DeleteNodes { selector } => delete_nodes(client, &selector).await,
         Cmd::BindPods {
             namespace,
@@ -239,12 +250,22 @@ async fn main() -> ExitCode {
             pull_ms,
             stats_file,
             stats_interval,
+            bandwidth_model,
         } => {
+            let model = match bandwidth_model.as_deref().map(bandwidth::Config::parse) {
+                None => None,
+                Some(Ok(cfg)) => Some(Arc::new(bandwidth::Model::new(cfg))),
+                Some(Err(e)) => {
+                    eprintln!("ni-sim: --bandwidth-model: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let sim = Arc::new(Sim {
                 api: Api::all(client),
                 pull: Duration::from_millis(pull_ms),
                 stats: Stats::default(),
                 nodes: Mutex::default(),
+                model,
             });
             run(sim, &selector, concurrency, stats_file, stats_interval).await
         }
@@ -265,9 +286,12 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 // ---------------------------------------------------------------------------
 
 /// A Ready node as up.sh writes it (labels, conditions, nodeInfo, capacity).
-fn sim_node(name: &str) -> Result<Node, serde_json::Error> {
+/// The zone label the simulated nodes carry with `--zones`.
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+fn sim_node(name: &str, zone: Option<String>) -> Result<Node, serde_json::Error> {
     let now = Timestamp::now().to_string();
-    serde_json::from_value(serde_json::json!({
+    let mut node: Node = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -298,7 +322,11 @@ fn sim_node(name: &str) -> Result<Node, serde_json::Error> {
             "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
             "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
         },
-    }))
+    }))?;
+    if let (Some(zone), Some(labels)) = (zone, node.metadata.labels.as_mut()) {
+        labels.insert(ZONE_LABEL.to_string(), zone);
+    }
+    Ok(node)
 }
 
 fn is_ready(n: &Node) -> bool {
@@ -313,8 +341,10 @@ async fn create_nodes(
     count: usize,
     prefix: &str,
     concurrency: usize,
+    zones: usize,
 ) -> Result<(), Error> {
     let api: Api<Node> = Api::all(client);
+    let zone = |i: usize| (zones > 0).then(|| format!("zone-{}", i % zones));
     let start = Instant::now();
     let created = AtomicU64::new(0);
     let requests = AtomicU64::new(0);
@@ -323,7 +353,7 @@ async fn create_nodes(
             let (api, created, requests) = (&api, &created, &requests);
             let name = format!("{prefix}-{i:05}");
             async move {
-                let node = sim_node(&name)?;
+                let node = sim_node(&name, zone(i))?;
                 requests.fetch_add(1, Ordering::Relaxed);
                 let node = match api.create(&PostParams::default(), &node).await {
                     Ok(n) => {
@@ -339,7 +369,7 @@ async fn create_nodes(
                 };
                 if !is_ready(&node) {
                     // The API dropped the status on create: write it separately.
-                    let status = serde_json::json!({"status": sim_node(&name)?.status});
+                    let status = serde_json::json!({"status": sim_node(&name, None)?.status});
                     requests.fetch_add(1, Ordering::Relaxed);
                     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                         .await?;
@@ -599,6 +629,8 @@ struct Sim {
     pull: Duration,
     stats: Stats,
     nodes: Mutex<Nodes>,
+    /// The modelled network pulls go through, if any (else `pull`).
+    model: Option<Arc<bandwidth::Model>>,
 }
 
 fn rv(ni: &NodeImage) -> u64 {
@@ -670,13 +702,13 @@ impl Sim {
             };
             // New work is held as the daemon holds it (`START_HOLD`): a
             // pull that ends within the hold is written once, Succeeded.
-            if pulling > 0 && self.pull <= contract::START_HOLD {
+            if pulling > 0 && (self.pull <= contract::START_HOLD || self.model.is_some()) {
                 self.stats
                     .registries
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .observe(name, &status);
-                tokio::time::sleep(self.pull).await;
+                self.wait_pull(&ni, &status).await;
                 let started = NodeImage {
                     status: Some(status.clone()),
                     ..(*ni).clone()
@@ -738,6 +770,30 @@ impl Sim {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
+        }
+    }
+
+    /// Waits out the node's pulls (the images `status` has Pulling):
+    /// through the modelled network, else `pull`.
+    async fn wait_pull(&self, ni: &NodeImage, status: &NodeImageStatus) {
+        let Some(model) = &self.model else {
+            return tokio::time::sleep(self.pull).await;
+        };
+        let name = ni.metadata.name.as_deref().unwrap_or_default();
+        let labels = ni.metadata.labels.as_ref();
+        let zone = labels
+            .and_then(|l| l.get(ZONE_LABEL))
+            .map_or("", String::as_str);
+        let pulling = status
+            .image_statuses
+            .iter()
+            .flatten()
+            .filter(|(_, st)| st.tags.iter().any(|t| t.phase == ImagePullPhase::Pulling));
+        let waits: Vec<_> = pulling
+            .map(|(image, _)| model.start(name, image, zone))
+            .collect();
+        for w in waits {
+            let _ = w.await;
         }
     }
 
@@ -926,7 +982,14 @@ async fn run(
     });
 
     let report = |sim: &Sim| {
-        let line = sim.stats.line(started);
+        let mut line = sim.stats.line(started);
+        if let Some(model) = &sim.model {
+            let (registry, peers) = model.served_mb();
+            line.pop();
+            line.push_str(&format!(
+                ",\"modelRegistryMb\":{registry:.1},\"modelPeerMb\":{peers:.1}}}"
+            ));
+        }
         println!("{line}");
         if let Some(f) = &stats_file {
             let tmp = f.with_extension("tmp");
@@ -935,6 +998,18 @@ async fn run(
             }
         }
     };
+    if let Some(model) = sim.model.clone() {
+        tokio::spawn(async move {
+            let mut last = Instant::now();
+            let mut every =
+                tokio::time::interval(Duration::from_secs_f64(bandwidth::Model::TICK_SECONDS));
+            loop {
+                every.tick().await;
+                model.tick(last.elapsed().as_secs_f64());
+                last = Instant::now();
+            }
+        });
+    }
     let mut tick = tokio::time::interval(Duration::from_secs(stats_interval.max(1)));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
