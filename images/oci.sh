@@ -3,6 +3,20 @@
 # test cluster's scripts): the one image pusher, index assembly, digests.
 # Sourced, not executed.
 
+# registry_retry CMD...: CMD, run again up to 6 times 10 s apart while it
+# fails. A registry that restarts (the soak's registry fault takes the
+# test registry down for 20 s while a background release may be pushing to
+# it) must not fail a push; a real refusal costs a minute more.
+registry_retry() {
+  local try
+  for try in 1 2 3 4 5 6; do
+    "$@" && return 0
+    ((try < 6)) || return 1
+    printf '[%s] registry_retry: %s failed (try %d of 6); again in 10 s\n' "$(date +%H:%M:%S)" "$1" "$try" >&2
+    sleep 10
+  done
+}
+
 # push_oci LAYOUT:TAG DEST [USER:PASSWORD] [TLS_VERIFY]: copies an OCI
 # layout image, or an image index with every image it lists, to
 # docker://DEST with skopeo, each manifest byte for byte (digests stay the
@@ -11,7 +25,7 @@
 push_oci() {
   local src=$1 dest=$2 creds=() tls=${4:-false}
   [[ -n ${3:-} ]] && creds=(--dest-creds "$3")
-  skopeo --insecure-policy copy --quiet --all --preserve-digests --dest-tls-verify="$tls" "${creds[@]}" \
+  registry_retry skopeo --insecure-policy copy --quiet --all --preserve-digests --dest-tls-verify="$tls" "${creds[@]}" \
     "oci:$src" "docker://$dest"
 }
 

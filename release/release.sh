@@ -131,10 +131,10 @@ for n in "${IMAGES[@]}"; do
   var=NODEIMAGE_IMAGE_DIGEST_${n^^}
   digest=${!var}
   repo=$IMAGE_REGISTRY/$n
-  COSIGN_PASSWORD=$(<"$PASS") "$COSIGN_BIN" sign --key "$KEY" --tlog-upload=false --use-signing-config=false \
+  COSIGN_PASSWORD=$(<"$PASS") registry_retry "$COSIGN_BIN" sign --key "$KEY" --tlog-upload=false --use-signing-config=false \
     "${cosign_registry[@]}" --yes "$repo@$digest" >"$work/sign-$n.log" 2>&1 ||
     die "cosign sign $repo@$digest failed: $(tail -n 3 "$work/sign-$n.log")"
-  "$COSIGN_BIN" verify --key "$DIST/cosign.pub" --insecure-ignore-tlog=true "${cosign_registry[@]}" \
+  registry_retry "$COSIGN_BIN" verify --key "$DIST/cosign.pub" --insecure-ignore-tlog=true "${cosign_registry[@]}" \
     "$repo@$digest" >"$work/verify-$n.json" 2>"$work/verify-$n.log" ||
     die "the signature of $repo@$digest read back from the registry does not verify: $(tail -n 3 "$work/verify-$n.log")"
 done
@@ -231,7 +231,7 @@ CHART_TGZ=$DIST/nodeimage-$VERSION.tgz
 [[ -f $CHART_TGZ ]] || die "helm package wrote no $CHART_TGZ"
 plain=()
 [[ $tls == false ]] && plain=(--plain-http)
-"$HELM" push "$CHART_TGZ" "$CHART_REGISTRY" "${plain[@]}" >"$work/push.out" 2>&1 ||
+registry_retry "$HELM" push "$CHART_TGZ" "$CHART_REGISTRY" "${plain[@]}" >"$work/push.out" 2>&1 ||
   die "helm push failed: $(cat "$work/push.out")"
 CHART_DIGEST=$(sed -n 's/^Digest: *//p' "$work/push.out")
 [[ $CHART_DIGEST == sha256:* ]] || die "helm push printed no digest: $(cat "$work/push.out")"
