@@ -142,6 +142,10 @@ fn a_node_whose_agent_is_not_ready_waits_then_pulls_once_it_is() {
                 "metadata": {"labels": {"app": app}},
                 "spec": {
                     "nodeSelector": {MARK: mark},
+                    // P2P agents tolerate every taint (Spegel's chart does):
+                    // Nodes made through the API carry not-ready until a
+                    // kubelet reports, and none runs here.
+                    "tolerations": [{"operator": "Exists"}],
                     "containers": [{"name": "agent", "image": format!("{registry}/pause:3.6")}],
                 },
             },
