@@ -118,6 +118,11 @@ fn header(view: &View, now: Option<Timestamp>) -> Vec<String> {
         fields.push(m.clone());
     }
     out.push(fields.join("  "));
+    if let Some(p2p) = &j.p2p {
+        out.push(format!(
+            "P2P: {p2p} (nodes held for their agent or a wave wait in Init / not started)"
+        ));
+    }
     out
 }
 
@@ -299,6 +304,7 @@ mod tests {
                 images: vec!["r/app:v1".into()],
                 finished,
                 status,
+                p2p: None,
             },
             counts: Counts {
                 nodes: nodes.len(),
@@ -311,6 +317,24 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("a timestamp")
+    }
+
+    #[test]
+    fn p2p_settings_get_a_line_under_the_header() {
+        let mut view = ipj_view(vec![], JobStatus::default(), false, 0);
+        assert!(
+            !render(&view, &Style::default())
+                .iter()
+                .any(|l| l.starts_with("P2P:"))
+        );
+        view.job.p2p = Some("seeds=1 agent=daemonset:spegel/spegel".into());
+        let lines = render(&view, &Style::default());
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("P2P: seeds=1 agent=daemonset:spegel/spegel")),
+            "{lines:?}"
+        );
     }
 
     #[test]
@@ -455,6 +479,7 @@ mod tests {
                     message: Some("1 of 1 nodes failed".into()),
                     ..JobStatus::default()
                 },
+                p2p: None,
             },
             counts: Counts::default(),
             nodes: vec![r],

@@ -211,6 +211,10 @@ pub struct JobSummary {
     pub finished: bool,
     /// Its status fields.
     pub status: JobStatus,
+    /// Its P2P settings (`nodeimage.dev/p2p-*` annotations, without the
+    /// prefix), which decide which nodes wait for their agent or a wave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<String>,
 }
 
 /// Node counts by phase.

@@ -41,7 +41,18 @@ pub(super) fn summary(job: &Job, uid: &str) -> JobSummary {
         images,
         finished,
         status,
+        p2p: p2p_settings(meta.annotations.as_ref()),
     }
+}
+
+/// The job's P2P annotations as `key=value` pairs without their prefix.
+fn p2p_settings(a: Option<&std::collections::BTreeMap<String, String>>) -> Option<String> {
+    let pairs: Vec<String> = a
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some(format!("{}={v}", k.strip_prefix("nodeimage.dev/p2p-")?)))
+        .collect();
+    (!pairs.is_empty()).then(|| pairs.join(" "))
 }
 
 fn time(t: Option<&Time>) -> Option<Timestamp> {
