@@ -88,26 +88,7 @@ fn run(net: Net, parallelism: usize, waves: Option<Waves>) -> Outcome {
             };
             state[i] = NodeState::Active(Some(now));
         }
-        let pulling = |s: Source| -> Vec<usize> {
-            (0..net.nodes)
-                .filter(|&i| matches!(state[i], NodeState::Active(_)) && source[i] == s)
-                .collect()
-        };
-        let from_registry = pulling(Source::Registry).len().max(1) as f64;
-        let registry_rate = net.node_mbps.min(net.registry_mbps / from_registry);
-        let mut peers_in: BTreeMap<String, usize> = BTreeMap::new();
-        for i in pulling(Source::Peers) {
-            *peers_in.entry(zone(i)).or_default() += 1;
-        }
-        let rate_of = |i: usize| match source[i] {
-            Source::Registry => registry_rate,
-            Source::Peers => {
-                let z = zone(i);
-                let h = holders.get(&z).copied().unwrap_or(0) as f64;
-                let n = peers_in.get(&z).copied().unwrap_or(1) as f64;
-                net.node_mbps.min(net.upload_mbps * h / n)
-            }
-        };
+        let rate = rates(&net, &state, &source, &holders);
         let working: Vec<usize> = (0..net.nodes)
             .filter(|&i| matches!(state[i], NodeState::Active(_)))
             .collect();
@@ -115,12 +96,12 @@ fn run(net: Net, parallelism: usize, waves: Option<Waves>) -> Outcome {
         // to it (1 s to 60 s, whole seconds).
         let next = working
             .iter()
-            .map(|&i| left[i] / rate_of(i).max(1e-9))
+            .map(|&i| left[i] / rate[i].max(1e-9))
             .fold(f64::INFINITY, f64::min);
         let dt = next.ceil().clamp(1.0, 60.0);
         let mut done = vec![];
         for &i in &working {
-            let got = (rate_of(i) * dt).min(left[i]);
+            let got = (rate[i] * dt).min(left[i]);
             left[i] -= got;
             if source[i] == Source::Registry {
                 registry_mb += got;
@@ -139,6 +120,38 @@ fn run(net: Net, parallelism: usize, waves: Option<Waves>) -> Outcome {
         seconds: second,
         registry_mb,
     }
+}
+
+/// Each node's download rate now, MB/s (0 for a node not pulling): the
+/// registry's egress shared by its pullers, a zone's holders' upload shared
+/// by its peer pullers, each at most the node's own rate.
+fn rates(
+    net: &Net,
+    state: &[NodeState],
+    source: &[Source],
+    holders: &BTreeMap<String, usize>,
+) -> Vec<f64> {
+    let zone = |i: usize| format!("z{}", i % net.zones);
+    let active = |i: usize| matches!(state[i], NodeState::Active(_));
+    let pulling = |s: Source| (0..net.nodes).filter(move |&i| active(i) && source[i] == s);
+    let from_registry = pulling(Source::Registry).count().max(1) as f64;
+    let registry_rate = net.node_mbps.min(net.registry_mbps / from_registry);
+    let mut peers_in: BTreeMap<String, usize> = BTreeMap::new();
+    for i in pulling(Source::Peers) {
+        *peers_in.entry(zone(i)).or_default() += 1;
+    }
+    (0..net.nodes)
+        .map(|i| match source[i] {
+            _ if !active(i) => 0.0,
+            Source::Registry => registry_rate,
+            Source::Peers => {
+                let z = zone(i);
+                let h = holders.get(&z).copied().unwrap_or(0) as f64;
+                let n = peers_in.get(&z).copied().unwrap_or(1) as f64;
+                net.node_mbps.min(net.upload_mbps * h / n)
+            }
+        })
+        .collect()
 }
 
 fn waves(seeds: usize) -> Option<Waves> {
