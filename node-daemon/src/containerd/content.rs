@@ -180,12 +180,20 @@ pub async fn first_missing(channel: Channel, blobs: &[String]) -> Result<Option<
     Ok(None)
 }
 
+/// What a layer read says when the layer left the content store while it
+/// was read (`discard_unpacked_layers` removes layers a moment after the
+/// pull that unpacked them).
+const GONE_WHILE_READ: &str = "no longer in containerd's content store (removed while it was read)";
+
+/// Whether a layer read failed because the layer left while it was read.
+pub fn gone_while_read(error: &str) -> bool {
+    error.contains(GONE_WHILE_READ)
+}
+
 /// Why a layer could not be read (one [`first_missing`] saw may leave with its image).
 fn layer_error(digest: &str, s: &tonic::Status) -> String {
     if s.code() == tonic::Code::NotFound {
-        format!(
-            "reading layer {digest}: no longer in containerd's content store (removed while it was read)"
-        )
+        format!("reading layer {digest}: {GONE_WHILE_READ}")
     } else {
         format!("reading layer {digest}: {}", s.message())
     }

@@ -40,24 +40,48 @@ pub(super) async fn copy_out(
     };
     let img = content::image(channel.clone(), &digest).await?;
     let missing = content::first_missing(channel.clone(), &img.layers).await?;
-    match missing {
-        None => from_layers(channel, img.layers, path, dest).await,
+    let layer = match missing {
+        None => match from_layers(channel.clone(), img.layers.clone(), path, dest).await {
+            // The runtime discarded a layer while it was read (it removes
+            // them a moment after the pull that unpacked them): the
+            // unpacked snapshot still has the file.
+            Err(e) if content::gone_while_read(&e) => {
+                tracing::info!(image = %reference, error = %e, "a layer left containerd's content store while it was read (discarded once unpacked); reading the upgrade tool from the image's unpacked snapshot");
+                e
+            }
+            done => return done,
+        },
         Some(layer) => {
             tracing::info!(image = %reference, layer = %layer, "a layer blob is not in containerd's content store (discarded once unpacked); reading the upgrade tool from the image's unpacked snapshot");
-            match snapshot::extract(channel, node, &img.config, path, dest).await {
-                Ok(from) => {
-                    tracing::info!(image = %reference, snapshotter = %from.snapshotter, snapshot = %from.chain_id, dir = %from.dir.display(), "upgrade tool read from the image's unpacked snapshot");
-                    Ok(())
-                }
-                // The image lacks the tool: said as the layers would say it.
-                Err(e @ snapshot::SnapshotError::Lookup(overlay::LookupError::Image(_))) => {
-                    Err(e.to_string())
-                }
-                Err(e) => Err(format!(
-                    "layer {layer} is not in containerd's content store (the runtime discards layers once unpacked: discard_unpacked_layers = true), and the image's unpacked snapshot cannot be read: {e}"
-                )),
-            }
+            format!("layer {layer} is not in containerd's content store")
         }
+    };
+    from_snapshot(channel, node, &img.config, &reference, &layer, path, dest).await
+}
+
+/// Copies the file out of the image's unpacked snapshot; `why` says why the
+/// layers could not be read (kept in the error if this fails too).
+async fn from_snapshot(
+    channel: Channel,
+    node: &str,
+    config: &str,
+    reference: &str,
+    why: &str,
+    path: &str,
+    dest: &Path,
+) -> Result<(), String> {
+    match snapshot::extract(channel, node, config, path, dest).await {
+        Ok(from) => {
+            tracing::info!(image = %reference, snapshotter = %from.snapshotter, snapshot = %from.chain_id, dir = %from.dir.display(), "upgrade tool read from the image's unpacked snapshot");
+            Ok(())
+        }
+        // The image lacks the tool: said as the layers would say it.
+        Err(e @ snapshot::SnapshotError::Lookup(overlay::LookupError::Image(_))) => {
+            Err(e.to_string())
+        }
+        Err(e) => Err(format!(
+            "{why} (the runtime discards layers once unpacked: discard_unpacked_layers = true), and the image's unpacked snapshot cannot be read: {e}"
+        )),
     }
 }
 
