@@ -111,10 +111,14 @@ pub fn is_agent_for(
     default_agent: Option<&str>,
     pod: &AgentPod,
 ) -> bool {
-    super::settings::read(annotations, default_agent)
-        .ok()
-        .and_then(|s| s.agent)
-        .is_some_and(|g| pod.is_of(&g.agent))
+    // Only the agent is read: this runs for every job on every Pod change.
+    let named = annotations
+        .get(nodeimage_api::p2p::AGENT)
+        .map(String::as_str);
+    let agent = named
+        .or(default_agent)
+        .map(super::settings::AgentRef::parse);
+    agent.is_some_and(|a| a.ok().flatten().is_some_and(|a| pod.is_of(&a)))
 }
 
 /// A job's settings from its annotations, and what they read of the Pod

@@ -315,3 +315,30 @@ fn settings_read_and_refuse() {
         .unwrap_or_default();
     assert!(err.contains("never widen"), "{err}");
 }
+
+#[test]
+fn a_pod_wakes_the_jobs_whose_agent_it_is() {
+    use super::observe::is_agent_for;
+    let pod = AgentPod {
+        namespace: "p2p".into(),
+        labels: BTreeMap::new(),
+        daemonset: Some("agent".into()),
+        node: Some("n1".into()),
+        ready: true,
+        active: true,
+    };
+    let named = |v: &str| BTreeMap::from([(nodeimage_api::p2p::AGENT.to_string(), v.to_string())]);
+    assert!(is_agent_for(&named("daemonset:p2p/agent"), None, &pod));
+    assert!(!is_agent_for(&named("daemonset:p2p/other"), None, &pod));
+    assert!(!is_agent_for(
+        &named("none"),
+        Some("daemonset:p2p/agent"),
+        &pod
+    ));
+    assert!(is_agent_for(
+        &BTreeMap::new(),
+        Some("daemonset:p2p/agent"),
+        &pod
+    ));
+    assert!(!is_agent_for(&BTreeMap::new(), None, &pod));
+}

@@ -74,6 +74,15 @@ fn node(name: &str, labels: &[(&str, &str)], phase: Option<ImagePullPhase>) -> A
 }
 
 fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
+    run_at(j, nodes, &Ok(Default::default()), at)
+}
+
+fn run_at(
+    j: &ImagePullJob,
+    nodes: &[Arc<NodeImage>],
+    p2p: &Result<Observed, String>,
+    at: i64,
+) -> Plan {
     plan(Inputs {
         job: j,
         nodeimages: nodes,
@@ -85,7 +94,7 @@ fn run(j: &ImagePullJob, nodes: &[Arc<NodeImage>], at: i64) -> Plan {
         gate_refusal: None,
         registry_cap: None,
         follow: Default::default(),
-        p2p: &Ok(Default::default()),
+        p2p,
         now: now(at),
     })
 }
@@ -645,20 +654,7 @@ fn a_node_out_of_time_ends_the_job_by_its_deadline() {
 }
 
 fn run_p2p(j: &ImagePullJob, nodes: &[Arc<NodeImage>], p2p: &Result<Observed, String>) -> Plan {
-    plan(Inputs {
-        job: j,
-        nodeimages: nodes,
-        pods: &[],
-        nodes: &[],
-        secrets: vec![],
-        missing_secrets: vec![],
-        refused_secrets: vec![],
-        gate_refusal: None,
-        registry_cap: None,
-        follow: Default::default(),
-        p2p,
-        now: now(200),
-    })
+    run_at(j, nodes, p2p, 200)
 }
 
 #[test]
