@@ -127,12 +127,12 @@ RELEASE_PID=$!
 background eraser tests/eraser/build.sh
 ERASER_PID=$!
 
-step "end-to-end tests"
-# --tests: the doc tests are not end-to-end tests (and `--ignored` would run
-# the doc examples marked `ignore`). The kubectl plugin the tests run came
+step "end-to-end tests: two test binaries at a time, then the tests that restart the shared controller, alone (tests/e2e.py)"
+# The doc tests are not end-to-end tests (tests/e2e.py runs the binaries of
+# `cargo test --workspace --tests`). The kubectl plugin the tests run came
 # with cargo_build_all. model_table is a model run that prints a table for
 # docs/benchmarks.md (engine::p2p::model), not an end-to-end test.
-NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --tests --quiet --no-fail-fast -- --ignored --test-threads="${E2E_THREADS:-4}" --skip upstream_crds --skip chart_ --skip real_kubelet_ --skip install_ --skip eraser_ --skip model_table
+NODEIMAGE_ENV=$STATE/env.sh tests/e2e.py --skip upstream_crds --skip chart_ --skip real_kubelet_ --skip install_ --skip eraser_ --skip model_table
 
 step "KubeEdge's own CRDs, then ours over them (alone: it replaces cluster-wide CRDs)"
 NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test kubeedge_crds -- --ignored upstream_crds
@@ -167,8 +167,8 @@ step "two real nodes: kube-scheduler, kubelet-1 (containerd 2.2) and kubelet-2 (
 tests/cluster/real-node.sh 1 >/dev/null
 tests/cluster/real-node.sh 2 >/dev/null
 
-step "kubelet's image GC and credential checks on the real nodes (they restart a kubelet: one at a time)"
-NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=1
+step "kubelet's image GC and credential checks on the real nodes (they restart kubelets: tests of different nodes at once, tests/tests/real_kubelet.rs)"
+NODEIMAGE_ENV=$STATE/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=2
 
 step "waiting for the release (make release)"
 wait_background "$RELEASE_PID" release

@@ -156,14 +156,15 @@ start_daemon() {
   fi
   printf '\n===== %s starting: %s\n' "$(date -Is)" "$want" >>"$LOGS/$name.log"
   # fd 3 (up.sh's real stdout) is closed so that a caller reading up.sh's
-  # output through a pipe is not kept waiting by the daemon.
+  # output through a pipe is not kept waiting by the daemon; fd 9 (the lock
+  # real-node.sh holds while it runs) so that the daemon does not hold it.
   # START_IN_MOUNT_NS=PIN: in the mount namespace pinned at PIN (a real
   # node's). nsenter execs the command, so the pid and its command line
   # are the command's, as recorded.
   if [[ -n ${START_IN_MOUNT_NS:-} ]]; then
-    nohup nsenter --mount="$START_IN_MOUNT_NS" -- "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- &
+    nohup nsenter --mount="$START_IN_MOUNT_NS" -- "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- 9>&- &
   else
-    nohup "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- &
+    nohup "$@" </dev/null >>"$LOGS/$name.log" 2>&1 3>&- 9>&- &
   fi
   pid=$!
   echo "$pid" >"$PIDS/$name.pid"

@@ -59,6 +59,13 @@ ENV_FILE=$STATE/env.sh
 
 INDEX=${1:-1}
 [[ $INDEX =~ ^[1-9]$ ]] || die "usage: real-node.sh [INDEX] (1-9; default 1), got '$INDEX'"
+# One run at a time: the real-kubelet tests restart the two nodes' kubelets
+# from concurrent tests, and the nodes share the scheduler, the Service
+# address and the state directory's files. Daemons started here close fd 9
+# (lib.sh, start_daemon).
+mkdir -p "$STATE/real"
+exec 9>"$STATE/real/real-node.lock"
+flock 9
 KUBELET_PORT=${NODEIMAGE_KUBELET_PORT:-10650}
 HEALTHZ_PORT=$((${NODEIMAGE_KUBELET_HEALTHZ_PORT:-10648} + INDEX - 1))
 POD_CIDR=${NODEIMAGE_POD_CIDR:-10.244.0.0/24}

@@ -16,11 +16,13 @@
 //! pinned ones. While that setting is on, the node reports DiskPressure and
 //! admits no Pod, so Pods are created with the default settings back.
 //!
-//! These tests restart that kubelet with other settings
-//! (NODEIMAGE_KUBELET_EXTRA_CONFIG of real-node.sh), so they run alone, one
-//! at a time, in their own step of tests/run-all.sh after the real node
-//! starts; their names start with `real_kubelet_`, which the main e2e step
-//! skips.
+//! These tests restart a kubelet with other settings
+//! (NODEIMAGE_KUBELET_EXTRA_CONFIG of real-node.sh), so they run in their
+//! own step of tests/run-all.sh after the real nodes start; their names
+//! start with `real_kubelet_`, which the main e2e step skips. There, tests
+//! on different nodes run at once (`--test-threads=2`): each holds the
+//! lock of every node it uses for its whole run ([`Hold`]), and the one
+//! that stops the shared controller holds every other test off.
 
 use nodeimage_tests::nodeimage::{self as ni, Tag};
 use nodeimage_tests::process::{Daemon, TestRegistry};
@@ -31,6 +33,7 @@ use nodeimage_tests::{Cleanup, Cluster, cri, http, kruise, unique, wait_for};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 /// Generous limit for a pull, a kubelet restart or a Pod start.
@@ -51,6 +54,52 @@ const ALWAYS_VERIFY: &str = "featureGates: {KubeletEnsureSecretPulledImages: tru
 /// The first kubelet minor version with KEP-2535's feature gate (alpha).
 const ALWAYS_VERIFY_SINCE: u32 = 33;
 
+/// Held by every test for its whole run: written by the one that stops the
+/// shared controller, read by the others (which need it running).
+static CONTROLLER: RwLock<()> = RwLock::new(());
+
+/// One lock per real node: a test restarts its node's kubelet, counts its
+/// GC passes and runs a daemon of its own on it, so two tests never share
+/// a node.
+static NODES: [Mutex<()>; nodeimage_tests::realnodes::COUNT] = [Mutex::new(()), Mutex::new(())];
+
+/// The locks a test holds: the controller's first, then its nodes in
+/// ascending order (one order for every test, so no two wait on each other).
+enum Hold {
+    Shared(
+        #[allow(dead_code)] RwLockReadGuard<'static, ()>,
+        #[allow(dead_code)] Vec<MutexGuard<'static, ()>>,
+    ),
+    Alone(
+        #[allow(dead_code)] RwLockWriteGuard<'static, ()>,
+        #[allow(dead_code)] Vec<MutexGuard<'static, ()>>,
+    ),
+}
+
+impl Hold {
+    fn nodes(indexes: &[usize]) -> Vec<MutexGuard<'static, ()>> {
+        let mut sorted = indexes.to_vec();
+        sorted.sort_unstable();
+        sorted
+            .iter()
+            .map(|i| NODES[i - 1].lock().unwrap_or_else(|p| p.into_inner()))
+            .collect()
+    }
+
+    /// Nodes `indexes`, with the shared controller left running.
+    fn shared(indexes: &[usize]) -> Hold {
+        let c = CONTROLLER.read().unwrap_or_else(|p| p.into_inner());
+        Hold::Shared(c, Hold::nodes(indexes))
+    }
+
+    /// Nodes `indexes`, with no other test running: the holder may stop the
+    /// shared controller.
+    fn alone(indexes: &[usize]) -> Hold {
+        let c = CONTROLLER.write().unwrap_or_else(|p| p.into_inner());
+        Hold::Alone(c, Hold::nodes(indexes))
+    }
+}
+
 /// A real node: the cluster's variables with its env file's added.
 struct RealNode {
     c: Cluster,
@@ -61,6 +110,9 @@ struct RealNode {
     mount_ns: PathBuf,
     kubelet_log: PathBuf,
     state: PathBuf,
+    /// The locks this node's test holds; None for the second node of a
+    /// pair (the first holds both).
+    _hold: Option<Hold>,
 }
 
 impl RealNode {
@@ -68,6 +120,24 @@ impl RealNode {
     /// containerd 1.7 with layer discard); says which, outside the test
     /// harness's capture, so the run's log names the node of each test.
     fn load(index: usize, test: &str) -> RealNode {
+        RealNode::read(index, test, Some(Hold::shared(&[index])))
+    }
+
+    /// Real node `index`, for the test that stops the shared controller.
+    fn load_alone(index: usize, test: &str) -> RealNode {
+        RealNode::read(index, test, Some(Hold::alone(&[index])))
+    }
+
+    /// Both real nodes, for a test that uses the two.
+    fn pair(test: &str) -> (RealNode, RealNode) {
+        let hold = Hold::shared(&[1, 2]);
+        (
+            RealNode::read(1, test, Some(hold)),
+            RealNode::read(2, test, None),
+        )
+    }
+
+    fn read(index: usize, test: &str, hold: Option<Hold>) -> RealNode {
         let mut c = Cluster::load();
         let state = PathBuf::from(c.var("NODEIMAGE_STATE"));
         let env = RealNodeEnv::load(&state, index).unwrap_or_else(|e| panic!("{e}"));
@@ -83,13 +153,17 @@ impl RealNode {
             mount_ns: env.mount_ns,
             state,
             c,
+            _hold: hold,
         }
     }
 
     /// Restarts kubelet with `extra` KubeletConfiguration keys over the
     /// defaults (none: the defaults), through real-node.sh.
     fn kubelet_settings(&self, extra: Option<&str>) {
-        let file = self.state.join("real").join("kubelet-extra-test.yaml");
+        let file = self
+            .state
+            .join("real")
+            .join(format!("kubelet-extra-test-{}.yaml", self.index));
         let mut cmd = Command::new(nodeimage_tests::repo_root().join("tests/cluster/real-node.sh"));
         cmd.arg(self.index.to_string())
             .env("NODEIMAGE_STATE", &self.state);
@@ -978,7 +1052,7 @@ fn real_kubelet_startup_gate_opens_after_its_bound_when_the_image_cannot_come() 
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_startup_gate_opens_without_a_controller_after_the_bound() {
-    let rn = RealNode::load(
+    let rn = RealNode::load_alone(
         2,
         "real_kubelet_startup_gate_opens_without_a_controller_after_the_bound",
     );
@@ -1441,7 +1515,7 @@ fn real_kubelet_predownload_follows_a_deployment_and_a_daemonset_rollout() {
 #[ignore = "needs the local cluster's real nodes (make test)"]
 fn real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on() {
     let test = "real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on";
-    let (one, two) = (RealNode::load(1, test), RealNode::load(2, test));
+    let (one, two) = RealNode::pair(test);
     let (dir_one, dir_two) = (temp_dir(&one), temp_dir(&two));
     let (user, password) = (
         one.c.var("NODEIMAGE_AUTH_USER"),
@@ -1740,7 +1814,7 @@ fn real_kubelet_removal_keeps_what_a_pod_uses_and_removes_the_rest() {
 #[ignore = "needs the local cluster's real node (make test)"]
 fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
     let test = "real_kubelet_block_keeps_the_image_off_until_the_job_goes";
-    let (one, two) = (RealNode::load(1, test), RealNode::load(2, test));
+    let (one, two) = RealNode::pair(test);
     let (dir_one, dir_two) = (temp_dir(&one), temp_dir(&two));
     let registry = Registry::new(&one.c.var("NODEIMAGE_REGISTRY"));
     let image = runnable(&one, &registry, "rm-blocked");
