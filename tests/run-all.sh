@@ -112,7 +112,7 @@ cargo test --workspace --quiet
 step "starting nodeimage (controller and one daemon per node)"
 tests/nodeimage.sh start
 
-step "in the background while the end-to-end tests mostly wait: helm (go install), cosign and cargo-cyclonedx, the release (make release: images for $IMAGE_ARCHES, signatures, SBOMs, the chart), Eraser's remover, logs $STATE/logs/{helm,release-tools,release,eraser}.log"
+step "in the background while the end-to-end tests mostly wait: helm (go install), cosign and cargo-cyclonedx, the release (make release: images for $IMAGE_ARCHES, signatures, SBOMs, the chart), Eraser's remover and the pull-through cache, logs $STATE/logs/{helm,release-tools,release,eraser,mirror}.log"
 # CPU work that would otherwise run alone later: a cold run saves most of
 # the time these take. The release waits for its cargo build, started first.
 background helm tests/chart.sh --install-helm
@@ -126,6 +126,10 @@ RELEASE_PID=$!
 # Eraser's remover, for its own step after the chart's.
 background eraser tests/eraser/build.sh
 ERASER_PID=$!
+# The pull-through cache of the P2P e2e test (tests/tests/p2p.rs), which
+# runs the same script and so waits for this build (its lock) if it is
+# not done yet.
+background mirror tests/mirror/build.sh
 
 step "end-to-end tests: two test binaries at a time, then the tests that restart the shared controller, alone (tests/e2e.py)"
 # The doc tests are not end-to-end tests (tests/e2e.py runs the binaries of

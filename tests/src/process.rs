@@ -1,7 +1,7 @@
 //! Processes a test owns and stops itself: a nodeimage-daemon for a fake
 //! NodeImage (to kill and restart it, or point it at a special socket), a
-//! docker-registry with its own storage (to stop it), and a containerd with
-//! its own root (to bring a runtime up late). Each is killed when dropped,
+//! docker-registry with its own storage (to stop it), a pull-through cache,
+//! and a containerd with its own root (to bring a runtime up late). Each is killed when dropped,
 //! also when the test panics; shared cluster processes are never touched.
 
 use crate::{Cluster, http};
@@ -310,6 +310,74 @@ impl TestRegistry {
 }
 
 impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        stop(&mut self.child, false);
+    }
+}
+
+/// A pull-through cache (CNCF Distribution v3 in proxy mode, built by
+/// tests/mirror/build.sh) in front of an upstream registry: a zone's mirror.
+/// On a miss it fetches a blob from upstream once, serving the client while
+/// it stores it; clients that ask while that fetch runs are passed through
+/// to upstream (each its own copy). Killed when dropped.
+pub struct PullThroughCache {
+    child: Option<Child>,
+    /// `127.0.0.1:port`, the mirror a node's hosts.toml names.
+    pub host: String,
+    /// Its log.
+    pub log: PathBuf,
+}
+
+impl PullThroughCache {
+    /// Starts `bin` (the v3 registry) storing under `dir`, mirroring
+    /// `upstream` (`host:port`, plain HTTP); waits until it answers.
+    pub fn start(bin: &Path, dir: &Path, upstream: &str) -> PullThroughCache {
+        let host = format!("127.0.0.1:{}", crate::free_port());
+        let config = dir.join("mirror.yml");
+        let storage = dir.join("mirror-data");
+        std::fs::create_dir_all(&storage).expect("create mirror storage");
+        // ttl 0s: no expiry scheduler (nothing expires within a test).
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {host}\nproxy:\n  remoteurl: http://{upstream}\n  ttl: 0s\n",
+                storage.display()
+            ),
+        )
+        .expect("write mirror config");
+        let log = dir.join("mirror.log");
+        let (out, err) = log_file(&log, "start").expect("open mirror log");
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg(&config)
+            // v3 exports traces to localhost:4318 unless told not to.
+            .env("OTEL_TRACES_EXPORTER", "none")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "start {} (built by tests/mirror/build.sh): {e}",
+                    bin.display()
+                )
+            });
+        let m = PullThroughCache {
+            child: Some(child),
+            host,
+            log,
+        };
+        let url = format!("http://{}/v2/", m.host);
+        crate::wait_for(
+            &format!("pull-through cache {} to answer", m.host),
+            Duration::from_secs(30),
+            || matches!(http::status_of(&url), Some(200 | 401)).then_some(()),
+        );
+        m
+    }
+}
+
+impl Drop for PullThroughCache {
     fn drop(&mut self) {
         stop(&mut self.child, false);
     }
