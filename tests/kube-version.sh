@@ -74,8 +74,11 @@ tests/cluster/real-node.sh 1 >/dev/null
 tests/cluster/real-node.sh 2 >/dev/null
 "$KUBECTL" get node "${NODEIMAGE_REAL_NODE:-kubelet-1}" -o 'jsonpath={.status.nodeInfo.kubeletVersion}{"\n"}'
 
+step "Eraser's remover (v1.4.1, built from source) for the real-kubelet Eraser test"
+NODEIMAGE_STATE=$STATE_DIR tests/eraser/build.sh
+
 step "kubelet's image GC and credential checks on the real nodes"
-NODEIMAGE_ENV=$STATE_DIR/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=1
+NODEIMAGE_ENV=$STATE_DIR/env.sh cargo test --workspace --quiet --test real_kubelet -- --ignored --test-threads=2
 
 step "the chart installed with helm onto the real nodes, as docs/install.md says"
 NODEIMAGE_ENV=$STATE_DIR/env.sh NODEIMAGE_HELM=${HELM:-$STATE_DIR/bin/helm} \

@@ -131,8 +131,9 @@ ERASER_PID=$!
 # not done yet.
 background mirror tests/mirror/build.sh
 
-step "end-to-end tests: two test binaries at a time, then the tests that restart the shared controller, alone (tests/e2e.py)"
-# The doc tests are not end-to-end tests (tests/e2e.py runs the binaries of
+step "end-to-end tests"
+# tests/e2e.py: two test binaries at a time, then the tests that restart the
+# shared controller, alone. The doc tests are not end-to-end tests (tests/e2e.py runs the binaries of
 # `cargo test --workspace --tests`). The kubectl plugin the tests run came
 # with cargo_build_all. model_table is a model run that prints a table for
 # docs/benchmarks.md (engine::p2p::model), not an end-to-end test.

@@ -21,6 +21,7 @@
 pub mod bandwidth;
 pub mod cri;
 pub mod docs;
+pub mod eraser;
 pub mod grpc_tap;
 pub mod helm;
 pub mod http;

@@ -15,37 +15,19 @@
 
 use nodeimage_tests::nodeimage as ni;
 use nodeimage_tests::registry::Registry;
-use nodeimage_tests::{Cleanup, Cluster, cri, unique, wait_for};
-use serde_json::{Value, json};
-use std::path::PathBuf;
+use nodeimage_tests::{Cleanup, Cluster, cri, eraser, unique, wait_for};
+use serde_json::json;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-/// The namespace tests/nodeimage.sh gives the shared controller's
-/// `--eraser-namespace`.
-const ERASER_NS: &str = "nodeimage-eraser-e2e";
-/// Where Eraser's remover looks for the runtime (a constant in its source).
-const ERASER_CRI: &str = "/run/cri/cri.sock";
 /// The simulated node whose containerd the test lends Eraser (2.x).
 const NODE: usize = 2;
-
-fn remover(c: &Cluster) -> PathBuf {
-    let path = std::env::var("NODEIMAGE_ERASER_REMOVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(c.var("NODEIMAGE_STATE")).join("bin/eraser-remover"));
-    assert!(
-        path.exists(),
-        "{} is missing: build it with tests/eraser/build.sh",
-        path.display()
-    );
-    path
-}
 
 #[test]
 #[ignore = "needs the local cluster and Eraser's remover (tests/run-all.sh)"]
 fn eraser_remove_all_unused_leaves_what_nodeimage_pins() {
     let c = Cluster::load();
-    let remover = remover(&c);
+    let remover = eraser::remover(&c);
     let dir = tempfile::Builder::new()
         .prefix("ni-eraser-")
         .tempdir_in("/tmp")
@@ -62,16 +44,12 @@ fn eraser_remove_all_unused_leaves_what_nodeimage_pins() {
     {
         let (c, node, names) = (c.clone(), node.clone(), vec![wanted.name.clone()]);
         let (socket, refs) = (socket.clone(), [wanted.reference(), stray.reference()]);
-        cleanup.defer(
-            "the tag entry, the images and the CRI socket link",
-            move || {
-                ni::remove_images(&c, &node, &names);
-                for r in &refs {
-                    let _ = cri::remove_image(&socket, r);
-                }
-                let _ = std::fs::remove_file(ERASER_CRI);
-            },
-        );
+        cleanup.defer("the tag entry and the images", move || {
+            ni::remove_images(&c, &node, &names);
+            for r in &refs {
+                let _ = cri::remove_image(&socket, r);
+            }
+        });
     }
     // nodeimage pre-pulls and pins `wanted` for a tag entry; `stray` is
     // pulled straight through CRI (nobody's, unpinned).
@@ -97,51 +75,9 @@ fn eraser_remove_all_unused_leaves_what_nodeimage_pins() {
         "the stray image is not pinned"
     );
 
-    // The controller's list names the wanted image (it looks every 30 s).
-    let list = wait_for(
-        "the wanted image in nodeimage's Eraser list",
-        TIMEOUT,
-        || {
-            let cm = c.get_json(&["configmap", "nodeimage-pinned", "-n", ERASER_NS])?;
-            let data = cm["data"]["nodeimage-pinned.json"].as_str()?.to_string();
-            let v: Value = serde_json::from_str(&data).ok()?;
-            let listed = v["excluded"]
-                .as_array()?
-                .iter()
-                .any(|r| r.as_str() == Some(&wanted.reference()));
-            listed.then_some(data)
-        },
-    );
-
-    // Mounted as Eraser mounts an exclusion ConfigMap: a directory
-    // `exclude-<name>` in its working directory, one file per key.
-    let work = dir.path().join("eraser");
-    std::fs::create_dir_all(work.join("exclude-nodeimage-pinned")).expect("mkdir");
-    std::fs::write(
-        work.join("exclude-nodeimage-pinned/nodeimage-pinned.json"),
-        &list,
-    )
-    .expect("write the exclusion list");
-    std::fs::write(work.join("imagelist.json"), r#"["*"]"#).expect("write the image list");
-    std::fs::create_dir_all("/run/cri").expect("mkdir /run/cri");
-    let _ = std::fs::remove_file(ERASER_CRI);
-    std::os::unix::fs::symlink(&socket, ERASER_CRI).expect("link Eraser's CRI socket");
-    let out = std::process::Command::new("timeout")
-        .arg("120")
-        .arg(&remover)
-        .arg(format!(
-            "-imagelist={}",
-            work.join("imagelist.json").display()
-        ))
-        .current_dir(&work)
-        .output()
-        .expect("run Eraser's remover");
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "Eraser's remover failed: {log}");
-    assert!(
-        log.contains("prune successful"),
-        "Eraser's prune ran: {log}"
-    );
+    // The controller's list names the wanted image; Eraser runs with it.
+    let list = eraser::exclusion_list_naming(&c, &wanted.reference(), TIMEOUT);
+    let log = eraser::remove_all_unused(&remover, &socket, &list, dir.path());
 
     assert!(
         cri::image_status(&socket, &wanted.reference())

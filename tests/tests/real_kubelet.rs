@@ -29,7 +29,7 @@ use nodeimage_tests::process::{Daemon, TestRegistry};
 use nodeimage_tests::realnodes::RealNodeEnv;
 use nodeimage_tests::registry::{PushedImage, Registry};
 use nodeimage_tests::tenant::Tenant;
-use nodeimage_tests::{Cleanup, Cluster, cri, http, kruise, unique, wait_for};
+use nodeimage_tests::{Cleanup, Cluster, cri, eraser, http, kruise, unique, wait_for};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1976,5 +1976,91 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
     one.wait_pod_running(&ns, "after");
     assert!(one.image(&image.reference()).is_some(), "kubelet pulled it");
     one.delete_pod(&ns, "after");
+    drop(cleanup);
+}
+
+/// Issue 51, peace with cleaners, on a kubelet node: Eraser's remover
+/// (v1.4.1, built from source) runs "remove all unused" against kubelet-1's
+/// containerd with nodeimage's exclusion list mounted as Eraser mounts it.
+/// The image nodeimage pins for a live tag entry stays (Eraser ignores
+/// CRI's pinned flag: the list keeps it), so does the image of a running
+/// Pod and its sandbox's pause image (Eraser's own rule), and an unpinned
+/// unused image goes. The remover dials /run/cri/cri.sock, which no other
+/// test of this step uses (tests/tests/eraser.rs runs in an earlier step).
+#[test]
+#[ignore = "needs the local cluster's real node and Eraser's remover (make test)"]
+fn real_kubelet_eraser_leaves_what_nodeimage_pins_and_what_runs() {
+    let rn = RealNode::load(
+        1,
+        "real_kubelet_eraser_leaves_what_nodeimage_pins_and_what_runs",
+    );
+    let remover = eraser::remover(&rn.c);
+    let dir = temp_dir(&rn);
+    let registry = Registry::new(&rn.c.var("NODEIMAGE_REGISTRY"));
+    let push = |what: &str| {
+        registry
+            .push_image(&unique(what), Some("v1"), 4096)
+            .expect("push a test image")
+    };
+    let (wanted, stray) = (
+        push("e2e-real-eraser-wanted"),
+        push("e2e-real-eraser-stray"),
+    );
+    let running = runnable(&rn, &registry, "e2e-real-eraser-running");
+    let mut cleanup = Cleanup::default();
+    forget(&mut cleanup, &rn, &[&wanted, &stray, &running]);
+    let _daemon = rn.daemon(dir.path(), &[]);
+    let ns = rn.namespace(&mut cleanup, "e2e-eraser");
+
+    // nodeimage pre-pulls and pins `wanted` for a tag entry; `stray` is
+    // pulled straight through CRI (nobody's, unpinned); a Pod runs `running`.
+    ni::set_image(
+        &rn.c,
+        &rn.name,
+        &wanted.name,
+        json!({"tags": [{"tag": "v1"}]}),
+    );
+    ni::wait_phase(&rn.c, rn.tag(&wanted), 0, "Succeeded", TIMEOUT);
+    wait_for("the daemon's pin on the wanted image", TIMEOUT, || {
+        rn.image(&wanted.reference())
+            .is_some_and(|i| i.pinned)
+            .then_some(())
+    });
+    cri::pull(&rn.socket, &stray.reference(), None).expect("CRI pull");
+    assert!(
+        rn.image(&stray.reference()).is_some_and(|i| !i.pinned),
+        "the stray image is there, unpinned"
+    );
+    rn.create_pod(&ns, "user", &running.reference(), None);
+    rn.wait_pod_running(&ns, "user");
+
+    let list = eraser::exclusion_list_naming(&rn.c, &wanted.reference(), TIMEOUT);
+    let log = eraser::remove_all_unused(&remover, &rn.socket, &list, dir.path());
+
+    let pause = rn.c.var("NODEIMAGE_PAUSE_IMAGE");
+    for (what, reference) in [
+        (
+            "the image nodeimage pins for a live entry",
+            wanted.reference(),
+        ),
+        ("the running Pod's image", running.reference()),
+        ("the running sandbox's pause image", pause),
+    ] {
+        assert!(
+            rn.image(&reference).is_some(),
+            "Eraser removed {what} ({reference}) on {}: {log}",
+            rn.name
+        );
+    }
+    assert!(
+        rn.image(&stray.reference()).is_none(),
+        "Eraser left the unused, unpinned image on {}: {log}",
+        rn.name
+    );
+    assert_eq!(
+        rn.pod(&ns, "user")["status"]["phase"],
+        "Running",
+        "the Pod still runs"
+    );
     drop(cleanup);
 }
