@@ -3,7 +3,9 @@
 //! seeds first per topology domain, then as many more as the nodes holding
 //! the image can serve (`waves`). Both only narrow which not-started nodes
 //! may start; the job's parallelism and registry pacing
-//! (`rollout::to_start_capped`) still decide how many do. Pure.
+//! (`rollout::to_start_capped`) still decide how many do, except that a
+//! node the waves start from peers takes no registry slot (the bytes do
+//! not come from the registry). Pure.
 
 pub mod agent;
 pub mod observe;
@@ -30,6 +32,9 @@ pub struct Verdict {
     pub held: Vec<(String, String)>,
     /// Nodes whose agent was not Ready in time that pull from the registry.
     pub direct: Vec<String>,
+    /// Startable nodes that would fetch from peers (a node of their domain
+    /// holds the image): registry pacing gives them no slot.
+    pub from_peers: BTreeSet<String>,
     /// When a held node's wait for its agent ends (the job looks again then).
     pub wake_at: Option<DateTime<Utc>>,
 }
@@ -114,10 +119,12 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
             .filter(|(n, _)| !blocked.contains(n))
             .cloned()
             .collect();
-        for (name, why) in waves::held(waves, &open, w.domain, w.now) {
+        let waved = waves::apply(waves, &open, w.domain, w.now);
+        for (name, why) in waved.held {
             blocked.insert(name.clone());
             v.held.push((name, why));
         }
+        v.from_peers = waved.from_peers.into_iter().collect();
         let order: BTreeMap<&String, usize> =
             out.iter().enumerate().map(|(i, (n, _))| (n, i)).collect();
         v.held.sort_by_key(|(n, _)| order.get(n).copied());

@@ -258,6 +258,9 @@ pub struct Starts {
     pub wanted: usize,
     /// Nodes that start: the first of those, up to the registry cap.
     pub nodes: Vec<String>,
+    /// Those of `nodes` that fetch from peers, not the registry (P2P
+    /// waves): registry pacing neither reserves nor counts them.
+    pub from_peers: BTreeSet<String>,
 }
 
 /// What registry pacing lets a job start: `slots` nodes not yet pulling
@@ -292,6 +295,7 @@ pub fn to_start_capped(nodes: &[(String, NodeState)], limit: usize, cap: Option<
         return Starts {
             wanted: start.len(),
             nodes: start,
+            ..Starts::default()
         };
     };
     let wanted = to_start(nodes, limit).len();
@@ -309,7 +313,37 @@ pub fn to_start_capped(nodes: &[(String, NodeState)], limit: usize, cap: Option<
     Starts {
         wanted,
         nodes: start,
+        ..Starts::default()
     }
+}
+
+/// [`to_start_capped`], where the `from_peers` nodes (P2P waves) need no
+/// free registry slot, as nodes riding on a pull already under way.
+pub fn to_start_paced(
+    nodes: &[(String, NodeState)],
+    limit: usize,
+    cap: Option<&Cap>,
+    from_peers: &BTreeSet<String>,
+) -> Starts {
+    let widened;
+    let cap = match cap {
+        Some(c) if !from_peers.is_empty() => {
+            widened = Cap {
+                slots: c.slots,
+                riding: c.riding.union(from_peers).cloned().collect(),
+            };
+            Some(&widened)
+        }
+        other => other,
+    };
+    let mut start = to_start_capped(nodes, limit, cap);
+    start.from_peers = start
+        .nodes
+        .iter()
+        .filter(|n| from_peers.contains(*n))
+        .cloned()
+        .collect();
+    start
 }
 
 /// Counts of a job's nodes.

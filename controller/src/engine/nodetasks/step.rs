@@ -190,13 +190,13 @@ fn situations<K: NodeTask>(
         })
         .collect();
     let all = budget(&rows);
-    let budget = held_back(&mut rows, all, setup.p2p, now);
+    let (budget, from_peers) = held_back(&mut rows, all, setup.p2p, now);
     let starts = starting(
         &budget,
         rows.len(),
         setup.tolerance,
-        setup.concurrency,
-        setup.registry_cap,
+        (setup.concurrency, setup.registry_cap),
+        &from_peers,
     );
     let start: BTreeSet<&String> = starts.nodes.iter().collect();
     for (_, row) in rows.iter_mut().filter(|(n, _)| start.contains(n)) {
@@ -211,15 +211,16 @@ fn situations<K: NodeTask>(
 
 /// The P2P rules over the budget (`engine::p2p`): held nodes get their
 /// reason in their rows and leave the budget; nodes the rules skip fail
-/// before they start.
+/// before they start. Returns the budget left and the nodes that would
+/// start from peers.
 fn held_back<K: NodeTask>(
     rows: &mut [(String, Node<K>)],
     budget: Vec<(String, NodeState)>,
     p2p: Option<(&crate::engine::p2p::observe::Observed, DateTime<Utc>)>,
     now: DateTime<Utc>,
-) -> Vec<(String, NodeState)> {
+) -> (Vec<(String, NodeState)>, BTreeSet<String>) {
     let Some((observed, started)) = p2p else {
-        return budget;
+        return (budget, BTreeSet::new());
     };
     let v = observed.verdict(budget, started, now);
     let held: BTreeMap<&String, &String> = v.held.iter().map(|(n, w)| (n, w)).collect();
@@ -239,7 +240,7 @@ fn held_back<K: NodeTask>(
             *row = Node::Rejected((*why).clone());
         }
     }
-    v.startable
+    (v.startable, v.from_peers)
 }
 
 /// The nodes the concurrency budget counts: all but those still waiting
@@ -252,14 +253,15 @@ fn budget<K: NodeTask>(rows: &[(String, Node<K>)]) -> Vec<(String, NodeState)> {
 }
 
 /// The nodes that start now: within `concurrency` and the registries'
-/// cap, and none once the failures among the `budget` reach the tolerance
-/// of the job's `total` nodes (fail fast).
+/// cap (which `from_peers` nodes need no slot of), and none once the
+/// failures among the `budget` reach the tolerance of the job's `total`
+/// nodes (fail fast).
 fn starting(
     budget: &[(String, NodeState)],
     total: usize,
     tolerance: f64,
-    concurrency: usize,
-    registry_cap: Option<&crate::engine::rollout::Cap>,
+    (concurrency, registry_cap): (usize, Option<&crate::engine::rollout::Cap>),
+    from_peers: &BTreeSet<String>,
 ) -> Starts {
     let failed = budget
         .iter()
@@ -268,7 +270,7 @@ fn starting(
     if rollout::tolerance_reached(failed, total, tolerance) {
         return Starts::default();
     }
-    rollout::to_start_capped(budget, concurrency, registry_cap)
+    rollout::to_start_paced(budget, concurrency, registry_cap, from_peers)
 }
 
 /// The events of nodes that finished in this step (their results were not

@@ -150,6 +150,45 @@ fn waves_seed_first_then_grow_by_holders() {
 }
 
 #[test]
+fn nodes_freed_by_a_holder_of_their_domain_fetch_from_peers() {
+    // (nodes) -> the startable nodes that fetch from peers: those a holder
+    // of their zone frees, never a seed.
+    type Row<'a> = (Vec<(&'a str, char)>, Vec<&'a str>);
+    let rows: Vec<Row<'_>> = vec![
+        // Seeds come from the registry.
+        (vec![("a-1", 'N'), ("b-1", 'N')], vec![]),
+        // Zone a holds it: its next node from peers; zone b seeds.
+        (
+            vec![("a-1", 'S'), ("a-2", 'N'), ("a-3", 'N'), ("b-1", 'N')],
+            vec!["a-2"],
+        ),
+        // A replacement seed after a failure is a seed.
+        (vec![("a-1", 'F'), ("a-2", 'N')], vec![]),
+        // Two holders: two more, both from peers.
+        (
+            vec![("a-1", 'S'), ("a-2", 'S'), ("a-3", 'N'), ("a-4", 'N')],
+            vec!["a-3", "a-4"],
+        ),
+    ];
+    for (spec, peers) in rows {
+        let s = Settings {
+            agent: None,
+            waves: Some(waves(1, 2)),
+        };
+        let agents = BTreeMap::new();
+        let w = World {
+            agents: &agents,
+            since: &at_zero,
+            domain: &zone_of,
+            now: t(0),
+        };
+        let v = apply(&s, states(&spec), &w);
+        let got: Vec<&str> = v.from_peers.iter().map(String::as_str).collect();
+        assert_eq!(got, peers, "{spec:?}");
+    }
+}
+
+#[test]
 fn the_agent_gate_waits_then_falls_back() {
     // (agent on node, seconds since the wait began, missing) -> gate kind.
     let rows = [

@@ -22,14 +22,25 @@ struct Domain<'a> {
     waiting: Vec<&'a str>,
 }
 
-/// The not-started nodes of `nodes` that the waves hold back now, each
-/// with why; `domain` names a node's domain.
-pub fn held(
+/// What the waves make of the not-started nodes in one step.
+#[derive(Debug, Default, PartialEq)]
+pub struct Waved {
+    /// Nodes held back now, each with why.
+    pub held: Vec<(String, String)>,
+    /// Nodes that may start and would fetch from peers: their domain has a
+    /// node holding the image (registry pacing gives them no slot).
+    pub from_peers: Vec<String>,
+}
+
+/// The not-started nodes of `nodes` that the waves hold back now, with
+/// why, and those that may start from peers; `domain` names a node's
+/// domain.
+pub fn apply(
     w: &Waves,
     nodes: &[(String, NodeState)],
     domain: &dyn Fn(&str) -> String,
     now: DateTime<Utc>,
-) -> Vec<(String, String)> {
+) -> Waved {
     let mut domains: BTreeMap<String, Domain<'_>> = BTreeMap::new();
     for (name, state) in nodes {
         let d = domains.entry(domain(name)).or_default();
@@ -44,11 +55,15 @@ pub fn held(
             NodeState::Failed(_) => {}
         }
     }
-    let mut out = Vec::new();
+    let mut out = Waved::default();
     for (value, d) in &domains {
         let allowance = allowance(w, d);
         let why = reason(w, value, d);
-        out.extend(
+        if d.holders > 0 {
+            out.from_peers
+                .extend(d.waiting.iter().take(allowance).map(|n| n.to_string()));
+        }
+        out.held.extend(
             d.waiting
                 .iter()
                 .skip(allowance)

@@ -16,6 +16,14 @@
 //!   registries at its resourceVersion, so a plan reads only the NodeImages
 //!   that changed. Replaced when a node's resourceVersion moves, dropped at
 //!   the first plan whose snapshot lacks the node.
+//! - peer starts: entries a plan started on nodes that fetch from peers
+//!   (P2P waves, `Starts::from_peers`). A node whose every unfinished entry
+//!   on a registry is one of these does not count against that registry.
+//!   Dropped when the cache shows the entry finished, when it does not
+//!   show it [`RESERVATION_BOUND`] after the start, when the job's write
+//!   fails or when the job is forgotten. Lost with the controller (its
+//!   nodes then count against the registry until they finish: the safe
+//!   side).
 //!
 //! A plan of a job with a limited registry runs under one lock, from
 //! counting the slots to recording its reservations; plans of jobs without
@@ -98,6 +106,7 @@ pub(super) struct Ledger {
     serves: u64,
     pub(super) last: BTreeMap<String, Load>,
     memo: load::LoadMemo,
+    pub(super) peers: Vec<Reservation>,
 }
 
 #[derive(Debug, Clone)]
@@ -214,8 +223,15 @@ impl RegistryPacing {
         let p = plan(Some(&cap));
         let s = p.starts();
         let was_waiting = ledger.is_waiting(&job.order);
-        let took_new = s.nodes.iter().any(|n| !cap.riding.contains(n));
-        ledger.reserve(job, &s.nodes, entries, &limited, now);
+        let from_registry: Vec<String> = s
+            .nodes
+            .iter()
+            .filter(|n| !s.from_peers.contains(*n))
+            .cloned()
+            .collect();
+        let took_new = from_registry.iter().any(|n| !cap.riding.contains(n));
+        ledger.reserve(job, &from_registry, entries, &limited, now);
+        ledger.started_from_peers(job, &s.from_peers, entries, &limited, now);
         if took_new {
             ledger.served_now(&job.tenant(), limited.keys());
         }
@@ -257,7 +273,9 @@ impl RegistryPacing {
 
     /// Drops the reservations of the job with `uid`: its entry writes failed.
     pub fn write_failed(&self, uid: &str) {
-        self.lock().reserved.retain(|r| r.uid != uid);
+        let mut ledger = self.lock();
+        ledger.reserved.retain(|r| r.uid != uid);
+        ledger.peers.retain(|r| r.uid != uid);
     }
 
     /// Forgets the job with `uid` (it is being deleted), and wakes the jobs
@@ -265,6 +283,7 @@ impl RegistryPacing {
     pub fn forget(&self, uid: &str) {
         let mut ledger = self.lock();
         ledger.reserved.retain(|r| r.uid != uid);
+        ledger.peers.retain(|r| r.uid != uid);
         let mut left = Vec::new();
         for (registry, jobs) in ledger.waiting.iter_mut() {
             let before = jobs.len();
@@ -330,6 +349,7 @@ impl RegistryPacing {
             let load = loads.entry(r.registry.clone()).or_default();
             load.add(&r.node, Some(&r.tenant));
         }
+        peers::settle(ledger, &snapshot, &mut loads, now);
         for jobs in ledger.waiting.values_mut() {
             jobs.retain(|_, w| now - w.at < WANT_BOUND);
         }
@@ -365,4 +385,5 @@ pub(super) fn shows(ni: Option<&NodeImage>, entry: &Entry, uid: &str) -> bool {
     })
 }
 
+mod peers;
 mod queue;

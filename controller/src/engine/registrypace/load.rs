@@ -6,7 +6,7 @@
 //! [`LoadMemo`], which remembers each NodeImage's share between plans.
 
 use super::rule::tenant;
-use nodeimage_api::kruise::{ImageTagStatus, NodeImage, UpgradeState};
+use nodeimage_api::kruise::{ImageTagSpec, ImageTagStatus, NodeImage, UpgradeState};
 use nodeimage_api::reference::{ImageRef, canonical_registry};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -34,6 +34,15 @@ impl Load {
                 nodes.insert(node.to_string());
             }
         }
+    }
+
+    /// Takes `node` out: it pulls from elsewhere (peers) for now.
+    pub fn remove(&mut self, node: &str) {
+        self.pulling.remove(node);
+        for nodes in self.tenants.values_mut() {
+            nodes.remove(node);
+        }
+        self.tenants.retain(|_, nodes| !nodes.is_empty());
     }
 
     /// How many nodes pull for each tenant.
@@ -163,11 +172,31 @@ impl LoadMemo {
     }
 }
 
+/// The tag entries of `ni` on `registry` the node may still pull for, with
+/// their image keys.
+pub fn unfinished_on<'a>(
+    ni: &'a NodeImage,
+    registry: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a ImageTagSpec)> + 'a {
+    let status = ni.status.as_ref();
+    ni.spec
+        .images
+        .iter()
+        .flatten()
+        .filter(move |(image, _)| registry_of(image).as_deref() == Some(registry))
+        .flat_map(move |(image, spec)| {
+            spec.tags
+                .iter()
+                .filter(move |t| may_pull(status.and_then(|s| s.entry_for(image, t))))
+                .map(move |t| (image.as_str(), t))
+        })
+}
+
 /// Whether the node may still pull for a tag entry answered by `answer`:
 /// no answer yet, or an unfinished one (a NodeUpgradeJob's entry only
 /// until its image is pulled: its upgrade may then wait for confirmation
 /// for as long as the operator takes).
-fn may_pull(answer: Option<&ImageTagStatus>) -> bool {
+pub fn may_pull(answer: Option<&ImageTagStatus>) -> bool {
     let Some(a) = answer else {
         return true;
     };

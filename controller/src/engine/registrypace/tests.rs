@@ -422,3 +422,65 @@ fn jobs_held_by_another_registry_do_not_wake_each_other() {
     let next = futures::FutureExt::now_or_never(futures::StreamExt::next(&mut woken));
     assert!(next.is_none(), "woken: {next:?}");
 }
+
+#[test]
+fn nodes_from_peers_take_no_slot_and_do_not_count_while_they_pull() {
+    use crate::engine::rollout::{NodeState, to_start_paced};
+    let (store, mut writer) = cache(vec![]);
+    let pacing = RegistryPacing::new(Limits::new(0, &[(REG.into(), 1)]), store);
+    let (p2p, other) = (job(100, "p2p"), job_in("other", 200, "b"));
+    let entries = [app()];
+    let show = |w: &mut Writer<NodeImage>, n: &str, uid: &str, done: bool| {
+        let answer = done.then(|| status("v1", ImagePullPhase::Succeeded, None));
+        w.apply_watcher_event(&watcher::Event::Apply(node(
+            n,
+            &app().image,
+            Some(uid),
+            answer,
+        )));
+    };
+    let in_flight = |s: i64| {
+        pacing
+            .report(at(s))
+            .iter()
+            .find(|g| g.registry == REG)
+            .map_or(0, |g| g.in_flight)
+    };
+    // The seed takes the registry's only slot.
+    let p = paced(&pacing, &p2p, &entries, 0, starts(&["n1"], 1));
+    assert_eq!(p.plan.nodes, vec!["n1"]);
+    show(&mut writer, "n1", "p2p", false);
+    // Once a peer holds the image, the next wave starts from peers with no
+    // slot free; a plain job on the same registry waits.
+    let wave: Vec<(String, NodeState)> = ["n2", "n3"]
+        .iter()
+        .map(|n| (n.to_string(), NodeState::NotStarted))
+        .collect();
+    let peers = ["n2".to_string(), "n3".to_string()].into_iter().collect();
+    let p = paced(&pacing, &p2p, &entries, 1, |cap| {
+        to_start_paced(&wave, 2, cap, &peers)
+    });
+    assert_eq!(p.plan.nodes, vec!["n2", "n3"], "{p:?}");
+    assert!(p.waiting.is_empty(), "{p:?}");
+    let p = paced(&pacing, &other, &entries, 2, starts(&["n4"], 1));
+    assert!(p.plan.nodes.is_empty(), "the seed holds the slot: {p:?}");
+    // The wave's entries show, unfinished: they do not count against the
+    // registry. The seed finishes: its slot goes to the plain job.
+    show(&mut writer, "n2", "p2p", false);
+    show(&mut writer, "n3", "p2p", false);
+    show(&mut writer, "n1", "p2p", true);
+    assert_eq!(in_flight(3), 0, "peers' pulls are not the registry's");
+    let p = paced(&pacing, &other, &entries, 4, starts(&["n4"], 1));
+    assert_eq!(p.plan.nodes, vec!["n4"], "{p:?}");
+    // Finished peer starts are forgotten; so is one the cache never shows,
+    // once the reservation bound has passed.
+    show(&mut writer, "n2", "p2p", true);
+    writer.apply_watcher_event(&watcher::Event::Apply(NodeImage::new(
+        "n3",
+        Default::default(),
+    )));
+    let _ = in_flight(5);
+    assert_eq!(pacing.lock().peers.len(), 1, "n3's start is still new");
+    let _ = in_flight(5 + RESERVATION_BOUND.num_seconds());
+    assert!(pacing.lock().peers.is_empty());
+}

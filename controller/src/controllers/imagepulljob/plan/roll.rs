@@ -73,7 +73,7 @@ pub(super) fn roll_out(
     } else {
         let limit = parallelism(job.spec.template.parallelism.as_ref());
         let mut v = b.p2p.verdict(nodes, b.started, now);
-        let start = rollout::to_start_capped(&v.startable, limit, b.cap);
+        let start = rollout::to_start_paced(&v.startable, limit, b.cap, &v.from_peers);
         let nodes = std::mem::take(&mut v.nodes);
         (nodes, start, v)
     };

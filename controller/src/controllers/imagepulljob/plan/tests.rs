@@ -703,3 +703,43 @@ fn p2p_agent_holds_nodes_and_bad_annotations_start_nothing() {
         "{message}"
     );
 }
+
+#[test]
+fn a_wave_from_peers_starts_with_no_registry_slot_free() {
+    use crate::engine::p2p::settings;
+    use crate::engine::rollout::Cap;
+    // n1 holds the image (the seed); parallelism 3, fan-out 2: n2 may
+    // start from peers, n3 waits for the next wave.
+    let nodes = vec![
+        node("n1", &[], Some(ImagePullPhase::Succeeded)),
+        node("n2", &[], None),
+        node("n3", &[], None),
+    ];
+    let mut j = job(3, CompletionPolicy::default());
+    let annotations = BTreeMap::from([(nodeimage_api::p2p::SEEDS.to_string(), "1".to_string())]);
+    j.metadata.annotations = Some(annotations.clone());
+    let observed = Ok(Observed {
+        settings: settings::read(&annotations, None).unwrap_or_default(),
+        ..Default::default()
+    });
+    let with_cap = |slots: usize| {
+        plan(Inputs {
+            job: &j,
+            nodeimages: &nodes,
+            pods: &[],
+            nodes: &[],
+            secrets: vec![],
+            missing_secrets: vec![],
+            refused_secrets: vec![],
+            gate_refusal: None,
+            registry_cap: Some(&Cap::new(slots)),
+            follow: Default::default(),
+            p2p: &observed,
+            now: now(200),
+        })
+    };
+    let p = with_cap(0);
+    assert_eq!(p.starts.nodes, vec!["n2".to_string()], "{:?}", p.starts);
+    assert_eq!(p.starts.from_peers, ["n2".to_string()].into());
+    assert!(p.write_to.contains(&"n2".to_string()));
+}

@@ -95,7 +95,13 @@ fn starting_table() {
     ];
     for (budget, total, tolerance, concurrency, cap, want) in cases {
         let cap = cap.map(crate::engine::rollout::Cap::new);
-        let got = starting(&budget, total, tolerance, concurrency, cap.as_ref());
+        let got = starting(
+            &budget,
+            total,
+            tolerance,
+            (concurrency, cap.as_ref()),
+            &BTreeSet::new(),
+        );
         let want: Vec<String> = want.into_iter().map(str::to_string).collect();
         assert_eq!(
             got.nodes, want,
