@@ -39,10 +39,11 @@ start() {
   local reg_port=${NODEIMAGE_REGISTRY##*:}
   local paced=127.0.0.1:${NODEIMAGE_PACED_REGISTRY_PORT:-$((reg_port + 10))}
   # tests/tests/followtag.rs: *.invalid registries through its HTTP proxy (registry port + 11) and plugin.
-  # tests/tests/removal.rs: Eraser's exclusion list of pinned images, kept in this namespace.
+  # tests/tests/removal.rs: Eraser's exclusion list of pinned images, kept in this namespace,
+  # with the nodes' sandbox image (real_kubelet.rs: Eraser removes a running sandbox's otherwise).
   "$KUBECTL" create namespace nodeimage-eraser-e2e --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
   HTTP_PROXY=http://127.0.0.1:$((reg_port + 11)) start_daemon controller "$bin/nodeimage-controller" --kubeconfig "$KUBECONFIG" \
-    --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1" --eraser-namespace nodeimage-eraser-e2e \
+    --health-addr "$CONTROLLER_HEALTH" --registry-max-pulls-for "$paced=1" --eraser-namespace nodeimage-eraser-e2e --eraser-also-exclude "$(real_node_pause_image)" \
     --upgrade-images "$NODEIMAGE_REGISTRY/*,kubeedge/installation-package" \
     --startup-gate-timeout 90s --startup-gate-namespaces nodeimage-gate-e2e \
     --follow-tag-http-registries nodeimage-follow.invalid,nodeimage-follow-auth.invalid --image-credential-provider-config "$REPO_ROOT/tests/fixtures/followtag/credential-providers.yaml" --image-credential-provider-bin-dir "$REPO_ROOT/tests/fixtures/followtag/bin"

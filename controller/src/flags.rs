@@ -121,6 +121,13 @@ pub struct Flags {
     #[arg(long, default_value = "")]
     pub eraser_namespace: String,
 
+    /// Image references the Eraser exclusion list always names besides the
+    /// pinned images (comma-separated), such as the nodes' sandbox (pause)
+    /// image: kubelet pins it, Eraser ignores pins and removes it while Pods
+    /// run (a node that cannot pull it then starts no Pod).
+    #[arg(long, value_delimiter = ',')]
+    pub eraser_also_exclude: Vec<String>,
+
     /// The nodes' P2P agent for jobs that name none (annotation
     /// nodeimage.dev/p2p-agent): `daemonset:NAMESPACE/NAME` or
     /// `pods:NAMESPACE/KEY=VALUE[,KEY=VALUE]`. A node's entry is handed out

@@ -347,6 +347,10 @@ go_build_stamped() {
 DEFAULT_NODE_RUNTIMES=(containerd/debian/v2 containerd/1.7/v2/discard containerd/2.x/v3)
 # The real kubelet node of real-node.sh: the LTS line.
 REAL_NODE_RUNTIME=containerd/2.2/v3
+# real_node_pause_image: the real nodes' sandbox image (real-node.sh pushes
+# it to the cluster's registry); the shared controller keeps it in Eraser's
+# list (tests/nodeimage.sh).
+real_node_pause_image() { echo "$NODEIMAGE_REGISTRY/pause:3.10"; }
 # The real nodes of real-node.sh by index: kubelet-1 the LTS line, kubelet-2
 # the 1.7 line with layer discard (as managed clusters still run it).
 REAL_NODE_RUNTIMES=("$REAL_NODE_RUNTIME" containerd/1.7/v2/discard)

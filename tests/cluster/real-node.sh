@@ -94,7 +94,7 @@ TMP_DIR=$STATE/tmp
 # Short: containerd's socket path must stay under 107 bytes.
 D=$STATE/real/$NAME
 SOCK=$D/containerd.sock
-PAUSE_IMAGE=$NODEIMAGE_REGISTRY/pause:3.10
+PAUSE_IMAGE=$(real_node_pause_image)
 BRIDGE=ni-$API_PORT
 ((INDEX == 1)) || BRIDGE=$BRIDGE-$INDEX
 ((INDEX == 1)) || CGROUP_ROOT=/nodeimage-$API_PORT-$NAME

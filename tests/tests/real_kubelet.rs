@@ -1984,8 +1984,11 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
 /// containerd with nodeimage's exclusion list mounted as Eraser mounts it.
 /// The image nodeimage pins for a live tag entry stays (Eraser ignores
 /// CRI's pinned flag: the list keeps it), so does the image of a running
-/// Pod and its sandbox's pause image (Eraser's own rule), and an unpinned
-/// unused image goes. The remover dials /run/cri/cri.sock, which no other
+/// Pod (Eraser's own rule: it skips images of running containers), and so
+/// does the running sandbox's pause image, only because the list names it
+/// (`--eraser-also-exclude`, chart `controller.eraserAlsoExclude`): Eraser
+/// counts containers, not sandboxes, and removed it in a run without it.
+/// An unpinned unused image goes. The remover dials /run/cri/cri.sock, which no other
 /// test of this step uses (tests/tests/eraser.rs runs in an earlier step).
 #[test]
 #[ignore = "needs the local cluster's real node and Eraser's remover (make test)"]
@@ -2035,9 +2038,13 @@ fn real_kubelet_eraser_leaves_what_nodeimage_pins_and_what_runs() {
     rn.wait_pod_running(&ns, "user");
 
     let list = eraser::exclusion_list_naming(&rn.c, &wanted.reference(), TIMEOUT);
+    let pause = rn.c.var("NODEIMAGE_PAUSE_IMAGE");
+    assert!(
+        list.contains(&format!("\"{pause}\"")),
+        "the list names the sandbox image (tests/nodeimage.sh's --eraser-also-exclude): {list}"
+    );
     let log = eraser::remove_all_unused(&remover, &rn.socket, &list, dir.path());
 
-    let pause = rn.c.var("NODEIMAGE_PAUSE_IMAGE");
     for (what, reference) in [
         (
             "the image nodeimage pins for a live entry",

@@ -42,7 +42,7 @@ pub async fn run(
     tokio::pin!(stopped);
     loop {
         if synced.get() {
-            let list = plan::excluded(nodeimages.state().iter());
+            let list = plan::excluded(nodeimages.state().iter(), &ctx.eraser_also_exclude);
             if written.as_ref() != Some(&list) {
                 match write(&api, &list).await {
                     Ok(()) => {

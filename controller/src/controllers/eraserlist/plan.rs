@@ -38,8 +38,34 @@ fn as_eraser_sees(name: &str, tag: &str) -> Option<String> {
     }
 }
 
-/// The references nodeimage pins on any of `nodeimages`.
-pub fn excluded<'a>(nodeimages: impl IntoIterator<Item = &'a Arc<NodeImage>>) -> Excluded {
+/// `--eraser-also-exclude`'s references as Eraser matches them; Err names
+/// the first that is not an image reference.
+pub fn always(references: &[String]) -> Result<Vec<String>, String> {
+    let mut out = BTreeSet::new();
+    for r in references
+        .iter()
+        .map(|r| r.trim())
+        .filter(|r| !r.is_empty())
+    {
+        let parsed = ImageRef::parse(r).map_err(|e| format!("{r:?}: {e}"))?;
+        let tag = parsed
+            .digest
+            .as_deref()
+            .or(parsed.tag.as_deref())
+            .unwrap_or("latest");
+        let seen = as_eraser_sees(&parsed.name(), tag)
+            .ok_or_else(|| format!("{r:?}: not an image reference"))?;
+        out.insert(seen);
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// The references nodeimage pins on any of `nodeimages`, after `always`
+/// (which the bound never leaves out).
+pub fn excluded<'a>(
+    nodeimages: impl IntoIterator<Item = &'a Arc<NodeImage>>,
+    always: &[String],
+) -> Excluded {
     let mut all: BTreeSet<String> = BTreeSet::new();
     for ni in nodeimages {
         let (Some(spec), Some(status)) = (ni.spec.images.as_ref(), ni.status.as_ref()) else {
@@ -56,9 +82,16 @@ pub fn excluded<'a>(nodeimages: impl IntoIterator<Item = &'a Arc<NodeImage>>) ->
             }
         }
     }
-    let left_out = all.len().saturating_sub(MAX_REFERENCES);
+    for a in always {
+        all.remove(a);
+    }
+    let room = MAX_REFERENCES.saturating_sub(always.len());
+    let left_out = all.len().saturating_sub(room);
+    let mut references: Vec<String> = always.to_vec();
+    references.extend(all.into_iter().take(room));
+    references.sort();
     Excluded {
-        references: all.into_iter().take(MAX_REFERENCES).collect(),
+        references,
         left_out,
     }
 }
@@ -125,7 +158,7 @@ mod tests {
             ]),
             node(&[("nginx", "1.25", Some((Succeeded, "")))]),
         ];
-        let got = excluded(nodes.iter());
+        let got = excluded(nodes.iter(), &[]);
         assert_eq!(
             got.references,
             vec![
@@ -144,8 +177,45 @@ mod tests {
             .iter()
             .map(|t| ("r/app", t.as_str(), Some((ImagePullPhase::Succeeded, ""))))
             .collect();
-        let got = excluded([node(&entries)].iter());
+        let got = excluded([node(&entries)].iter(), &[]);
         assert_eq!(got.references.len(), MAX_REFERENCES);
         assert_eq!(got.left_out, 3);
+        // What the flag names is always in, whatever the bound leaves out.
+        let pause = "registry.k8s.io/pause:3.10".to_string();
+        let got = excluded([node(&entries)].iter(), std::slice::from_ref(&pause));
+        assert_eq!(got.references.len(), MAX_REFERENCES);
+        assert_eq!(got.left_out, 4);
+        assert!(got.references.contains(&pause));
+    }
+
+    #[test]
+    fn the_flags_references_as_eraser_matches_them() {
+        let flag = |refs: &[&str]| always(&refs.iter().map(|r| r.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            flag(&[
+                "registry.k8s.io/pause:3.10",
+                " pause:3.6 ",
+                "",
+                &format!("r/app@{DIGEST}")
+            ]),
+            Ok(vec![
+                "docker.io/library/pause:3.6".to_string(),
+                "registry.k8s.io/pause:3.10".to_string(),
+                DIGEST.to_string(),
+            ])
+        );
+        let err = flag(&["registry.k8s.io/pause:3.10", "Not A Reference"]).expect_err("refused");
+        assert!(err.contains("Not A Reference"), "{err}");
+        // A pinned image the flag also names is listed once.
+        let nodes = [node(&[(
+            "registry.k8s.io/pause",
+            "3.10",
+            Some((ImagePullPhase::Succeeded, "")),
+        )])];
+        let got = excluded(nodes.iter(), &["registry.k8s.io/pause:3.10".to_string()]);
+        assert_eq!(
+            got.references,
+            vec!["registry.k8s.io/pause:3.10".to_string()]
+        );
     }
 }
