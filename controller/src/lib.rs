@@ -39,6 +39,8 @@ pub enum Error {
     Election(#[from] leader::ElectionError),
     #[error("--p2p-agent: {0}")]
     P2pAgent(String),
+    #[error("--eraser-also-exclude: {0}")]
+    EraserAlsoExclude(String),
     #[error("lost the leader-election lease; exiting so that a restart waits as a standby")]
     LostLease,
     #[error("health server on {addr}: {source}")]
@@ -62,6 +64,8 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
     if !flags.p2p_agent.trim().is_empty() {
         engine::p2p::settings::AgentRef::parse(&flags.p2p_agent).map_err(Error::P2pAgent)?;
     }
+    controllers::eraserlist::plan::always(&flags.eraser_also_exclude)
+        .map_err(Error::EraserAlsoExclude)?;
     let client = client::connect(flags.kubeconfig.as_ref()).await?;
     let ctx = context::Context::new(client, &flags)?;
     let limits =

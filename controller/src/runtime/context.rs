@@ -21,9 +21,6 @@ pub enum ContextError {
     /// `--upgrade-images` names something that is not a repository or prefix.
     #[error("{0}")]
     UpgradeImages(String),
-    /// `--eraser-also-exclude` names something that is not an image reference.
-    #[error("--eraser-also-exclude: {0}")]
-    EraserAlsoExclude(String),
 }
 
 /// Client, event reporter and settings, cloned into every controller.
@@ -50,8 +47,8 @@ pub struct Context {
     /// Namespace of Eraser's exclusion lists, where the controller keeps the
     /// list of pinned images (None: not kept).
     pub eraser_namespace: Option<String>,
-    /// References Eraser's list always names (`--eraser-also-exclude`), as
-    /// Eraser matches them.
+    /// References Eraser's list always names (`--eraser-also-exclude`; the
+    /// controller checked them at start, `eraserlist::plan::always`).
     pub eraser_also_exclude: Vec<String>,
     /// The chart's P2P agent for jobs that name none (`engine::p2p`;
     /// checked by `lib::run` before the context is made).
@@ -89,10 +86,12 @@ impl Context {
             predownload_max_extra_nodes: flags.predownload_max_extra_nodes,
             eraser_namespace: Some(flags.eraser_namespace.trim().to_string())
                 .filter(|n| !n.is_empty()),
-            eraser_also_exclude: crate::controllers::eraserlist::plan::always(
-                &flags.eraser_also_exclude,
-            )
-            .map_err(ContextError::EraserAlsoExclude)?,
+            eraser_also_exclude: flags
+                .eraser_also_exclude
+                .iter()
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+                .collect(),
             p2p_agent: Some(flags.p2p_agent.trim().to_string())
                 .filter(|a| !a.is_empty() && a != "none"),
             follow_tag_providers: nodeimage_ops::credproviders::Providers::from_flags((

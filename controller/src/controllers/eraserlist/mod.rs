@@ -37,12 +37,17 @@ pub async fn run(
     };
     tracing::info!(%namespace, configmap = NAME, "keeping Eraser's exclusion list of pinned images");
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Checked at start (lib.rs); an error here cannot happen.
+    let always = plan::always(&ctx.eraser_also_exclude).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "--eraser-also-exclude: left out");
+        Vec::new()
+    });
     let mut written: Option<plan::Excluded> = None;
     let stopped = lifecycle::stopped(stop);
     tokio::pin!(stopped);
     loop {
         if synced.get() {
-            let list = plan::excluded(nodeimages.state().iter(), &ctx.eraser_also_exclude);
+            let list = plan::excluded(nodeimages.state().iter(), &always);
             if written.as_ref() != Some(&list) {
                 match write(&api, &list).await {
                     Ok(()) => {
