@@ -4,7 +4,7 @@
 //! while its every unfinished entry there is a peer start.
 
 use super::super::load::{self, Load};
-use super::{Ledger, PacedJob, RESERVATION_BOUND, Reservation};
+use super::{Ledger, PacedJob, RESERVATION_BOUND};
 use crate::engine::rollout::Entry;
 use chrono::{DateTime, Utc};
 use nodeimage_api::kruise::NodeImage;
@@ -22,23 +22,8 @@ impl Ledger {
         limited: &BTreeMap<String, usize>,
         now: DateTime<Utc>,
     ) {
-        let tenant = job.tenant();
-        for entry in entries {
-            let Some(registry) = load::registry_of(&entry.image) else {
-                continue;
-            };
-            if !limited.contains_key(&registry) {
-                continue;
-            }
-            self.peers.extend(nodes.iter().map(|node| Reservation {
-                uid: job.order.uid.clone(),
-                node: node.clone(),
-                entry: entry.clone(),
-                registry: registry.clone(),
-                tenant: tenant.clone(),
-                at: now,
-            }));
-        }
+        let made = super::queue::reservations(job, nodes, entries, limited, now);
+        self.peers.extend(made);
     }
 }
 

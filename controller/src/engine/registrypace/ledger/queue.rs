@@ -86,27 +86,12 @@ impl Ledger {
         limited: &BTreeMap<String, usize>,
         now: DateTime<Utc>,
     ) {
-        let tenant = job.tenant();
-        for entry in entries {
-            let Some(registry) = load::registry_of(&entry.image) else {
-                continue;
-            };
-            if !limited.contains_key(&registry) {
-                continue;
-            }
-            let last = self.last.entry(registry.clone()).or_default();
-            for node in nodes {
-                last.add(node, Some(&tenant));
-            }
-            self.reserved.extend(nodes.iter().map(|node| Reservation {
-                uid: job.order.uid.clone(),
-                node: node.clone(),
-                entry: entry.clone(),
-                registry: registry.clone(),
-                tenant: tenant.clone(),
-                at: now,
-            }));
+        let made = reservations(job, nodes, entries, limited, now);
+        for r in &made {
+            let last = self.last.entry(r.registry.clone()).or_default();
+            last.add(&r.node, Some(&r.tenant));
         }
+        self.reserved.extend(made);
     }
 
     /// Records that `tenant` just got new slots on `registries` (it goes
@@ -235,4 +220,34 @@ fn view<'a>(
         held,
         served,
     }
+}
+
+/// One reservation of `job` per node of `nodes` and entry of `entries` on a
+/// limited registry (registry slots and peer starts alike).
+pub(super) fn reservations<'a>(
+    job: &PacedJob,
+    nodes: impl IntoIterator<Item = &'a String> + Clone,
+    entries: &[Entry],
+    limited: &BTreeMap<String, usize>,
+    now: DateTime<Utc>,
+) -> Vec<Reservation> {
+    let tenant = job.tenant();
+    let mut out = Vec::new();
+    for entry in entries {
+        let Some(registry) = load::registry_of(&entry.image) else {
+            continue;
+        };
+        if !limited.contains_key(&registry) {
+            continue;
+        }
+        out.extend(nodes.clone().into_iter().map(|node| Reservation {
+            uid: job.order.uid.clone(),
+            node: node.clone(),
+            entry: entry.clone(),
+            registry: registry.clone(),
+            tenant: tenant.clone(),
+            at: now,
+        }));
+    }
+    out
 }
