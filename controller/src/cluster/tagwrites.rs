@@ -11,7 +11,7 @@ use kube::{Resource, ResourceExt};
 use nodeimage_api::interned::SharedStr;
 use nodeimage_api::kruise::nodeimage::contract::is_stale_write;
 use nodeimage_api::kruise::nodeimage::salvage;
-use nodeimage_api::kruise::{ImageSpec, NodeImage};
+use nodeimage_api::kruise::{ImageSpec, NodeImage, NodeImageSpec};
 use nodeimage_api::lenient::Lenient;
 use nodeimage_api::nodeimage_dev::RemovalEntry;
 use serde::de::DeserializeOwned;
@@ -346,6 +346,42 @@ impl NodeWriter {
 }
 
 impl NodeWriter {
+    /// Our last write to `node`, while the cache has not caught up with it.
+    pub fn written(&self, node: &str) -> Option<Arc<NodeImage>> {
+        self.lock().get(node)?.written.clone()
+    }
+
+    /// The nodes whose newest known spec (our last write while the cache
+    /// has not caught up with it, else the cache's) passes `holds`: a job
+    /// taking its entries back must see those it wrote a moment before,
+    /// which the cache may not show yet (a soak left such removal entries
+    /// behind a deleted job).
+    pub fn holding(&self, holds: impl Fn(&NodeImageSpec) -> bool) -> Vec<String> {
+        let cached = self.cache.state();
+        holding(cached.iter().map(|ni| ni.as_ref()), &self.lock(), holds)
+    }
+}
+
+/// The names of the NodeImages in `cached`, or of our last writes in
+/// `slots`, whose spec passes `holds`, each once and sorted.
+fn holding<'a>(
+    cached: impl Iterator<Item = &'a NodeImage>,
+    slots: &HashMap<String, Slot>,
+    holds: impl Fn(&NodeImageSpec) -> bool,
+) -> Vec<String> {
+    let written = slots
+        .iter()
+        .filter_map(|(node, slot)| Some((node.as_str(), &slot.written.as_ref()?.spec)));
+    let names: std::collections::BTreeSet<&str> = cached
+        .filter_map(|ni| Some((ni.metadata.name.as_deref()?, &ni.spec)))
+        .chain(written)
+        .filter(|(_, spec)| holds(spec))
+        .map(|(node, _)| node)
+        .collect();
+    names.into_iter().map(str::to_string).collect()
+}
+
+impl NodeWriter {
     /// Forgets each node's last write as soon as the shared cache holds it,
     /// until `changes` ends: a node's spec is then kept twice only while the
     /// watch lags behind our write (kept until the node's next edit, these
@@ -499,6 +535,44 @@ mod tests {
         let mut other = HashMap::from([("node-2".to_string(), slot(false))]);
         forget_if_cached(&mut other, &at("5", "a"));
         assert!(other["node-2"].written.is_some(), "another node's write");
+    }
+
+    #[test]
+    fn a_release_sees_our_writes_the_cache_does_not_show_yet() {
+        let named = |name: &str, rv: &str, image: &str| {
+            let mut ni = at(rv, image);
+            ni.metadata.name = Some(name.into());
+            ni
+        };
+        let written = |ni: NodeImage| Slot {
+            pending: Vec::new(),
+            running: false,
+            written: Some(Arc::new(ni)),
+        };
+        let cached = [
+            named("cache-holds", "1", "a"),
+            named("cache-behind", "1", "b"),
+            named("neither", "1", "b"),
+            named("we-took-it-out", "1", "a"),
+        ];
+        let slots = HashMap::from([
+            (
+                "cache-behind".to_string(),
+                written(named("cache-behind", "2", "a")),
+            ),
+            (
+                "we-took-it-out".to_string(),
+                written(named("we-took-it-out", "2", "b")),
+            ),
+            ("neither".to_string(), Slot::default()),
+        ]);
+        let holds_a =
+            |spec: &NodeImageSpec| spec.images.as_ref().is_some_and(|i| i.contains_key("a"));
+        assert_eq!(
+            holding(cached.iter(), &slots, holds_a),
+            ["cache-behind", "cache-holds", "we-took-it-out"],
+            "the cache's and our writes' holders, once each (a node our write emptied is looked at and left unwritten by the edit)"
+        );
     }
 
     #[test]

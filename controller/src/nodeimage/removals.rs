@@ -3,6 +3,7 @@
 //! out when the job goes. Pure; the node writer applies them.
 
 use nodeimage_api::NodeImage;
+use nodeimage_api::kruise::NodeImageSpec;
 use nodeimage_api::limits::REMOVALS_PER_NODE_MAX;
 use nodeimage_api::nodeimage_dev::RemovalEntry;
 
@@ -38,7 +39,12 @@ pub fn release(list: &mut Vec<RemovalEntry>, uid: &str) -> bool {
 
 /// The entry of job incarnation `uid` on `ni`, if written.
 pub fn entry_of<'a>(ni: &'a NodeImage, uid: &str) -> Option<&'a RemovalEntry> {
-    ni.spec.removals.iter().flatten().find(|e| e.uid == uid)
+    entry_in(&ni.spec, uid)
+}
+
+/// The entry of job incarnation `uid` in `spec`, if written.
+pub fn entry_in<'a>(spec: &'a NodeImageSpec, uid: &str) -> Option<&'a RemovalEntry> {
+    spec.removals.iter().flatten().find(|e| e.uid == uid)
 }
 
 /// The jobs whose entries fill `ni`'s removal list (none when a place is

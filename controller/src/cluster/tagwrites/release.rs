@@ -21,14 +21,24 @@ pub async fn release(
     // hold nothing of the job (a copy of each spec multiplied the
     // controller's memory while many jobs were deleted: docs/benchmarks.md,
     // "Controller memory").
-    let uids: Vec<String> = match ni.spec.images.as_ref() {
-        Some(images) => uids
-            .iter()
-            .filter(|u| entries::owns_any(images, u))
-            .cloned()
-            .collect(),
-        None => Vec::new(),
+    let owned = |ni: &NodeImage| -> Vec<String> {
+        match ni.spec.images.as_ref() {
+            Some(images) => uids
+                .iter()
+                .filter(|u| entries::owns_any(images, u))
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        }
     };
+    // The cache may not show entries we wrote a moment ago; our last write does.
+    let mut uids = owned(&ni);
+    if uids.is_empty() {
+        uids = writer
+            .written(&ni.name_any())
+            .map(|w| owned(&w))
+            .unwrap_or_default();
+    }
     if uids.is_empty() {
         return Ok(());
     }
@@ -55,15 +65,10 @@ pub async fn release_all(
     nodeimages: &Store<NodeImage>,
     uids: &[String],
 ) -> Result<(), WriteError> {
-    let holding: Vec<String> = nodeimages
-        .state()
-        .iter()
-        .filter(|ni| {
-            let images = ni.spec.images.as_ref();
-            images.is_some_and(|images| uids.iter().any(|u| entries::owns_any(images, u)))
-        })
-        .map(|ni| ni.name_any())
-        .collect();
+    let holding = writer.holding(|spec| {
+        let images = spec.images.as_ref();
+        images.is_some_and(|images| uids.iter().any(|u| entries::owns_any(images, u)))
+    });
     release_on(writer, nodeimages, holding, uids).await
 }
 
@@ -93,12 +98,7 @@ pub async fn release_removals(
     nodeimages: &Store<NodeImage>,
     uid: &str,
 ) -> Result<(), WriteError> {
-    let holding: Vec<String> = nodeimages
-        .state()
-        .iter()
-        .filter(|ni| removals::entry_of(ni, uid).is_some())
-        .map(|ni| ni.name_any())
-        .collect();
+    let holding = writer.holding(|spec| removals::entry_in(spec, uid).is_some());
     let results: Vec<Result<(), WriteError>> = futures::stream::iter(holding)
         .filter_map(|node| std::future::ready(nodeimages.get(&ObjectRef::new(&node))))
         .map(|ni| {

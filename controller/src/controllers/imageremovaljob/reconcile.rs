@@ -20,12 +20,6 @@ use std::sync::Arc;
 /// lift its block).
 pub const FINALIZER: &str = "nodeimage.dev/imageremovaljob-cleanup";
 
-/// How long after its first release a deleted job releases again, before
-/// its finalizer goes: a soak saw two entries written a second before the
-/// job's deletion missing from the cache at the first release, and left
-/// behind.
-const RELEASE_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
-
 /// Entry writes of one plan handed to the node writer at once (a plan
 /// starts at most `parallelism` nodes; the writer bounds the API writes).
 const WRITE_CONCURRENCY: usize = 256;
@@ -41,17 +35,14 @@ impl JobReconciler for NodeJobs<ImageRemovalJob> {
     const FINALIZER: &'static str = FINALIZER;
     const UPSTREAM_FINALIZERS: &'static [&'static str] = &[];
 
-    /// Takes the job's removal entries out of every NodeImage: what the
-    /// cache shows, then again once it has caught up with entries written
-    /// just before the deletion (housekeeping does not sweep removal
-    /// entries whose job is gone).
+    /// Takes the job's removal entries out of every NodeImage, those written
+    /// a moment ago that the cache does not show yet included (the node
+    /// writer remembers them).
     async fn cleanup(&self, job: &ImageRemovalJob) -> Result<(), Error> {
         let Some(uid) = job.uid() else {
             return Ok(());
         };
         let (writer, nodeimages) = (&self.shared.writer, &self.shared.nodeimages);
-        tagwrites::release_removals(writer, nodeimages, &uid).await?;
-        tokio::time::sleep(RELEASE_AGAIN_AFTER).await;
         Ok(tagwrites::release_removals(writer, nodeimages, &uid).await?)
     }
 
