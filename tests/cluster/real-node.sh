@@ -36,6 +36,9 @@
 # takes the other's pod cgroups for orphans) and env file
 # ($STATE/real-node-2.env, the same variables as real-node.env).
 #
+# A node leaving and joining again: `real-node.sh INDEX leave` stops its
+# kubelet and deletes its Node; `real-node.sh INDEX` registers it again.
+#
 # Tunables: NODEIMAGE_REAL_NODE (node 1's name, default kubelet-1),
 # NODEIMAGE_KUBELET_PORT (10650), NODEIMAGE_KUBELET_HEALTHZ_PORT (10648;
 # node i has this + i - 1), NODEIMAGE_POD_CIDR (10.244.0.0/24; node i the
@@ -58,7 +61,9 @@ ENV_FILE=$STATE/env.sh
 . "$ENV_FILE"
 
 INDEX=${1:-1}
-[[ $INDEX =~ ^[1-9]$ ]] || die "usage: real-node.sh [INDEX] (1-9; default 1), got '$INDEX'"
+[[ $INDEX =~ ^[1-9]$ ]] || die "usage: real-node.sh [INDEX [join|leave]] (INDEX 1-9; default 1), got '$INDEX'"
+ACTION=${2:-join}
+[[ $ACTION == join || $ACTION == leave ]] || die "usage: real-node.sh [INDEX [join|leave]], got action '$ACTION'"
 # One run at a time: the real-kubelet tests restart the two nodes' kubelets
 # from concurrent tests, and the nodes share the scheduler, the Service
 # address and the state directory's files. Daemons started here close fd 9
@@ -105,6 +110,17 @@ NODE_IP=${BASH_REMATCH[1]}.1
 [[ $NAME =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || die "invalid node name: $NAME"
 ((${#SOCK} + 6 <= 107)) || die "socket path too long: $SOCK; use a shorter NODEIMAGE_STATE"
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" --request-timeout=10s "$@"; }
+
+# `real-node.sh INDEX leave`: the node leaves the cluster as a node of a
+# replaced pool does. Its kubelet stops (containerd, its images and the
+# pods' containers stay) and its Node is deleted. `real-node.sh INDEX`
+# joins it again: kubelet starts and registers a new Node.
+if [[ $ACTION == leave ]]; then
+  stop_daemon "kubelet-$NAME"
+  kc delete node "$NAME" --ignore-not-found --wait=true --timeout=60s >/dev/null
+  log "node $NAME left the cluster (kubelet stopped, Node deleted)"
+  exit 0
+fi
 
 # ---------------------------------------------------------------------------
 # 1. Packages: runc and the CNI plugins

@@ -179,6 +179,13 @@ impl RealNode {
         );
     }
 
+    /// The node leaves the cluster (`"leave"`: kubelet stopped, Node
+    /// deleted) or joins it again (`"join"`: a new Node, Ready), through
+    /// real-node.sh.
+    fn membership(&self, action: &str) {
+        real_node_script(&self.state, self.index, action).unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Kubelet's image GC runs every 10 s until the guard drops.
     fn collecting(&self) -> Settings<'_> {
         self.kubelet_settings(Some(GC_NOW));
@@ -1695,6 +1702,23 @@ fn real_kubelet_predownload_reaches_the_node_a_new_pod_lands_on() {
     drop(cleanup);
 }
 
+/// Runs `real-node.sh INDEX ACTION` (join: with kubelet's default settings).
+fn real_node_script(state: &Path, index: usize, action: &str) -> Result<(), String> {
+    let out = Command::new(nodeimage_tests::repo_root().join("tests/cluster/real-node.sh"))
+        .args([index.to_string().as_str(), action])
+        .env("NODEIMAGE_STATE", state)
+        .output()
+        .map_err(|e| format!("run tests/cluster/real-node.sh: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "real-node.sh {index} {action}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// The ImageRemovalJob's answer on `node`, once it has answered.
 fn removal_answer(c: &Cluster, node: &str, job: &str) -> Value {
     wait_for(
@@ -1803,17 +1827,20 @@ fn real_kubelet_removal_keeps_what_a_pod_uses_and_removes_the_rest() {
 
 /// Issue 51: a block over the two real kubelet nodes. kubelet-1's
 /// containerd (2.2) runs nodeimage's image verifier (its daemon has
-/// --pull-verifier-dir); kubelet-2's (1.7) has none. The job selects nodes
-/// by a label that only kubelet-1 has at first: there the image is removed
-/// and kubelet cannot pull it back for a Pod, nor can any CRI client (by
-/// tag: the runtime judges the resolved digest). kubelet-2, labelled
-/// later, has the image removed by its daemon. An ImagePullJob for the
-/// digest fails on both, naming the block. Once the job is deleted kubelet
-/// pulls the image for a new Pod.
+/// --pull-verifier-dir); kubelet-2's (1.7) has none. kubelet-2 first leaves
+/// the cluster (kubelet stopped, Node deleted: a node of a replaced pool)
+/// with the image still in its containerd. The job selects the real nodes
+/// by the label kubelet gives them when it registers: on kubelet-1 the
+/// image is removed, and kubelet cannot pull it back for a Pod, nor can
+/// any CRI client (by tag: the runtime judges the resolved digest).
+/// kubelet-2 then joins again (a new Node), and once its daemon starts
+/// (as the DaemonSet's Pod would) the image is removed there too. An
+/// ImagePullJob for the digest fails on both, naming the block. Once the
+/// job is deleted kubelet pulls the image for a new Pod.
 #[test]
 #[ignore = "needs the local cluster's real node (make test)"]
-fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
-    let test = "real_kubelet_block_keeps_the_image_off_until_the_job_goes";
+fn real_kubelet_block_keeps_the_image_off_also_a_node_that_joins_later() {
+    let test = "real_kubelet_block_keeps_the_image_off_also_a_node_that_joins_later";
     let (one, two) = RealNode::pair(test);
     let (dir_one, dir_two) = (temp_dir(&one), temp_dir(&two));
     let registry = Registry::new(&one.c.var("NODEIMAGE_REGISTRY"));
@@ -1836,13 +1863,9 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
             pull.clone(),
             verifier_dir.clone(),
         );
-        let nodes = [one.name.clone(), two.name.clone()];
-        cleanup.defer("the jobs, the label and the verifier", move || {
+        cleanup.defer("the jobs and the verifier", move || {
             c.delete_quietly(&["imageremovaljob", &job]);
             c.delete_quietly(&["imagepulljob", &pull, "-n", "default"]);
-            for n in &nodes {
-                let _ = c.kubectl(&["label", "node", n, "e2e-block-"], None);
-            }
             let _ = std::fs::remove_dir_all(&verifier_dir);
         });
     }
@@ -1850,29 +1873,42 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
         dir_one.path(),
         &["--pull-verifier-dir", "/run/containerd/image-verifier"],
     );
-    let _daemon_two = two.daemon(dir_two.path(), &[]);
     assert!(
         verifier_dir.join("bin").join("nodeimage-block").exists(),
         "the daemon installed the verifier where the node's containerd looks"
     );
     let ns = one.namespace(&mut cleanup, "e2e-block");
-    for rn in [&one, &two] {
-        ni::set_image(
-            &rn.c,
-            &rn.name,
-            &image.name,
-            json!({"tags": [{"tag": "v1"}]}),
-        );
-        ni::wait_phase(&rn.c, rn.tag(&image), 0, "Succeeded", TIMEOUT);
-        ni::remove_images(&rn.c, &rn.name, std::slice::from_ref(&image.name));
-    }
-    one.c.kubectl_ok(
-        &["label", "node", &one.name, &format!("e2e-block={job}")],
-        None,
+    ni::set_image(
+        &one.c,
+        &one.name,
+        &image.name,
+        json!({"tags": [{"tag": "v1"}]}),
     );
+    ni::wait_phase(&one.c, one.tag(&image), 0, "Succeeded", TIMEOUT);
+    ni::remove_images(&one.c, &one.name, std::slice::from_ref(&image.name));
+    // kubelet-2 holds the image (from an earlier life) and leaves.
+    cri::pull(&two.socket, &image.reference(), None)
+        .unwrap_or_else(|e| panic!("CRI pull on {}: {e}", two.name));
+    {
+        let index = two.index;
+        let state = two.state.clone();
+        cleanup.defer("kubelet-2 joins again", move || {
+            if let Err(e) = real_node_script(&state, index, "join") {
+                eprintln!("cleanup: {e}");
+            }
+        });
+    }
+    two.membership("leave");
+    wait_for(
+        &format!("the NodeImage of {} to go with its Node", two.name),
+        TIMEOUT,
+        || ni::get(&two.c, &two.name).is_none().then_some(()),
+    );
+
     let irj = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
         "metadata": {"name": job},
-        "spec": {"images": [by_digest], "selector": {"matchLabels": {"e2e-block": job}},
+        "spec": {"images": [by_digest],
+                 "selector": {"matchLabels": {"nodeimage.dev/real-node": "true"}},
                  "block": true}});
     one.c
         .kubectl_ok(&["create", "-f", "-"], Some(&irj.to_string()));
@@ -1884,7 +1920,7 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
     );
     assert!(
         two.image(&image.reference()).is_some(),
-        "a node the job does not select keeps the image"
+        "a node out of the cluster keeps the image"
     );
     let named = format!("blocked by ImageRemovalJob {job}");
 
@@ -1922,11 +1958,9 @@ fn real_kubelet_block_keeps_the_image_off_until_the_job_goes() {
         .expect_err("a CRI pull of the blocked image by tag is refused");
     assert!(refused.contains(&named), "{refused}");
 
-    // A node that comes into the selection later: its daemon removes it.
-    two.c.kubectl_ok(
-        &["label", "node", &two.name, &format!("e2e-block={job}")],
-        None,
-    );
+    // kubelet-2 joins again; once its daemon starts, the image goes.
+    two.membership("join");
+    let _daemon_two = two.daemon(dir_two.path(), &[]);
     let answer = removal_answer(&two.c, &two.name, &job);
     assert_eq!(answer["images"][0]["result"], "Removed", "{answer}");
     assert!(
