@@ -194,21 +194,26 @@ pub fn fit(line: &str, width: usize) -> String {
 pub fn render(view: &View, style: &Style) -> Vec<String> {
     let mut head = header(view, style.now);
     head.push(String::new());
-    let mut table = vec![vec![
-        "NODE".to_string(),
-        "PHASE".to_string(),
-        "PROGRESS".to_string(),
-        "IMAGE ID".to_string(),
-        "MESSAGE".to_string(),
-    ]];
+    // The P2P column only for a job whose nodes the P2P rules started.
+    let p2p = view.nodes.iter().any(|r| r.p2p.is_some());
+    let mut titles = vec!["NODE", "PHASE", "PROGRESS", "IMAGE ID"];
+    if p2p {
+        titles.push("P2P");
+    }
+    titles.push("MESSAGE");
+    let mut table = vec![titles.into_iter().map(String::from).collect::<Vec<_>>()];
     for r in &view.nodes {
-        table.push(vec![
+        let mut cells = vec![
             r.node.clone(),
             r.phase.as_str().to_string(),
             bar(r.progress, BAR_WIDTH, style.unicode),
             image_cell(r),
-            r.message.clone().unwrap_or_default().replace('\n', " "),
-        ]);
+        ];
+        if p2p {
+            cells.push(r.p2p.clone().unwrap_or_else(|| "-".into()));
+        }
+        cells.push(r.message.clone().unwrap_or_default().replace('\n', " "));
+        table.push(cells);
     }
     let mut body = columns(&table);
     let foot = footer(view);
@@ -290,7 +295,9 @@ mod tests {
                 image_id: id.map(Into::into),
                 message: msg.map(Into::into),
                 upgrade_state: None,
+                p2p: None,
             }],
+            p2p: None,
         }
     }
 
@@ -317,6 +324,42 @@ mod tests {
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("a timestamp")
+    }
+
+    #[test]
+    fn a_p2p_column_only_for_nodes_the_p2p_rules_started() {
+        let plain = ipj_view(
+            vec![row("n1", Phase::Pulling, 10, None, None)],
+            JobStatus::default(),
+            false,
+            0,
+        );
+        let lines = render(&plain, &Style::default());
+        assert!(!lines.iter().any(|l| l.contains("P2P")), "{lines:?}");
+        let mut seeded = row("a-1", Phase::Pulling, 10, None, None);
+        seeded.p2p = Some("seed zone=a".into());
+        let view = ipj_view(
+            vec![seeded, row("a-2", Phase::Waiting, 0, None, None)],
+            JobStatus::default(),
+            false,
+            0,
+        );
+        let lines = render(&view, &Style::default());
+        let at = |node: &str| {
+            lines
+                .iter()
+                .find(|l| l.starts_with(node))
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("NODE") && l.contains("P2P")),
+            "{lines:?}"
+        );
+        assert!(at("a-1").contains("seed zone=a"), "{lines:?}");
+        assert!(at("a-2").ends_with(" -"), "{lines:?}");
     }
 
     #[test]

@@ -130,6 +130,10 @@ pub struct ImageRow {
     /// For a NodeUpgradeJob: the upgrade's step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upgrade_state: Option<String>,
+    /// How the P2P rules started its pull (`seed zone=a`, `peers(2) zone=a`,
+    /// `agent`, `direct`), when the job has P2P settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<String>,
 }
 
 /// One node of the job.
@@ -151,6 +155,9 @@ pub struct NodeRow {
     pub message: Option<String>,
     /// Per image, when the node has the job's entries.
     pub images: Vec<ImageRow>,
+    /// How the P2P rules started the node (its first image's start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<String>,
 }
 
 /// The job's own status, as its kind records it.

@@ -24,6 +24,7 @@ use nodeimage_tests::{Cluster, unique};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(240);
@@ -215,6 +216,11 @@ fn a_node_whose_agent_is_not_ready_waits_then_pulls_once_it_is() {
     let j = kruise::wait_job(&c, IPJ, &ns.name, "agent", "completed", WAIT, completed);
     assert_eq!(count(&j, "succeeded"), 2, "{}", j["status"]);
     assert_eq!(count(&j, "failed"), 0, "{}", j["status"]);
+    // Both entries say the node's agent was Ready when its pull started.
+    for n in [ready_node, late_node] {
+        let e = entry(&c, n, &image).unwrap_or_else(|| panic!("{n}: no entry"));
+        assert_eq!(e["p2p"], json!({"agent": "Ready"}), "{n}: {e}");
+    }
     kruise::delete(&c, IPJ, &ns.name, "agent");
     prepull::remove_from_nodes(&sockets, &image);
 }
@@ -271,6 +277,43 @@ fn with_one_seed_the_others_start_only_once_a_node_holds_the_image() {
             times[i - 1].1
         );
     }
+    // Each entry says how the waves started it: node 1 as the seed of the
+    // nodes without a zone label, the others from peers, with how many of
+    // them held the image then.
+    let domain = "topology.kubernetes.io/zone=";
+    let want = [
+        json!({"wave": "Seed", "domain": domain}),
+        json!({"wave": "Peers", "domain": domain, "holders": 1}),
+        json!({"wave": "Peers", "domain": domain, "holders": 2}),
+    ];
+    for (n, want) in names.iter().zip(&want) {
+        let ni = kruise::find(&all, n).unwrap_or_else(|| panic!("no NodeImage {n}"));
+        let spec = kruise::spec_tag(ni, key, tag).unwrap_or_else(|| panic!("{n}: no entry"));
+        assert_eq!(&spec["p2p"], want, "{n}: {spec}");
+    }
+    // kubectl nodeimage shows them per node.
+    let out = Command::new(c.nodeimage_bin().join("kubectl-nodeimage"))
+        .args(["status", "ipj", "waves", "-n", &ns.name])
+        .env("KUBECONFIG", c.var("KUBECONFIG"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kubectl-nodeimage");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |n: &str| shown.lines().find(|l| l.starts_with(n)).unwrap_or_default();
+    assert!(shown.contains("P2P"), "{shown}");
+    assert!(
+        line(&names[0]).contains(&format!("seed {domain}")),
+        "{shown}"
+    );
+    assert!(
+        line(&names[2]).contains(&format!("peers(2) {domain}")),
+        "{shown}"
+    );
     kruise::delete(&c, IPJ, &ns.name, "waves");
     prepull::remove_from_nodes(&sockets, &image);
 }

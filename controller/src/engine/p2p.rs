@@ -14,6 +14,7 @@ pub mod waves;
 
 use crate::engine::rollout::NodeState;
 use chrono::{DateTime, Utc};
+use nodeimage_api::kruise::{AgentUse, TagP2p, WaveRole};
 use settings::Settings;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +36,9 @@ pub struct Verdict {
     /// Startable nodes that would fetch from peers (a node of their domain
     /// holds the image): registry pacing gives them no slot.
     pub from_peers: BTreeSet<String>,
+    /// Nodes holding the image per domain (with waves; domains with none
+    /// left out).
+    pub holders: BTreeMap<String, usize>,
     /// When a held node's wait for its agent ends (the job looks again then).
     pub wake_at: Option<DateTime<Utc>>,
 }
@@ -125,6 +129,7 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
             v.held.push((name, why));
         }
         v.from_peers = waved.from_peers.into_iter().collect();
+        v.holders = waved.holders;
         let order: BTreeMap<&String, usize> =
             out.iter().enumerate().map(|(i, (n, _))| (n, i)).collect();
         v.held.sort_by_key(|(n, _)| order.get(n).copied());
@@ -136,6 +141,48 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
         .collect();
     v.nodes = out;
     v
+}
+
+/// What each node of `started` records of its start (its tag entry's
+/// `p2p`): with waves, a seed of its domain or from peers (and how many
+/// held the image); with an agent gate, Ready or pulling directly. None
+/// without P2P settings. `domain` names a node's domain.
+pub fn notes(
+    s: &Settings,
+    v: &Verdict,
+    started: &[String],
+    domain: &dyn Fn(&str) -> String,
+) -> BTreeMap<String, TagP2p> {
+    if s.agent.is_none() && s.waves.is_none() {
+        return BTreeMap::new();
+    }
+    let note = |node: &String| {
+        let mut n = TagP2p::default();
+        if s.agent.is_some() {
+            let direct = v.direct.contains(node);
+            n.agent = Some(if direct {
+                AgentUse::Direct
+            } else {
+                AgentUse::Ready
+            });
+        }
+        if let Some(w) = &s.waves {
+            let value = domain(node);
+            let peers = v.from_peers.contains(node);
+            n.wave = Some(if peers {
+                WaveRole::Peers
+            } else {
+                WaveRole::Seed
+            });
+            if peers {
+                let held = v.holders.get(&value).copied().unwrap_or(0);
+                n.holders = Some(i32::try_from(held).unwrap_or(i32::MAX));
+            }
+            n.domain = Some(format!("{}={value}", w.topology_key));
+        }
+        (node.clone(), n)
+    };
+    started.iter().map(note).collect()
 }
 
 #[cfg(test)]

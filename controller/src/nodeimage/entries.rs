@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use nodeimage_api::interned::{Owners, SharedStr};
 use nodeimage_api::kruise::{
     ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, Purpose, ReferenceObject,
-    SandboxConfig, TagUpgrade,
+    SandboxConfig, TagP2p, TagUpgrade,
 };
 use std::collections::BTreeMap;
 
@@ -35,6 +35,9 @@ pub struct EntryRequest {
     /// A tag entry created before this is pulled again (its tag moved
     /// then: a followed tag, `engine::followtag`).
     pub pull_again_before: Option<DateTime<Utc>>,
+    /// How the P2P rules started this node, for the version it starts
+    /// (`engine::p2p::notes`); none without P2P settings.
+    pub p2p: Option<TagP2p>,
 }
 
 /// The version the node last reported for the entry `image:tag` of
@@ -120,6 +123,7 @@ fn upsert_keyed(
             version: Some(reported_version.map(next_version).unwrap_or(0)),
             image_pull_policy: req.image_pull_policy.as_deref().map(SharedStr::new),
             check_items: req.check_items.clone().map(Box::new),
+            p2p: req.p2p.clone().map(Box::new),
             ..Default::default()
         }),
         Some(tag) => {
@@ -135,6 +139,7 @@ fn upsert_keyed(
             });
             if (new_owner || secret_missing || moved) && purpose == Purpose::Pull {
                 pull_again(tag, now);
+                tag.p2p = req.p2p.clone().map(Box::new);
             }
             tag.pull_policy = Some(req.pull_policy.clone().into());
             tag.image_pull_policy = req.image_pull_policy.as_deref().map(SharedStr::new);

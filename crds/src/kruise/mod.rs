@@ -11,9 +11,10 @@ pub use imagepulljob::{
     ImagePullJobSpec, ImagePullJobStatus, ImagePullJobTemplate, PullPolicy,
 };
 pub use nodeimage::{
-    FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy, ImageTagSpec,
-    ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, Purpose, ReferenceObject,
-    SharedPolicy, SyncStatus, TagStatusFields, TagUpgrade, TagUpgradeStatus, UpgradeState,
+    AgentUse, FAKE_NODEIMAGE_LABEL, ImagePullPhase, ImageSpec, ImageStatus, ImageTagPullPolicy,
+    ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec, NodeImageStatus, Purpose,
+    ReferenceObject, SharedPolicy, SyncStatus, TagP2p, TagStatusFields, TagUpgrade,
+    TagUpgradeStatus, UpgradeState, WaveRole,
 };
 
 /// The finalizer OpenKruise's controller puts on the jobs it runs; nodeimage

@@ -6,7 +6,9 @@
 use super::{ImageRow, NodeRow, Phase};
 use kube::ResourceExt;
 use nodeimage_api::kruise::nodeimage::contract::{TaskEnd, task_end};
-use nodeimage_api::kruise::{ImagePullPhase, ImageTagSpec, ImageTagStatus, NodeImage};
+use nodeimage_api::kruise::{
+    AgentUse, ImagePullPhase, ImageTagSpec, ImageTagStatus, NodeImage, TagP2p, WaveRole,
+};
 use nodeimage_api::kubeedge::TaskStatus;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,7 +72,28 @@ fn image_row(image: &str, tag: &ImageTagSpec, status: Option<&ImageTagStatus>) -
         upgrade_state: status
             .and_then(|s| s.upgrade_state())
             .map(|u| u.to_string()),
+        p2p: tag.p2p.as_deref().and_then(p2p_text),
     }
+}
+
+/// A tag's P2P start in a few words: `seed zone=a` (from the registry),
+/// `peers(2) zone=a` (two nodes of its domain held the image), then
+/// `agent` (its agent was Ready) or `direct` (it was not, within the wait).
+pub(super) fn p2p_text(p: &TagP2p) -> Option<String> {
+    let wave = p.wave.map(|w| match (w, p.holders) {
+        (WaveRole::Seed, _) => "seed".to_string(),
+        (WaveRole::Peers, Some(n)) => format!("peers({n})"),
+        (WaveRole::Peers, None) => "peers".to_string(),
+    });
+    let agent = p.agent.map(|a| match a {
+        AgentUse::Ready => "agent",
+        AgentUse::Direct => "direct",
+    });
+    let parts: Vec<String> = [wave, p.domain.clone(), agent.map(String::from)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" "))
 }
 
 fn node_row(node: String, images: Vec<ImageRow>) -> NodeRow {
@@ -104,6 +127,7 @@ fn node_row(node: String, images: Vec<ImageRow>) -> NodeRow {
                 .iter()
                 .find_map(|i| i.upgrade_state.as_ref().map(|u| format!("upgrade: {u}")))
         });
+    let p2p = images.iter().find_map(|i| i.p2p.clone());
     NodeRow {
         node,
         phase,
@@ -111,6 +135,7 @@ fn node_row(node: String, images: Vec<ImageRow>) -> NodeRow {
         image_id,
         message,
         images,
+        p2p,
     }
 }
 
@@ -123,6 +148,7 @@ fn bare_row(node: String, phase: Phase, message: Option<String>) -> NodeRow {
         image_id: None,
         message,
         images: Vec::new(),
+        p2p: None,
     }
 }
 

@@ -416,3 +416,42 @@ fn references() {
         assert_eq!(reference(image, tag), want);
     }
 }
+
+#[test]
+fn each_node_says_how_the_p2p_rules_started_it() {
+    let tag = |p2p: Value| json!({"r/app": {"tags": [{"tag": "v1", "ownerReferences": owner("u1"), "p2p": p2p}]}});
+    let nis = vec![
+        nodeimage(
+            "a-1",
+            tag(json!({"wave": "Seed", "domain": "zone=a", "agent": "Ready"})),
+            json!({}),
+        ),
+        nodeimage(
+            "a-2",
+            tag(json!({"wave": "Peers", "domain": "zone=a", "holders": 2})),
+            json!({}),
+        ),
+        nodeimage("b-1", tag(json!({"agent": "Direct"})), json!({})),
+        nodeimage("c-1", tag(Value::Null), json!({})),
+    ];
+    let job = ipj(json!({}));
+    let v = view(&Inputs {
+        job: &job,
+        children: &[],
+        nodeimages: &nis,
+    });
+    let got: Vec<(&str, Option<&str>)> = v
+        .nodes
+        .iter()
+        .map(|r| (r.node.as_str(), r.p2p.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a-1", Some("seed zone=a agent")),
+            ("a-2", Some("peers(2) zone=a")),
+            ("b-1", Some("direct")),
+            ("c-1", None),
+        ]
+    );
+}

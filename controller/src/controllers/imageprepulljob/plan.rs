@@ -108,6 +108,9 @@ pub struct Plan {
     pub write_to: Vec<String>,
     /// The nodes that start now, and how many `concurrency` wanted.
     pub starts: Starts,
+    /// What each node starting now records of its P2P start (its entries'
+    /// `p2p`); empty without P2P settings.
+    pub p2p: std::collections::BTreeMap<String, nodeimage_api::kruise::TagP2p>,
     /// Events to publish once the status is written.
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
@@ -260,11 +263,8 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
     // The P2P settings (`engine::p2p`): an invalid one fails the job before
     // any node starts, as an invalid image does.
     let p2p = inp.p2p;
-    let started = job
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(inp.now, crate::runtime::clock::instant);
+    let created = job.metadata.creation_timestamp.as_ref();
+    let started = created.map_or(inp.now, crate::runtime::clock::instant);
     let step = nodetasks::step(
         &kind,
         Job {
@@ -309,6 +309,7 @@ pub fn plan(inp: Inputs<'_>) -> Plan {
         requests,
         write_to: step.write_to,
         starts: step.starts,
+        p2p: step.p2p,
         events: step.events,
         requeue_after: step.requeue_after,
         finished: step.finished,

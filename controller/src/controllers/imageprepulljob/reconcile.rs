@@ -80,7 +80,7 @@ impl JobReconciler for NodeJobs<ImagePrePullJob> {
             })
         });
         let (p, requeue_after, waiting) = paced.split(|p| p.requeue_after);
-        jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, now)
+        jobshell::write_entries(&self.shared, &p.write_to, &p.requests, None, &p.p2p, now)
             .await
             .inspect_err(|_| pacing.write_failed(&job.uid().unwrap_or_default()))?;
         jobshell::publish(ctx, job.as_ref(), &waiting).await;

@@ -12,7 +12,7 @@ use crate::nodeimage::entries::EntryRequest;
 use crate::runtime::clock::{api_time, instant};
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
-use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject};
+use nodeimage_api::kruise::{ImagePullJob, ImagePullJobStatus, NodeImage, ReferenceObject, TagP2p};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -102,6 +102,9 @@ pub struct Plan {
     pub write_to: Vec<String>,
     /// The nodes that start now, and how many `parallelism` wanted.
     pub starts: Starts,
+    /// What each node starting now records of its P2P start (its entry's
+    /// `p2p`); empty without P2P settings.
+    pub p2p: BTreeMap<String, TagP2p>,
     /// Events to publish (missing pull secrets first).
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
@@ -214,6 +217,7 @@ impl Plan {
             request: None,
             write_to: vec![],
             starts: Starts::default(),
+            p2p: BTreeMap::new(),
             events,
             requeue_after: None,
             delete: false,
@@ -295,6 +299,7 @@ fn decide(inp: &Inputs<'_>, old: ImagePullJobStatus) -> Plan {
         status,
         request: (!r.write_to.is_empty())
             .then(|| entry::request(job, &entry, &inp.secrets, inp.follow)),
+        p2p: observed.notes(&r.p2p, &r.start.nodes),
         write_to: r.write_to,
         starts: r.start,
         events,

@@ -150,7 +150,7 @@ impl JobReconciler for State {
         let (mut p, look_again, events) = paced.split(plan::Plan::look_again);
         p.events.extend(events);
         let requests: Vec<_> = p.request.iter().cloned().collect();
-        jobshell::write_entries(&self.shared, &p.write_to, &requests, None, now)
+        jobshell::write_entries(&self.shared, &p.write_to, &requests, None, &p.p2p, now)
             .await
             .inspect_err(|_| pacing.write_failed(&job.uid().unwrap_or_default()))?;
         let written = if p.write_status {

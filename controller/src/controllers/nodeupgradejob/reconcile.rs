@@ -83,9 +83,16 @@ impl JobReconciler for NodeJobs<NodeUpgradeJob> {
             };
             for (nodes, up) in [(&going, upgrade), (&waiting, &wait)] {
                 if !nodes.is_empty() {
-                    jobshell::write_entries(&self.shared, nodes, reqs, Some(up), now)
-                        .await
-                        .inspect_err(|_| pacing.write_failed(&uid))?;
+                    jobshell::write_entries(
+                        &self.shared,
+                        nodes,
+                        reqs,
+                        Some(up),
+                        &Default::default(),
+                        now,
+                    )
+                    .await
+                    .inspect_err(|_| pacing.write_failed(&uid))?;
                 }
             }
         }

@@ -13,7 +13,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use nodeimage_api::kruise::TagUpgrade;
+use nodeimage_api::kruise::{TagP2p, TagUpgrade};
+use std::collections::BTreeMap;
 
 /// A job's entry edits handed to the shared writer at once. All of a plan's
 /// nodes (a plan starts at most its parallelism), so that the jobs planning
@@ -28,13 +29,15 @@ const WRITE_CONCURRENCY: usize = 1024;
 const MAX_NOTE_CHARS: usize = 1000;
 
 /// Writes `requests` (with `upgrade`, a NodeUpgradeJob's) into the
-/// NodeImages of `nodes`, several at a time, through the shared writer. A
+/// NodeImages of `nodes`, several at a time, through the shared writer,
+/// with each node's P2P start note of `p2p` (`engine::p2p::notes`). A
 /// conflict is reported after every other write has been tried.
 pub async fn write_entries(
     shared: &Shared,
     nodes: &[String],
     requests: &[EntryRequest],
     upgrade: Option<&TagUpgrade>,
+    p2p: &BTreeMap<String, TagP2p>,
     now: DateTime<Utc>,
 ) -> Result<(), Error> {
     if requests.is_empty() {
@@ -50,7 +53,11 @@ pub async fn write_entries(
             std::future::ready(ni.filter(|ni| entries::would_change(ni, requests, upgrade, now)))
         })
         .map(|ni| {
-            let (reqs, upgrade) = (requests.to_vec(), upgrade.cloned());
+            let mut reqs = requests.to_vec();
+            if let Some(note) = p2p.get(ni.metadata.name.as_deref().unwrap_or_default()) {
+                reqs.iter_mut().for_each(|r| r.p2p = Some(note.clone()));
+            }
+            let upgrade = upgrade.cloned();
             let edit: tagwrites::Edit = Box::new(move |current, images| {
                 entries::apply_requests(current, images, &reqs, upgrade.as_ref(), now)
             });

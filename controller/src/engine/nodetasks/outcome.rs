@@ -5,6 +5,8 @@
 use super::{NodeTask, Phase, state};
 use crate::engine::jobevents::JobEvent;
 use crate::engine::rollout::{NodeState, Starts};
+use nodeimage_api::kruise::TagP2p;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// One node's situation in this step.
@@ -65,6 +67,9 @@ pub struct Planned<K: NodeTask> {
     pub write_to: Vec<String>,
     /// The nodes that start in this step, and how many `concurrency` wanted.
     pub starts: Starts,
+    /// What each node starting now records of its P2P start (its entries'
+    /// `p2p`); empty without P2P settings.
+    pub p2p: BTreeMap<String, TagP2p>,
     /// Events to publish once the status is written.
     pub events: Vec<JobEvent>,
     /// When to look again, if nothing wakes the job before.
@@ -85,6 +90,7 @@ impl<K: NodeTask> Planned<K> {
             nodes: vec![],
             write_to: vec![],
             starts: Starts::default(),
+            p2p: BTreeMap::new(),
             events,
             requeue_after: None,
             finished: true,

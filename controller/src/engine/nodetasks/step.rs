@@ -13,10 +13,11 @@ use super::track::Tracker;
 use super::verdict::{self, Outcome};
 use super::{Announce, Job, NodeTask, is_final, node_timeout};
 use crate::engine::jobevents::JobEvent;
+use crate::engine::p2p::Verdict;
 use crate::engine::rollout::{self, Entry, NodeState, Starts};
 use crate::nodeimage::nodes::NodeInfo;
 use chrono::{DateTime, TimeDelta, Utc};
-use nodeimage_api::kruise::NodeImage;
+use nodeimage_api::kruise::{NodeImage, TagP2p};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +68,7 @@ pub fn step<K: NodeTask>(
         timeout: setup.timeout,
         now,
     };
-    let (situation, starts) = situations(kind, &setup, &track, now);
+    let (situation, starts, p2p) = situations(kind, &setup, &track, now);
     let states: Vec<(String, NodeState)> = situation
         .iter()
         .map(|(n, r)| (n.clone(), r.node_state()))
@@ -108,6 +109,7 @@ pub fn step<K: NodeTask>(
         rows: Some(node_rows),
         write_to: write_to(&situation),
         starts,
+        p2p,
         nodes: situation,
         events,
         finished,
@@ -173,13 +175,14 @@ fn prepare<'a, K: NodeTask>(
 }
 
 /// Each node's situation: its recorded result, else where it stands, and
-/// working from now on if it starts in this step; and the step's starts.
+/// working from now on if it starts in this step; the step's starts, and
+/// what each records of its P2P start.
 fn situations<K: NodeTask>(
     kind: &K,
     setup: &Setup<'_, K>,
     track: &Tracker<'_, K>,
     now: DateTime<Utc>,
-) -> (Vec<(String, Node<K>)>, Starts) {
+) -> (Vec<(String, Node<K>)>, Starts, BTreeMap<String, TagP2p>) {
     let recorded = &setup.recorded;
     let mut rows: Vec<(String, Node<K>)> = setup
         .names
@@ -190,14 +193,19 @@ fn situations<K: NodeTask>(
         })
         .collect();
     let all = budget(&rows);
-    let (budget, from_peers) = held_back(&mut rows, all, setup.p2p, now);
+    let (budget, verdict) = held_back(&mut rows, all, setup.p2p, now);
+    let no_peers = BTreeSet::new();
     let starts = starting(
         &budget,
         rows.len(),
         setup.tolerance,
         (setup.concurrency, setup.registry_cap),
-        &from_peers,
+        verdict.as_ref().map_or(&no_peers, |v| &v.from_peers),
     );
+    let p2p = match (setup.p2p, &verdict) {
+        (Some((observed, _)), Some(v)) => observed.notes(v, &starts.nodes),
+        _ => BTreeMap::new(),
+    };
     let start: BTreeSet<&String> = starts.nodes.iter().collect();
     for (_, row) in rows.iter_mut().filter(|(n, _)| start.contains(n)) {
         *row = Node::Tracked {
@@ -206,23 +214,23 @@ fn situations<K: NodeTask>(
             timed_out: false,
         };
     }
-    (rows, starts)
+    (rows, starts, p2p)
 }
 
 /// The P2P rules over the budget (`engine::p2p`): held nodes get their
 /// reason in their rows and leave the budget; nodes the rules skip fail
-/// before they start. Returns the budget left and the nodes that would
-/// start from peers.
+/// before they start. Returns the budget left and the rules' verdict
+/// (none without P2P settings).
 fn held_back<K: NodeTask>(
     rows: &mut [(String, Node<K>)],
     budget: Vec<(String, NodeState)>,
     p2p: Option<(&crate::engine::p2p::observe::Observed, DateTime<Utc>)>,
     now: DateTime<Utc>,
-) -> (Vec<(String, NodeState)>, BTreeSet<String>) {
+) -> (Vec<(String, NodeState)>, Option<Verdict>) {
     let Some((observed, started)) = p2p else {
-        return (budget, BTreeSet::new());
+        return (budget, None);
     };
-    let v = observed.verdict(budget, started, now);
+    let mut v = observed.verdict(budget, started, now);
     let held: BTreeMap<&String, &String> = v.held.iter().map(|(n, w)| (n, w)).collect();
     let failed: BTreeMap<&String, &String> = v
         .nodes
@@ -240,7 +248,7 @@ fn held_back<K: NodeTask>(
             *row = Node::Rejected((*why).clone());
         }
     }
-    (v.startable, v.from_peers)
+    (std::mem::take(&mut v.startable), Some(v))
 }
 
 /// The nodes the concurrency budget counts: all but those still waiting

@@ -43,6 +43,17 @@ impl Observed {
         };
         super::apply(&self.settings, nodes, &world)
     }
+
+    /// What each node of `started` records of its start under `v`
+    /// ([`super::notes`]).
+    pub fn notes(
+        &self,
+        v: &super::Verdict,
+        started: &[String],
+    ) -> BTreeMap<String, nodeimage_api::kruise::TagP2p> {
+        let domain = |n: &str| self.domains.get(n).cloned().unwrap_or_default();
+        super::notes(&self.settings, v, started, &domain)
+    }
 }
 
 /// The agent's view of one Pod of the cache (trimmed by

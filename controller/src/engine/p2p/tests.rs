@@ -381,3 +381,67 @@ fn a_pod_wakes_the_jobs_whose_agent_it_is() {
     ));
     assert!(!is_agent_for(&BTreeMap::new(), None, &pod));
 }
+
+#[test]
+fn each_started_node_notes_how_the_rules_started_it() {
+    use nodeimage_api::kruise::{AgentUse, TagP2p, WaveRole};
+    // Zone a holds the image on two nodes; zone b has none; b-2's agent
+    // never became Ready and its wait is over (it pulls directly).
+    let nodes = states(&[
+        ("a-1", 'S'),
+        ("a-2", 'S'),
+        ("a-3", 'N'),
+        ("b-1", 'N'),
+        ("b-2", 'N'),
+    ]);
+    let agents = BTreeMap::from([("a-3".to_string(), true), ("b-1".to_string(), true)]);
+    let since = |n: &str| if n == "b-2" { t(-1_000) } else { t(0) };
+    let w = World {
+        agents: &agents,
+        since: &since,
+        domain: &zone_of,
+        now: t(1),
+    };
+    let both = Settings {
+        agent: Some(gate(Missing::Direct)),
+        waves: Some(waves(2, 2)),
+    };
+    let v = apply(&both, nodes.clone(), &w);
+    let started: Vec<String> = ["a-3", "b-1", "b-2"].map(String::from).to_vec();
+    let note = |wave, domain: &str, holders, agent| TagP2p {
+        wave: Some(wave),
+        domain: Some(domain.into()),
+        holders,
+        agent: Some(agent),
+    };
+    let want = BTreeMap::from([
+        (
+            "a-3".to_string(),
+            note(WaveRole::Peers, "zone=a", Some(2), AgentUse::Ready),
+        ),
+        (
+            "b-1".to_string(),
+            note(WaveRole::Seed, "zone=b", None, AgentUse::Ready),
+        ),
+        (
+            "b-2".to_string(),
+            note(WaveRole::Seed, "zone=b", None, AgentUse::Direct),
+        ),
+    ]);
+    assert_eq!(notes(&both, &v, &started, &zone_of), want);
+    // Only the nodes that start get one.
+    let one = notes(&both, &v, &started[..1], &zone_of);
+    assert_eq!(one.keys().collect::<Vec<_>>(), ["a-3"]);
+    // Waves alone: no agent; neither: no notes at all.
+    let waves_only = Settings {
+        agent: None,
+        waves: Some(waves(2, 2)),
+    };
+    let v = apply(&waves_only, nodes.clone(), &w);
+    let got = notes(&waves_only, &v, &started, &zone_of);
+    assert_eq!(got["a-3"].agent, None);
+    assert_eq!(got["a-3"].wave, Some(WaveRole::Peers));
+    let none = Settings::default();
+    let v = apply(&none, nodes, &w);
+    assert!(notes(&none, &v, &started, &zone_of).is_empty());
+}

@@ -30,6 +30,8 @@ pub struct Waved {
     /// Nodes that may start and would fetch from peers: their domain has a
     /// node holding the image (registry pacing gives them no slot).
     pub from_peers: Vec<String>,
+    /// Nodes holding the image, per domain (value of the topology key).
+    pub holders: BTreeMap<String, usize>,
 }
 
 /// The not-started nodes of `nodes` that the waves hold back now, with
@@ -57,6 +59,9 @@ pub fn apply(
     }
     let mut out = Waved::default();
     for (value, d) in &domains {
+        if d.holders > 0 {
+            out.holders.insert(value.clone(), d.holders);
+        }
         let allowance = allowance(w, d);
         let why = reason(w, value, d);
         if d.holders > 0 {

@@ -31,6 +31,7 @@ fn req(uid: &str, timeout: i32) -> EntryRequest {
         sandbox: None,
         check_items: None,
         pull_again_before: None,
+        p2p: None,
     }
 }
 
@@ -409,4 +410,35 @@ fn a_moved_tag_leaves_its_upgrade_entry_at_its_version() {
     let image = &images["kubeedge/installation-package"];
     let v = |p| image.entry("v1.17.0", p).and_then(|t| t.version);
     assert_eq!((v(Purpose::Pull), v(Purpose::Upgrade)), (Some(1), Some(0)));
+}
+
+#[test]
+fn a_p2p_note_goes_with_the_version_it_starts() {
+    use nodeimage_api::kruise::{TagP2p, WaveRole};
+    let seed = TagP2p {
+        wave: Some(WaveRole::Seed),
+        domain: Some("zone=a".into()),
+        ..Default::default()
+    };
+    let noted = |uid: &str| EntryRequest {
+        p2p: Some(seed.clone()),
+        ..req(uid, 60)
+    };
+    let note = |images: &BTreeMap<SharedStr, ImageSpec>| {
+        images["nginx"]
+            .entry("1.25", Purpose::Pull)
+            .and_then(|t| t.p2p.as_deref().cloned())
+    };
+    let mut images = BTreeMap::new();
+    assert!(upsert(&mut images, &noted("a"), None, now(0)));
+    assert_eq!(note(&images), Some(seed.clone()), "a new entry carries it");
+    // The same job again (every reconcile writes its nodes): kept.
+    upsert(&mut images, &req("a", 60), None, now(1));
+    assert_eq!(note(&images), Some(seed.clone()), "no new version: kept");
+    // Another job without P2P settings asks: a new version, not started by the waves.
+    upsert(&mut images, &req("b", 60), None, now(2));
+    assert_eq!(note(&images), None, "a new version without a note drops it");
+    // A third job with waves: its new version carries its note.
+    upsert(&mut images, &noted("c"), None, now(3));
+    assert_eq!(note(&images), Some(seed));
 }

@@ -22,9 +22,9 @@ mod status;
 pub use contract::{is_failed_test, status_for_spec};
 pub use patch::{StatusGuard, guarded_status_patch, guarded_status_patch_with, images_patch};
 pub use spec::{
-    FAKE_NODEIMAGE_LABEL, ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage, NodeImageSpec,
-    Purpose, ReferenceObject, SECRET_REFERENCES_ANNOTATION, SharedPolicy, TagUpgrade,
-    requester_key,
+    AgentUse, FAKE_NODEIMAGE_LABEL, ImageSpec, ImageTagPullPolicy, ImageTagSpec, NodeImage,
+    NodeImageSpec, Purpose, ReferenceObject, SECRET_REFERENCES_ANNOTATION, SharedPolicy, TagP2p,
+    TagUpgrade, WaveRole, requester_key,
 };
 pub use status::{
     ImagePullPhase, ImageStatus, ImageTagStatus, NodeImageStatus, SyncStatus, TagStatusFields,

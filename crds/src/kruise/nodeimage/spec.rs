@@ -159,6 +159,56 @@ pub struct ImageTagSpec {
     /// `--enable-upgrades` run it, others fail the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<Box<TagUpgrade>>,
+    /// nodeimage extension (not in OpenKruise): how the controller started
+    /// this version's pull under the job's P2P settings (a seed or from
+    /// peers, the node's agent); the runtime does not say which host served
+    /// a pull. Informational: the node pulls the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<Box<TagP2p>>,
+}
+
+/// nodeimage extension: how a pull was started under a job's P2P settings
+/// (`nodeimage.dev/p2p-*` annotations), written by the controller with the
+/// version it starts; a new version asked without P2P settings drops it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TagP2p {
+    /// With waves: `Seed` (no node of its domain held the image, so it
+    /// pulls from the registry) or `Peers` (nodes of its domain held it, so
+    /// peers can serve it through the node's agent or mirror).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<WaveRole>,
+    /// With waves: the node's topology domain, `KEY=VALUE` (empty value: a
+    /// node without the label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 317))]
+    pub domain: Option<String>,
+    /// With `Peers`: how many nodes of the domain held the image then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::limits::INT32_MAX))]
+    pub holders: Option<i32>,
+    /// With an agent: `Ready` (its Pod on the node was Ready) or `Direct`
+    /// (not Ready within the job's wait: the node pulls from the registry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentUse>,
+}
+
+/// Where a node stood in the waves when its pull started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WaveRole {
+    /// A seed of its domain: from the registry.
+    Seed,
+    /// Its domain held the image: from peers.
+    Peers,
+}
+
+/// What the node's P2P agent was when its pull started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum AgentUse {
+    /// The agent's Pod on the node was Ready.
+    Ready,
+    /// Not Ready within the job's wait: the node pulls directly.
+    Direct,
 }
 
 /// nodeimage extension: the node-agent upgrade a tag entry asks for.

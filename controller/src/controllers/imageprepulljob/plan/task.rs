@@ -52,6 +52,7 @@ impl PrePull<'_> {
                 sandbox: None,
                 check_items: checks.clone(),
                 pull_again_before: None,
+                p2p: None,
             })
             .collect()
     }

@@ -791,6 +791,12 @@ fn p2p_held_nodes_wait_in_init_with_the_reason() {
     };
     let p = run(&Ok(observed.clone()), 10);
     assert_eq!(p.write_to, vec!["n1"]);
+    // The started node's entries say its agent was Ready.
+    let ready = nodeimage_api::kruise::TagP2p {
+        agent: Some(nodeimage_api::kruise::AgentUse::Ready),
+        ..Default::default()
+    };
+    assert_eq!(p.p2p, BTreeMap::from([("n1".to_string(), ready)]));
     assert_eq!(sea(&p, "n2").0, "Init");
     let why = node(&p, "n2").phase.reason.clone().unwrap_or_default();
     assert!(

@@ -93,5 +93,6 @@ pub fn request(
         sandbox: job.spec.template.sandbox_config.clone(),
         check_items: None,
         pull_again_before: follow.pull_again_before,
+        p2p: None,
     }
 }

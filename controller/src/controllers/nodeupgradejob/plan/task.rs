@@ -79,6 +79,7 @@ impl<'a> Upgrade<'a> {
                 sandbox: None,
                 check_items: checks,
                 pull_again_before: None,
+                p2p: None,
             },
             TagUpgrade {
                 version: self.version.clone(),
