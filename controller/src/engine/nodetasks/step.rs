@@ -69,6 +69,11 @@ pub fn step<K: NodeTask>(
         now,
     };
     let (situation, starts, p2p) = situations(kind, &setup, &track, now);
+    let look = Look {
+        timeout: setup.timeout,
+        waiting_for_nodeimage: false,
+        p2p_wake: p2p.wake_at,
+    };
     let states: Vec<(String, NodeState)> = situation
         .iter()
         .map(|(n, r)| (n.clone(), r.node_state()))
@@ -99,17 +104,20 @@ pub fn step<K: NodeTask>(
             kind.all_done(tally.desired)
         }));
     }
-    let waiting = situation
-        .iter()
-        .any(|(_, r)| matches!(r, Node::NoNodeImage));
+    let look = Look {
+        waiting_for_nodeimage: situation
+            .iter()
+            .any(|(_, r)| matches!(r, Node::NoNodeImage)),
+        ..look
+    };
     Planned {
         was_finished: false,
         phase,
-        requeue_after: (!finished).then(|| next_look(&states, setup.timeout, waiting, now)),
+        requeue_after: (!finished).then(|| next_look(&states, &look, now)),
         rows: Some(node_rows),
         write_to: write_to(&situation),
         starts,
-        p2p,
+        p2p: p2p.notes,
         nodes: situation,
         events,
         finished,
@@ -174,15 +182,24 @@ fn prepare<'a, K: NodeTask>(
     })
 }
 
+/// What the P2P rules add to a step.
+#[derive(Default)]
+struct P2pStep {
+    /// What each node starting now records of its P2P start.
+    notes: BTreeMap<String, TagP2p>,
+    /// When a held node's wait for its agent ends (the job looks again then).
+    wake_at: Option<DateTime<Utc>>,
+}
+
 /// Each node's situation: its recorded result, else where it stands, and
 /// working from now on if it starts in this step; the step's starts, and
-/// what each records of its P2P start.
+/// what the P2P rules add.
 fn situations<K: NodeTask>(
     kind: &K,
     setup: &Setup<'_, K>,
     track: &Tracker<'_, K>,
     now: DateTime<Utc>,
-) -> (Vec<(String, Node<K>)>, Starts, BTreeMap<String, TagP2p>) {
+) -> (Vec<(String, Node<K>)>, Starts, P2pStep) {
     let recorded = &setup.recorded;
     let mut rows: Vec<(String, Node<K>)> = setup
         .names
@@ -203,8 +220,11 @@ fn situations<K: NodeTask>(
         verdict.as_ref().map_or(&no_peers, |v| &v.from_peers),
     );
     let p2p = match (setup.p2p, &verdict) {
-        (Some((observed, _)), Some(v)) => observed.notes(v, &starts.nodes),
-        _ => BTreeMap::new(),
+        (Some((observed, _)), Some(v)) => P2pStep {
+            notes: observed.notes(v, &starts.nodes),
+            wake_at: v.wake_at,
+        },
+        _ => P2pStep::default(),
     };
     let start: BTreeSet<&String> = starts.nodes.iter().collect();
     for (_, row) in rows.iter_mut().filter(|(n, _)| start.contains(n)) {
@@ -320,26 +340,38 @@ fn write_to<K: NodeTask>(rows: &[(String, Node<K>)]) -> Vec<String> {
         .collect()
 }
 
-/// When an unfinished job looks again: at the next node timeout (at least
-/// a second away), soon while a node waits for its NodeImage, and at the
-/// latest after the running resync.
-fn next_look(
-    states: &[(String, NodeState)],
-    timeout: TimeDelta,
-    waiting_for_nodeimage: bool,
-    now: DateTime<Utc>,
-) -> Duration {
+/// When an unfinished job looks again: at the next node timeout or the end
+/// of a node's wait for its P2P agent (at least a second away), soon while
+/// a node waits for its NodeImage, and at the latest after the running
+/// resync.
+fn next_look(states: &[(String, NodeState)], look: &Look, now: DateTime<Utc>) -> Duration {
+    let until = |at: DateTime<Utc>| {
+        let d = (at - now).to_std().unwrap_or(Duration::from_secs(1));
+        d.max(Duration::from_secs(1))
+    };
     let mut wait = super::RUNNING_RESYNC;
     for (_, s) in states {
-        if let Some(at) = rollout::node_timeout_at(s, timeout) {
-            let d = (at - now).to_std().unwrap_or(Duration::from_secs(1));
-            wait = wait.min(d.max(Duration::from_secs(1)));
+        if let Some(at) = rollout::node_timeout_at(s, look.timeout) {
+            wait = wait.min(until(at));
         }
     }
-    if waiting_for_nodeimage {
+    if look.waiting_for_nodeimage {
         wait = wait.min(super::NODEIMAGE_WAIT);
     }
+    if let Some(at) = look.p2p_wake {
+        wait = wait.min(until(at));
+    }
     wait
+}
+
+/// What besides the nodes' states sets when a job looks again.
+struct Look {
+    /// A node's timeout.
+    timeout: TimeDelta,
+    /// Some node waits for its NodeImage.
+    waiting_for_nodeimage: bool,
+    /// When a node held for its P2P agent stops waiting.
+    p2p_wake: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

@@ -116,6 +116,11 @@ fn next_look_table() {
     let timeout = TimeDelta::seconds(100);
     let secs = Duration::from_secs;
     // (node states, waiting for a NodeImage, seconds after at(0), wait)
+    let look = |waiting, p2p_wake| Look {
+        timeout,
+        waiting_for_nodeimage: waiting,
+        p2p_wake,
+    };
     let cases = [
         (
             nodes(&[("a", NotStarted)]),
@@ -137,9 +142,22 @@ fn next_look_table() {
     ];
     for (states, waiting, now, want) in cases {
         assert_eq!(
-            next_look(&states, timeout, waiting, at(now)),
+            next_look(&states, &look(waiting, None), at(now)),
             want,
             "{states:?} at {now}s, waiting {waiting}"
         );
+    }
+    // A node held for its P2P agent: the job looks again when its wait
+    // ends (not at the next resync), at least a second away.
+    let held = nodes(&[("a", NotStarted)]);
+    let p2p = [
+        (20, secs(20)),
+        (0, secs(1)),
+        (-5, secs(1)),
+        (500, super::super::RUNNING_RESYNC),
+    ];
+    for (wake, want) in p2p {
+        let got = next_look(&held, &look(false, Some(at(wake))), at(0));
+        assert_eq!(got, want, "wait ends at {wake}s");
     }
 }
