@@ -69,11 +69,6 @@ pub fn step<K: NodeTask>(
         now,
     };
     let (situation, starts, p2p) = situations(kind, &setup, &track, now);
-    let look = Look {
-        timeout: setup.timeout,
-        waiting_for_nodeimage: false,
-        p2p_wake: p2p.wake_at,
-    };
     let states: Vec<(String, NodeState)> = situation
         .iter()
         .map(|(n, r)| (n.clone(), r.node_state()))
@@ -105,10 +100,11 @@ pub fn step<K: NodeTask>(
         }));
     }
     let look = Look {
+        timeout: setup.timeout,
         waiting_for_nodeimage: situation
             .iter()
             .any(|(_, r)| matches!(r, Node::NoNodeImage)),
-        ..look
+        p2p_wake: p2p.wake_at,
     };
     Planned {
         was_finished: false,
