@@ -130,3 +130,81 @@ fn a_pod_change_wakes_predownload_at_once() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A workload's P2P annotations go with its pre-download jobs, and edits of
+/// them reach a live job: added, changed, removed (issue 52).
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_workloads_p2p_annotations_follow_onto_its_live_job() {
+    use nodeimage_api::p2p::{FAN_OUT, SEEDS};
+    let c = Cluster::load();
+    let ns = TestNs::create(&c, "e2e-predownload-p2p");
+    let nodes = c.nodes();
+    let new = kruise::push_unique(&kruise::registry(&c), "predownload-p2p", 4096);
+    let old = format!("{}/test:v1", c.var("NODEIMAGE_REGISTRY"));
+    let app = format!("web-{}", random_suffix());
+    let deploy = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns.name,
+                     "annotations": {ENABLED: "true", SEEDS: "1"}},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {
+                    "nodeSelector": {"nodeimage.test/none": "x"},
+                    "containers": [{"name": "c", "image": new.reference()}],
+                },
+            },
+        },
+    });
+    kruise::create(&c, &deploy);
+    let uid = kruise::get(&c, "deployments.apps", Some(&ns.name), "web")
+        .and_then(|d| d["metadata"]["uid"].as_str().map(str::to_string))
+        .expect("the Deployment exists");
+    kruise::create(&c, &pod(&ns.name, "web-old", &app, &old, &nodes[0]));
+    // The job's P2P annotations, once they are `want` (None: absent).
+    let job_has = |what: &str, want: &[(&str, Option<&str>)]| {
+        kruise::eventually(what, WOKEN_WITHIN, || {
+            let job = jobs_of(&c, &ns.name, &uid)
+                .into_iter()
+                .next()
+                .ok_or_else(|| "no job yet".to_string())?;
+            let a = &job["metadata"]["annotations"];
+            let got: Vec<(&str, Option<&str>)> =
+                want.iter().map(|(k, _)| (*k, a[*k].as_str())).collect();
+            (got == want)
+                .then_some(())
+                .ok_or_else(|| format!("annotations {a}"))
+        })
+    };
+    job_has(
+        "the job made with the seeds",
+        &[(SEEDS, Some("1")), (FAN_OUT, None)],
+    );
+    let annotate = |args: &[&str]| {
+        let mut all = vec![
+            "annotate",
+            "deployment",
+            "web",
+            "-n",
+            &ns.name,
+            "--overwrite",
+        ];
+        all.extend_from_slice(args);
+        c.kubectl_ok(&all, None);
+    };
+    let (two, three) = (format!("{SEEDS}=2"), format!("{FAN_OUT}=3"));
+    annotate(&[&two, &three]);
+    job_has(
+        "the edits on the live job",
+        &[(SEEDS, Some("2")), (FAN_OUT, Some("3"))],
+    );
+    let gone = format!("{SEEDS}-");
+    annotate(&[&gone]);
+    job_has(
+        "the removed one gone",
+        &[(SEEDS, None), (FAN_OUT, Some("3"))],
+    );
+}

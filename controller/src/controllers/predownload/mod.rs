@@ -336,6 +336,9 @@ fn owned_jobs(jobs: &Store<ImagePullJob>, w: &workload::Workload) -> Vec<plan::O
             pull_secrets: j.spec.template.pull_secrets.clone().unwrap_or_default(),
             parallelism: j.spec.template.parallelism.clone(),
             placement: j.annotations().get(names::PLACEMENT_ANNOTATION).cloned(),
+            p2p: (nodeimage_api::p2p::ALL.iter())
+                .filter_map(|k| Some((k.to_string(), j.annotations().get(*k)?.clone())))
+                .collect(),
         })
         .collect()
 }
@@ -394,7 +397,8 @@ async fn apply(
     update(ctx, &api, w, &p.update).await
 }
 
-/// Brings live jobs in step with their workload: parallelism and placement.
+/// Brings live jobs in step with their workload: parallelism, placement
+/// and P2P annotations (a P2P key the workload no longer has is removed).
 async fn update(
     ctx: &Context,
     api: &Api<ImagePullJob>,
@@ -402,8 +406,16 @@ async fn update(
     updates: &[plan::JobUpdate],
 ) -> Result<(), Error> {
     for u in updates {
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            names::PLACEMENT_ANNOTATION.into(),
+            u.placement.clone().into(),
+        );
+        for key in nodeimage_api::p2p::ALL {
+            annotations.insert(key.to_string(), u.p2p.get(key).cloned().into());
+        }
         let body = serde_json::json!({
-            "metadata": {"annotations": {names::PLACEMENT_ANNOTATION: u.placement}},
+            "metadata": {"annotations": annotations},
             "spec": {"parallelism": u.parallelism},
         });
         match api

@@ -56,6 +56,8 @@ pub struct OwnedJob {
     pub parallelism: Option<IntOrString>,
     /// Its placement annotation, if any.
     pub placement: Option<String>,
+    /// Its P2P annotations (`nodeimage.dev/p2p-*`).
+    pub p2p: BTreeMap<String, String>,
 }
 
 /// The workload's ServiceAccount, as far as its new Pods' pull secrets go
@@ -100,6 +102,8 @@ pub struct JobUpdate {
     pub parallelism: i32,
     /// Its new placement annotation (None: removed).
     pub placement: Option<String>,
+    /// Its new P2P annotations, the workload's (the others are removed).
+    pub p2p: BTreeMap<String, String>,
 }
 
 /// What to do.
@@ -189,6 +193,8 @@ struct Desired {
     placement: Option<Placement>,
     /// Nodes pulling at once.
     parallelism: i32,
+    /// The workload's P2P annotations (`engine::p2p`), which its jobs carry.
+    p2p: BTreeMap<String, String>,
 }
 
 impl Desired {
@@ -220,10 +226,14 @@ impl Desired {
                 .map(AsRef::as_ref);
             placement::extra_nodes(pl, &w.uid, nodes, &taken).len()
         });
+        let p2p = (nodeimage_api::p2p::ALL.iter())
+            .filter_map(|k| Some((k.to_string(), w.annotations.get(*k)?.clone())))
+            .collect();
         Desired {
             secrets,
             parallelism: s.parallelism.of(taken.len() + extra),
             placement,
+            p2p,
         }
     }
 
@@ -233,7 +243,8 @@ impl Desired {
 }
 
 /// Jobs whose pull secrets no longer match are made again (the field is
-/// immutable); the others take the workload's parallelism and placement.
+/// immutable); the others take the workload's parallelism, placement and
+/// P2P annotations.
 fn follow_edits(p: &mut Plan, jobs: &[OwnedJob], pending: &[&Wanted], d: &Desired) {
     let pending: BTreeSet<&str> = pending.iter().map(|i| i.image.as_str()).collect();
     let placement = d.placement_annotation();
@@ -249,12 +260,15 @@ fn follow_edits(p: &mut Plan, jobs: &[OwnedJob], pending: &[&Wanted], d: &Desire
                     d.secrets.join(", ")
                 ),
             ));
-        } else if j.parallelism != Some(IntOrString::Int(d.parallelism)) || j.placement != placement
+        } else if j.parallelism != Some(IntOrString::Int(d.parallelism))
+            || j.placement != placement
+            || j.p2p != d.p2p
         {
             p.update.push(JobUpdate {
                 name: j.name.clone(),
                 parallelism: d.parallelism,
                 placement: placement.clone(),
+                p2p: d.p2p.clone(),
             });
         }
     }
@@ -416,11 +430,7 @@ fn job_for(w: &Workload, image: &Wanted, s: &Settings, d: &Desired) -> ImagePull
         annotations.insert(names::PLACEMENT_ANNOTATION.to_string(), p);
     }
     // The workload's P2P settings go with its jobs (`engine::p2p`).
-    for key in nodeimage_api::p2p::ALL {
-        if let Some(v) = w.annotations.get(key) {
-            annotations.insert(key.to_string(), v.clone());
-        }
-    }
+    annotations.extend(d.p2p.clone());
     ImagePullJob {
         metadata: ObjectMeta {
             name: Some(job_name(w, &image.image)),

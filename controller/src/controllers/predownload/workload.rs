@@ -196,7 +196,8 @@ fn trim_meta(meta: &mut ObjectMeta) -> bool {
         .is_some_and(|a| a.contains_key(nodeimage_api::predownload::ENABLED))
 }
 
-/// Whether `key` is one of the annotations pre-download reads.
+/// Whether `key` is one of the annotations pre-download reads, its own or
+/// the P2P settings its jobs carry on (`nodeimage.dev/p2p-*`).
 pub fn is_predownload_annotation(key: &str) -> bool {
     use nodeimage_api::predownload as p;
     [
@@ -206,6 +207,7 @@ pub fn is_predownload_annotation(key: &str) -> bool {
         p::MIN_UPDATED_READY_PODS,
     ]
     .contains(&key)
+        || nodeimage_api::p2p::ALL.contains(&key)
 }
 
 /// A pod template trimmed to what pre-download reads: its images
@@ -235,4 +237,40 @@ pub fn trim_template(t: &mut PodTemplateSpec, keep: bool) {
     } else {
         None
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cached_copy_keeps_what_predownload_and_its_jobs_read() {
+        let mut meta = ObjectMeta {
+            annotations: Some(BTreeMap::from(
+                [
+                    (nodeimage_api::predownload::ENABLED, "true"),
+                    (nodeimage_api::p2p::SEEDS, "1"),
+                    (nodeimage_api::p2p::AGENT, "daemonset:spegel/spegel"),
+                    ("kubectl.kubernetes.io/last-applied-configuration", "{…}"),
+                ]
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+            )),
+            ..Default::default()
+        };
+        assert!(trim_meta(&mut meta), "it asks for pre-download");
+        let kept: Vec<&str> = meta
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                nodeimage_api::predownload::ENABLED,
+                nodeimage_api::p2p::AGENT,
+                nodeimage_api::p2p::SEEDS,
+            ]
+        );
+    }
 }

@@ -64,6 +64,7 @@ fn owned(w: &Workload, image: &str) -> OwnedJob {
             .pod_spec
             .as_ref()
             .map(|s| Placement::of(s, 0).to_annotation()),
+        p2p: BTreeMap::new(),
     }
 }
 
@@ -564,6 +565,24 @@ fn live_jobs_follow_the_workloads_edits() {
         placed.map(|p| p.node_selector),
         Ok([("pool".to_string(), "b".to_string())].into())
     );
+    // P2P annotations added to the workload reach its live job.
+    let mut seeded = w.clone();
+    let seeds = nodeimage_api::p2p::SEEDS.to_string();
+    seeded.annotations.insert(seeds.clone(), "2".into());
+    let p = run(&seeded, &pods, std::slice::from_ref(&in_step), true);
+    assert_eq!(p.update.len(), 1, "{:?}", p.update);
+    assert_eq!(
+        p.update[0].p2p,
+        BTreeMap::from([(seeds.clone(), "2".to_string())])
+    );
+    // ... and taken off it again when the workload drops them.
+    let with_seeds = OwnedJob {
+        p2p: BTreeMap::from([(seeds, "2".to_string())]),
+        ..in_step.clone()
+    };
+    let p = run(&w, &pods, std::slice::from_ref(&with_seeds), true);
+    assert_eq!(p.update.len(), 1, "{:?}", p.update);
+    assert!(p.update[0].p2p.is_empty());
     let mut bad = w.clone();
     bad.annotations
         .insert(names::PARALLELISM.into(), "lots".into());
