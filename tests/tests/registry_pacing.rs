@@ -243,3 +243,50 @@ fn two_namespaces_share_a_limit_of_one() {
         all.join("; ")
     );
 }
+
+/// Issue 52: pacing knows the waves. With a limit of one on the paced
+/// host, a job of one seed and fan-out 3 pulls on the seed alone; once the
+/// seed holds the image, the two others start together (the waves start
+/// them from peers, which take no slot of the registry) where plain
+/// pacing would start one at a time. No P2P engine runs here, so their
+/// bytes still come through the paced host: what is shown is the
+/// controller's hand-out, not the bytes.
+#[test]
+#[ignore = "needs the local cluster (tests/cluster/up.sh) and nodeimage (tests/nodeimage.sh start)"]
+fn a_wave_from_peers_takes_no_slot_of_a_limit_of_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::load();
+    let paced = c
+        .nodeimage_vars()
+        .get("NODEIMAGE_PACED_REGISTRY")
+        .cloned()
+        .expect("NODEIMAGE_PACED_REGISTRY: restart nodeimage with tests/nodeimage.sh start");
+    let slow = SlowRegistry::start_on(&c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
+    let ns = TestNs::create(&c, "e2e-pace-waves");
+    let nodes: Vec<String> = c.nodes().into_iter().take(3).collect();
+    assert_eq!(nodes.len(), 3, "the cluster has three nodes");
+    let pushed = kruise::push_unique(&kruise::registry(&c), "pace-waves", IMAGE_BYTES);
+    let image = kruise::via(&pushed, &slow.host());
+    let mut job = job_on(&ns.name, "waves", &image.name, &nodes);
+    job["metadata"]["annotations"] = json!({
+        "nodeimage.dev/p2p-seeds": "1",
+        "nodeimage.dev/p2p-fan-out": "3",
+    });
+    kruise::create(&c, &job);
+    let done = kruise::wait_job(&c, IPJ, &ns.name, "waves", "completed", TIMEOUT, completed);
+    assert_eq!(count(&done, "succeeded"), 3, "{}", kruise::describe(&done));
+    let mut pulls = pulls_of(&c, &image.name, &nodes);
+    pulls.sort_by_key(|p| (p.start, p.end));
+    let all: Vec<String> = pulls.iter().map(Pull::to_string).collect();
+    let all = all.join("\n");
+    eprintln!("pulls from {paced} (Unix seconds):\n{all}");
+    let (seed, a, b) = (&pulls[0], &pulls[1], &pulls[2]);
+    assert!(
+        a.start >= seed.end && b.start >= seed.end,
+        "the seed pulled alone first:\n{all}"
+    );
+    assert!(
+        b.start < a.end,
+        "the two nodes started from peers pulled at once, beyond the limit of one:\n{all}"
+    );
+}
