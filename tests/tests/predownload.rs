@@ -24,6 +24,31 @@ fn pod(ns: &str, name: &str, app: &str, image: &str, node: &str) -> Value {
     })
 }
 
+/// Deployment `web` of `app` in `ns`, annotated with `annotations`, no
+/// replicas, its template on `image` and fitting no node (the job's nodes
+/// are those of the Pods alone); returns its uid.
+fn deployment(c: &Cluster, ns: &str, app: &str, image: &str, annotations: Value) -> String {
+    let deploy = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns, "annotations": annotations},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {
+                    "nodeSelector": {"nodeimage.test/none": "x"},
+                    "containers": [{"name": "c", "image": image}],
+                },
+            },
+        },
+    });
+    kruise::create(c, &deploy);
+    kruise::get(c, "deployments.apps", Some(ns), "web")
+        .and_then(|d| d["metadata"]["uid"].as_str().map(str::to_string))
+        .expect("the Deployment exists")
+}
+
 /// The workload's pre-download jobs.
 fn jobs_of(c: &Cluster, ns: &str, uid: &str) -> Vec<Value> {
     let selector = format!("{WORKLOAD_UID_LABEL}={uid}");
@@ -55,25 +80,13 @@ fn a_pod_change_wakes_predownload_at_once() {
     let app = format!("web-{}", random_suffix());
     // No node carries this label: the template fits no node, so the job's
     // nodes are those of the Pods alone (no extra nodes to land on).
-    let deploy = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": ns.name, "annotations": {ENABLED: "true"}},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {
-                "metadata": {"labels": {"app": app}},
-                "spec": {
-                    "nodeSelector": {"nodeimage.test/none": "x"},
-                    "containers": [{"name": "c", "image": new.reference()}],
-                },
-            },
-        },
-    });
-    kruise::create(&c, &deploy);
-    let uid = kruise::get(&c, "deployments.apps", Some(&ns.name), "web")
-        .and_then(|d| d["metadata"]["uid"].as_str().map(str::to_string))
-        .expect("the Deployment exists");
+    let uid = deployment(
+        &c,
+        &ns.name,
+        &app,
+        &new.reference(),
+        json!({ENABLED: "true"}),
+    );
     std::thread::sleep(Duration::from_secs(3));
     assert!(
         jobs_of(&c, &ns.name, &uid).is_empty(),
@@ -143,26 +156,8 @@ fn a_workloads_p2p_annotations_follow_onto_its_live_job() {
     let new = kruise::push_unique(&kruise::registry(&c), "predownload-p2p", 4096);
     let old = format!("{}/test:v1", c.var("NODEIMAGE_REGISTRY"));
     let app = format!("web-{}", random_suffix());
-    let deploy = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": ns.name,
-                     "annotations": {ENABLED: "true", SEEDS: "1"}},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": app}},
-            "template": {
-                "metadata": {"labels": {"app": app}},
-                "spec": {
-                    "nodeSelector": {"nodeimage.test/none": "x"},
-                    "containers": [{"name": "c", "image": new.reference()}],
-                },
-            },
-        },
-    });
-    kruise::create(&c, &deploy);
-    let uid = kruise::get(&c, "deployments.apps", Some(&ns.name), "web")
-        .and_then(|d| d["metadata"]["uid"].as_str().map(str::to_string))
-        .expect("the Deployment exists");
+    let annotations = json!({ENABLED: "true", SEEDS: "1"});
+    let uid = deployment(&c, &ns.name, &app, &new.reference(), annotations);
     kruise::create(&c, &pod(&ns.name, "web-old", &app, &old, &nodes[0]));
     // The job's P2P annotations, once they are `want` (None: absent).
     let job_has = |what: &str, want: &[(&str, Option<&str>)]| {

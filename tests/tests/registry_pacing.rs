@@ -76,20 +76,33 @@ fn pulls_of(c: &Cluster, image: &str, nodes: &[String]) -> Vec<Pull> {
         .collect()
 }
 
-#[test]
-#[ignore = "needs the local cluster (tests/cluster/up.sh) and nodeimage (tests/nodeimage.sh start)"]
-fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = Cluster::load();
+/// The paced host (its limit is one pulling node) and a slow proxy on it
+/// in front of the cluster registry.
+fn paced_host(c: &Cluster) -> (String, SlowRegistry) {
     let paced = c
         .nodeimage_vars()
         .get("NODEIMAGE_PACED_REGISTRY")
         .cloned()
         .expect("NODEIMAGE_PACED_REGISTRY: restart nodeimage with tests/nodeimage.sh start");
-    let slow = SlowRegistry::start_on(&c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
-    let ns = TestNs::create(&c, "e2e-pace");
+    let slow = SlowRegistry::start_on(c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
+    (paced, slow)
+}
+
+/// The cluster's three shared nodes.
+fn three_nodes(c: &Cluster) -> Vec<String> {
     let nodes: Vec<String> = c.nodes().into_iter().take(3).collect();
     assert_eq!(nodes.len(), 3, "the cluster has three nodes");
+    nodes
+}
+
+#[test]
+#[ignore = "needs the local cluster (tests/cluster/up.sh) and nodeimage (tests/nodeimage.sh start)"]
+fn a_registry_limit_of_one_pulls_on_one_node_at_a_time() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::load();
+    let (paced, slow) = paced_host(&c);
+    let ns = TestNs::create(&c, "e2e-pace");
+    let nodes = three_nodes(&c);
     let reg = kruise::registry(&c);
     let mut images = Vec::new();
     for i in 0..3 {
@@ -193,14 +206,8 @@ fn job_on(ns: &str, name: &str, image: &str, nodes: &[String]) -> Value {
 fn two_namespaces_share_a_limit_of_one() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::load();
-    let paced = c
-        .nodeimage_vars()
-        .get("NODEIMAGE_PACED_REGISTRY")
-        .cloned()
-        .expect("NODEIMAGE_PACED_REGISTRY: restart nodeimage with tests/nodeimage.sh start");
-    let slow = SlowRegistry::start_on(&c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
-    let nodes: Vec<String> = c.nodes().into_iter().take(3).collect();
-    assert_eq!(nodes.len(), 3, "the cluster has three nodes");
+    let (paced, slow) = paced_host(&c);
+    let nodes = three_nodes(&c);
     let (first, second) = (
         TestNs::create(&c, "e2e-pace-a"),
         TestNs::create(&c, "e2e-pace-b"),
@@ -256,15 +263,9 @@ fn two_namespaces_share_a_limit_of_one() {
 fn a_wave_from_peers_takes_no_slot_of_a_limit_of_one() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::load();
-    let paced = c
-        .nodeimage_vars()
-        .get("NODEIMAGE_PACED_REGISTRY")
-        .cloned()
-        .expect("NODEIMAGE_PACED_REGISTRY: restart nodeimage with tests/nodeimage.sh start");
-    let slow = SlowRegistry::start_on(&c, &paced, &c.var("NODEIMAGE_REGISTRY"), BYTES_PER_SECOND);
+    let (paced, slow) = paced_host(&c);
     let ns = TestNs::create(&c, "e2e-pace-waves");
-    let nodes: Vec<String> = c.nodes().into_iter().take(3).collect();
-    assert_eq!(nodes.len(), 3, "the cluster has three nodes");
+    let nodes = three_nodes(&c);
     let pushed = kruise::push_unique(&kruise::registry(&c), "pace-waves", IMAGE_BYTES);
     let image = kruise::via(&pushed, &slow.host());
     let mut job = job_on(&ns.name, "waves", &image.name, &nodes);
