@@ -318,6 +318,52 @@ fn with_one_seed_the_others_start_only_once_a_node_holds_the_image() {
     prepull::remove_from_nodes(&sockets, &image);
 }
 
+/// A registry that refuses every seed (the image does not exist): after
+/// three failed seeds (3 per seed asked) the other node fails at once,
+/// naming the seeds' failure, instead of seeding too.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_registry_that_refuses_the_seeds_ends_the_domain() {
+    let c = Cluster::load();
+    let ns = TestNs::create(&c, "e2e-waves-refused");
+    let nodes = test_nodes(&c, 4, &unique("refused"));
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let missing = format!(
+        "{}/e2e/{}:v1",
+        c.var("NODEIMAGE_REGISTRY"),
+        unique("missing")
+    );
+    let mut job = pull_job(
+        &ns.name,
+        "refused",
+        &missing,
+        &names,
+        json!({"nodeimage.dev/p2p-seeds": "1"}),
+    );
+    job["spec"]["pullPolicy"]["backoffLimit"] = json!(0);
+    kruise::create(&c, &job);
+    let j = kruise::wait_job(&c, IPJ, &ns.name, "refused", "completed", WAIT, completed);
+    assert_eq!(count(&j, "failed"), 4, "{}", j["status"]);
+    // Three seeds got an entry and failed; the fourth node never got one.
+    let with_entry = names
+        .iter()
+        .filter(|n| entry(&c, n, &missing).is_some())
+        .count();
+    assert_eq!(with_entry, 3, "three seeds tried the registry");
+    let gave_up = kruise::events_of(&c, &ns.name, "refused")
+        .into_iter()
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .find(|m| {
+            m.contains("not pulled: 3 seed(s) of nodes without topology.kubernetes.io/zone failed")
+        });
+    assert!(
+        gave_up.is_some(),
+        "a NodeFailed event names the failed seeds: {:?}",
+        kruise::events_of(&c, &ns.name, "refused")
+    );
+    kruise::delete(&c, IPJ, &ns.name, "refused");
+}
+
 /// The mirror test's image: at least 100 MB, as issue 52 asks.
 const MIRROR_IMAGE_BYTES: usize = 100 << 20;
 

@@ -93,6 +93,8 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
     }
     let mut v = Verdict::default();
     let mut blocked: BTreeSet<String> = BTreeSet::new();
+    // Nodes the agent gate skipped never pulled: not failed seeds.
+    let mut skipped: BTreeSet<String> = BTreeSet::new();
     let mut out = Vec::with_capacity(nodes.len());
     for (name, state) in nodes {
         let gate = match (&s.agent, &state) {
@@ -108,7 +110,10 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
                 v.direct.push(name.clone());
                 out.push((name, state));
             }
-            Gate::Skip(why) => out.push((name, NodeState::Failed(why))),
+            Gate::Skip(why) => {
+                skipped.insert(name.clone());
+                out.push((name, NodeState::Failed(why)));
+            }
             Gate::Wait { why, until } => {
                 v.wake_at = Some(v.wake_at.map_or(until, |w| w.min(until)));
                 v.held.push((name.clone(), why));
@@ -120,10 +125,16 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
     if let Some(waves) = &s.waves {
         let open: Vec<(String, NodeState)> = out
             .iter()
-            .filter(|(n, _)| !blocked.contains(n))
+            .filter(|(n, _)| !blocked.contains(n) && !skipped.contains(n))
             .cloned()
             .collect();
         let waved = waves::apply(waves, &open, w.domain, w.now);
+        let given_up: BTreeMap<String, String> = waved.given_up.into_iter().collect();
+        for (name, state) in out.iter_mut() {
+            if let Some(why) = given_up.get(name) {
+                *state = NodeState::Failed(why.clone());
+            }
+        }
         for (name, why) in waved.held {
             blocked.insert(name.clone());
             v.held.push((name, why));

@@ -445,3 +445,139 @@ fn each_started_node_notes_how_the_rules_started_it() {
     let v = apply(&none, nodes, &w);
     assert!(notes(&none, &v, &started, &zone_of).is_empty());
 }
+
+#[test]
+fn a_domain_whose_seeds_keep_failing_stops_seeding() {
+    // (nodes: F failed with "refused", A active, S succeeded, N not
+    // started) -> (free nodes, failed now, held).
+    type Row<'a> = (
+        Vec<(&'a str, char)>,
+        Vec<&'a str>,
+        Vec<&'a str>,
+        Vec<&'a str>,
+    );
+    let rows: Vec<Row<'_>> = vec![
+        // Two failed seeds: the next node seeds.
+        (
+            vec![("a-1", 'F'), ("a-2", 'F'), ("a-3", 'N'), ("a-4", 'N')],
+            vec!["a-3"],
+            vec![],
+            vec!["a-4"],
+        ),
+        // Three (3 per seed asked), none pulling, none holding: the rest fail.
+        (
+            vec![
+                ("a-1", 'F'),
+                ("a-2", 'F'),
+                ("a-3", 'F'),
+                ("a-4", 'N'),
+                ("a-5", 'N'),
+            ],
+            vec![],
+            vec!["a-4", "a-5"],
+            vec![],
+        ),
+        // Three failed but a seed still pulls: wait for it.
+        (
+            vec![
+                ("a-1", 'F'),
+                ("a-2", 'F'),
+                ("a-3", 'F'),
+                ("a-4", 'A'),
+                ("a-5", 'N'),
+            ],
+            vec![],
+            vec![],
+            vec!["a-5"],
+        ),
+        // A holder: failures no longer matter.
+        (
+            vec![
+                ("a-1", 'F'),
+                ("a-2", 'F'),
+                ("a-3", 'F'),
+                ("a-4", 'S'),
+                ("a-5", 'N'),
+            ],
+            vec!["a-5"],
+            vec![],
+            vec![],
+        ),
+        // Another zone's failures do not stop this one.
+        (
+            vec![("b-1", 'F'), ("b-2", 'F'), ("b-3", 'F'), ("a-1", 'N')],
+            vec!["a-1"],
+            vec![],
+            vec![],
+        ),
+    ];
+    let s = Settings {
+        agent: None,
+        waves: Some(waves(1, 2)),
+    };
+    let agents = BTreeMap::new();
+    let w = World {
+        agents: &agents,
+        since: &at_zero,
+        domain: &zone_of,
+        now: t(0),
+    };
+    for (spec, free, failed, held) in rows {
+        let mut nodes = states(&spec);
+        for (_, st) in nodes.iter_mut() {
+            if let NodeState::Failed(why) = st {
+                *why = "registry refused: 403".into();
+            }
+        }
+        let v = apply(&s, nodes.clone(), &w);
+        assert_eq!(names(&v.startable), free, "{spec:?}");
+        let now_failed: Vec<&str> = v
+            .nodes
+            .iter()
+            .zip(&nodes)
+            .filter(|((_, after), (_, before))| {
+                matches!(after, NodeState::Failed(_)) && *before == NodeState::NotStarted
+            })
+            .map(|((n, _), _)| n.as_str())
+            .collect();
+        assert_eq!(now_failed, failed, "{spec:?}");
+        let got_held: Vec<&str> = v.held.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(got_held, held, "{spec:?}");
+    }
+    // The messages say what failed.
+    let nodes = states(&[("a-1", 'F'), ("a-2", 'F'), ("a-3", 'F'), ("a-4", 'N')]);
+    let v = apply(&s, nodes, &w);
+    let NodeState::Failed(why) = &v.nodes[3].1 else {
+        panic!("a-4 fails: {:?}", v.nodes)
+    };
+    assert_eq!(
+        why,
+        "not pulled: 3 seed(s) of zone=a failed and none holds the image, last on a-3: x"
+    );
+    let nodes = states(&[("a-1", 'F'), ("a-2", 'A'), ("a-3", 'N')]);
+    let v = apply(&s, nodes, &w);
+    assert_eq!(
+        v.held[0].1,
+        "waits for a seed of zone=a to hold the image (1 seed(s) pulling, 1 failed, last on a-1: x)"
+    );
+}
+
+#[test]
+fn nodes_the_agent_gate_skipped_are_not_failed_seeds() {
+    // Three nodes without an agent past the wait are skipped; they never
+    // pulled, so zone a still seeds.
+    let nodes = states(&[("a-1", 'N'), ("a-2", 'N'), ("a-3", 'N'), ("a-4", 'N')]);
+    let agents = BTreeMap::from([("a-4".to_string(), true)]);
+    let s = Settings {
+        agent: Some(gate(Missing::Skip)),
+        waves: Some(waves(1, 2)),
+    };
+    let w = World {
+        agents: &agents,
+        since: &at_zero,
+        domain: &zone_of,
+        now: t(10_000),
+    };
+    let v = apply(&s, nodes, &w);
+    assert_eq!(names(&v.startable), vec!["a-4"]);
+}

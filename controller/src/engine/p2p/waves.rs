@@ -3,7 +3,10 @@
 //! lets `fan_out - 1` more pull at once, so the nodes pulling grow
 //! geometrically and later ones fetch from peers. A seed that fails is
 //! replaced by the next node; one that pulls longer than the seed deadline
-//! no longer counts, so another node seeds beside it. Pure.
+//! no longer counts, so another node seeds beside it. A domain whose seeds
+//! keep failing, none holding the image, stops: its other nodes fail with
+//! the seeds' last reason rather than try the registry one at a time.
+//! Pure.
 
 use super::settings::Waves;
 use crate::engine::rollout::NodeState;
@@ -20,6 +23,9 @@ struct Domain<'a> {
     fresh: usize,
     /// Not-started nodes, in the job's order.
     waiting: Vec<&'a str>,
+    /// Nodes that failed, and the last of them with its reason.
+    failed: usize,
+    last_failure: Option<(&'a str, &'a str)>,
 }
 
 /// What the waves make of the not-started nodes in one step.
@@ -32,7 +38,16 @@ pub struct Waved {
     pub from_peers: Vec<String>,
     /// Nodes holding the image, per domain (value of the topology key).
     pub holders: BTreeMap<String, usize>,
+    /// Not-started nodes of a domain whose seeds failed too often: they
+    /// fail now, each with why.
+    pub given_up: Vec<(String, String)>,
 }
+
+/// Seeds of a domain that may fail, none holding the image and none
+/// pulling, before the domain's other nodes fail instead of seeding one
+/// after another: this many per seed asked (a registry that refuses every
+/// seed would walk the whole job through it one node at a time).
+pub const FAILED_SEEDS_PER_SEED: usize = 3;
 
 /// The not-started nodes of `nodes` that the waves hold back now, with
 /// why, and those that may start from peers; `domain` names a node's
@@ -54,13 +69,23 @@ pub fn apply(
                 d.fresh += usize::from(!stale);
             }
             NodeState::NotStarted => d.waiting.push(name),
-            NodeState::Failed(_) => {}
+            NodeState::Failed(why) => {
+                d.failed += 1;
+                d.last_failure = Some((name, why));
+            }
         }
     }
     let mut out = Waved::default();
     for (value, d) in &domains {
         if d.holders > 0 {
             out.holders.insert(value.clone(), d.holders);
+        }
+        let limit = w.seeds.saturating_mul(FAILED_SEEDS_PER_SEED);
+        if d.holders == 0 && d.active == 0 && d.failed >= limit {
+            let why = gave_up(w, value, d);
+            out.given_up
+                .extend(d.waiting.iter().map(|n| (n.to_string(), why.clone())));
+            continue;
         }
         let allowance = allowance(w, d);
         let why = reason(w, value, d);
@@ -89,14 +114,44 @@ fn allowance(w: &Waves, d: &Domain<'_>) -> usize {
     }
 }
 
-/// Why the domain's held nodes wait.
-fn reason(w: &Waves, value: &str, d: &Domain<'_>) -> String {
-    let domain = if value.is_empty() {
+/// The domain in words.
+fn domain_name(w: &Waves, value: &str) -> String {
+    if value.is_empty() {
         format!("nodes without {}", w.topology_key)
     } else {
         format!("{}={value}", w.topology_key)
-    };
-    if d.holders == 0 {
+    }
+}
+
+/// The domain's last failure, `; last on NODE: WHY` (cut to 200 characters).
+fn last_failure(d: &Domain<'_>) -> String {
+    d.last_failure.map_or_else(String::new, |(node, why)| {
+        let why: String = why.chars().take(200).collect();
+        format!(", last on {node}: {why}")
+    })
+}
+
+/// Why a domain whose seeds failed too often stops.
+fn gave_up(w: &Waves, value: &str, d: &Domain<'_>) -> String {
+    format!(
+        "not pulled: {} seed(s) of {} failed and none holds the image{}",
+        d.failed,
+        domain_name(w, value),
+        last_failure(d)
+    )
+}
+
+/// Why the domain's held nodes wait.
+fn reason(w: &Waves, value: &str, d: &Domain<'_>) -> String {
+    let domain = domain_name(w, value);
+    if d.holders == 0 && d.failed > 0 {
+        format!(
+            "waits for a seed of {domain} to hold the image ({} seed(s) pulling, {} failed{})",
+            d.active,
+            d.failed,
+            last_failure(d)
+        )
+    } else if d.holders == 0 {
         format!(
             "waits for a seed of {domain} to hold the image ({} seed(s) pulling)",
             d.active
