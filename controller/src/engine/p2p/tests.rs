@@ -552,13 +552,13 @@ fn a_domain_whose_seeds_keep_failing_stops_seeding() {
     };
     assert_eq!(
         why,
-        "not pulled: 3 seed(s) of zone=a failed and none holds the image, last on a-3: x"
+        "not pulled: 3 seed(s) of zone=a failed and none holds the image, e.g. a-3: x"
     );
     let nodes = states(&[("a-1", 'F'), ("a-2", 'A'), ("a-3", 'N')]);
     let v = apply(&s, nodes, &w);
     assert_eq!(
         v.held[0].1,
-        "waits for a seed of zone=a to hold the image (1 seed(s) pulling, 1 failed, last on a-1: x)"
+        "waits for a seed of zone=a to hold the image (1 seed(s) pulling, 1 failed, e.g. a-1: x)"
     );
 }
 

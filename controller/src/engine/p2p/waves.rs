@@ -23,7 +23,8 @@ struct Domain<'a> {
     fresh: usize,
     /// Not-started nodes, in the job's order.
     waiting: Vec<&'a str>,
-    /// Nodes that failed, and the last of them with its reason.
+    /// Nodes that failed, and the last of them (in the job's order) with
+    /// its reason.
     failed: usize,
     last_failure: Option<(&'a str, &'a str)>,
 }
@@ -123,11 +124,12 @@ fn domain_name(w: &Waves, value: &str) -> String {
     }
 }
 
-/// The domain's last failure, `; last on NODE: WHY` (cut to 200 characters).
+/// One of the domain's failures (the last in the job's node order),
+/// `, e.g. NODE: WHY` (cut to 200 characters).
 fn last_failure(d: &Domain<'_>) -> String {
     d.last_failure.map_or_else(String::new, |(node, why)| {
         let why: String = why.chars().take(200).collect();
-        format!(", last on {node}: {why}")
+        format!(", e.g. {node}: {why}")
     })
 }
 
