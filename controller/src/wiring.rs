@@ -256,6 +256,7 @@ impl Caches {
                 pull: self.pull_jobs.subscribe(),
                 prepull: self.prepull_jobs.subscribe(),
                 upgrade: self.upgrade_jobs.subscribe(),
+                removal: self.removal_jobs.subscribe(),
             },
             pull,
             pull_pods: self.pods.subscribe(),

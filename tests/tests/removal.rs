@@ -6,6 +6,7 @@
 //! API server refuses entries that name no image.
 
 use nodeimage_tests::nodeimage as ni;
+use nodeimage_tests::prepull::TestNode;
 use nodeimage_tests::process::Daemon;
 use nodeimage_tests::registry::{PushedImage, Registry};
 use nodeimage_tests::{
@@ -745,5 +746,69 @@ fn the_controller_keeps_erasers_exclusion_list_of_the_images_it_pins() {
     // The entry goes, nodeimage no longer pins it: it leaves the list.
     ni::remove_images(&c, &node, std::slice::from_ref(&image.name));
     listed(false);
+    drop(cleanup);
+}
+
+/// Removal entries an ImageRemovalJob wrote (`writtenBy`) go once that
+/// job is gone, also when its own cleanup never ran (its finalizer taken
+/// off by hand, the controller down): housekeeping drops them. A
+/// hand-written entry stays, and so does the entry of a job that exists.
+/// On a test node of its own (no daemon: nothing answers), so no other
+/// test's removal list is touched.
+#[test]
+#[ignore = "needs the local cluster (make test)"]
+fn a_removal_entry_whose_job_is_gone_is_dropped_by_housekeeping() {
+    let c = Cluster::load();
+    let node = TestNode::create_exactly(&c, "irj-orphan", &Default::default());
+    let live = unique("e2e-irj-live");
+    let mut cleanup = Cleanup::default();
+    {
+        let (c, live) = (c.clone(), live.clone());
+        cleanup.defer("the live job", move || {
+            c.delete_quietly(&["imageremovaljob", &live])
+        });
+    }
+    // A job that exists (it selects no node this test has).
+    let job = json!({"apiVersion": "nodeimage.dev/v1alpha1", "kind": "ImageRemovalJob",
+        "metadata": {"name": live},
+        "spec": {"images": ["r.example/app:v1"], "selector": {"names": [unique("no-such-node")]}}});
+    c.kubectl_ok(&["create", "-f", "-"], Some(&job.to_string()));
+    let live_uid =
+        removal_job(&c, &live, "created", |j| j["metadata"]["uid"].is_string())["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+    let entry = |job: &str, uid: &str, by_job: bool| {
+        let mut e = json!({"job": job, "uid": uid, "images": ["r.example/app:v1"]});
+        if by_job {
+            e["writtenBy"] = json!("ImageRemovalJob");
+        }
+        e
+    };
+    let gone = unique("e2e-irj-gone");
+    let r = set_removals(
+        &c,
+        &node.name,
+        json!([
+            entry(&gone, "7d1b3c2e-0000-4000-8000-000000000001", true),
+            entry("by-hand", "1", false),
+            entry(&live, &live_uid, true),
+        ]),
+    );
+    assert!(r.success, "{}", r.stderr);
+    let jobs = |c: &Cluster| -> Vec<String> {
+        ni::get(c, &node.name)
+            .and_then(|o| o["spec"]["removals"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e["job"].as_str().map(str::to_string))
+            .collect()
+    };
+    let want = vec!["by-hand".to_string(), live.clone()];
+    wait_for("housekeeping to drop the gone job's entry", TIMEOUT, || {
+        (jobs(&c) == want).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(jobs(&c), want, "the others stay");
     drop(cleanup);
 }

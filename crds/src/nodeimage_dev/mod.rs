@@ -10,7 +10,9 @@ pub mod nodeentry;
 pub mod removal;
 
 pub use imageremovaljob::{ImageRemovalJob, ImageRemovalJobSpec, ImageRemovalJobStatus};
-pub use nodeentry::{ImageRemoval, NodeRemoval, RemovalEntry, RemovalStatus, answer_to};
+pub use nodeentry::{
+    ImageRemoval, NodeRemoval, RemovalEntry, RemovalStatus, RemovalWriter, answer_to,
+};
 pub use removal::{RemovalResult, SkipReason};
 
 /// The API group of nodeimage's own kinds.

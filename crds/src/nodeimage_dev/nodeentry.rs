@@ -11,17 +11,17 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// One request to remove images from this node (written by hand for now;
-/// by ImageRemovalJob once it is served).
+/// One request to remove images from this node, written by an
+/// ImageRemovalJob or by hand.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemovalEntry {
-    /// The request's name (the ImageRemovalJob's, once served): one entry
-    /// per name.
+    /// The request's name (an ImageRemovalJob's name when it wrote the
+    /// entry): one entry per name.
     #[schemars(length(min = 1, max = 253))]
     pub job: String,
     /// Tells two requests of one name apart: an entry with a new uid is a
-    /// new request, run again (a job's uid, once ImageRemovalJob is served).
+    /// new request, run again (the job's uid when a job wrote it).
     #[schemars(length(min = 1, max = 64))]
     pub uid: String,
     /// The references to remove, as the job lists them: 1–64, by tag or
@@ -38,6 +38,18 @@ pub struct RemovalEntry {
     /// When the controller wrote the entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Time>,
+    /// `ImageRemovalJob` when that job (`job`, `uid`) wrote the entry: it
+    /// goes once the job is gone, also when the job's finalizer was taken
+    /// off by hand. Unset (written by hand): it stays until removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<RemovalWriter>,
+}
+
+/// Who wrote a removal entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RemovalWriter {
+    /// An ImageRemovalJob, named by the entry's `job` and `uid`.
+    ImageRemovalJob,
 }
 
 /// Schema of a list of images to remove: 1–64 distinct references, each

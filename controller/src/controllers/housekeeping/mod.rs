@@ -1,6 +1,7 @@
 //! Housekeeping of NodeImages: fill `createdAt`, drop tags whose owners are
 //! gone or whose TTL passed, fail tags the node did not answer in time, keep
-//! the counts right, and delete NodeImages whose Node is gone.
+//! the counts right, drop removal entries whose ImageRemovalJob is gone, and
+//! delete NodeImages whose Node is gone.
 //!
 //! A NodeImage is reconciled when it changes, when its Node is deleted (or
 //! turns virtual or terminating), when a job owning one of its tags is
@@ -24,7 +25,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeImage, NodeUpgradeJob};
+use nodeimage_api::{ImagePrePullJob, ImagePullJob, ImageRemovalJob, NodeImage, NodeUpgradeJob};
 use owners::{JobCache, OwnerCaches};
 use reconcile::{error_policy, reconcile};
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub struct OwnerFeeds {
     pub prepull: CacheSubscription<ImagePrePullJob>,
     /// NodeUpgradeJobs.
     pub upgrade: CacheSubscription<NodeUpgradeJob>,
+    /// ImageRemovalJobs (owners of removal entries).
+    pub removal: CacheSubscription<ImageRemovalJob>,
 }
 
 /// Runs housekeeping until `stop` turns true.
@@ -61,7 +64,8 @@ pub async fn run(
     let node_events = node_events(cache::event_stream(events), relisted_tx.clone());
     let (pull_jobs, pull_deleted) = job_cache(owners.pull, relisted_tx.clone());
     let (pre_pull_jobs, pre_pull_deleted) = job_cache(owners.prepull, relisted_tx.clone());
-    let (upgrade_jobs, upgrade_deleted) = job_cache(owners.upgrade, relisted_tx);
+    let (upgrade_jobs, upgrade_deleted) = job_cache(owners.upgrade, relisted_tx.clone());
+    let (removal_jobs, removal_deleted) = job_cache(owners.removal, relisted_tx);
 
     let state = Arc::new(reconcile::State {
         ctx,
@@ -71,6 +75,7 @@ pub async fn run(
             image_pull_jobs: pull_jobs,
             image_pre_pull_jobs: pre_pull_jobs,
             node_upgrade_jobs: upgrade_jobs,
+            image_removal_jobs: removal_jobs,
         },
         orphans: Default::default(),
         nodeimages: nodeimages.store.clone(),
@@ -87,7 +92,8 @@ pub async fn run(
         })
         .watches_stream(pull_deleted, owned_by(nodeimages.clone()))
         .watches_stream(pre_pull_deleted, owned_by(nodeimages.clone()))
-        .watches_stream(upgrade_deleted, owned_by(nodeimages))
+        .watches_stream(upgrade_deleted, owned_by(nodeimages.clone()))
+        .watches_stream(removal_deleted, holding_removals_of(nodeimages))
         .reconcile_all_on(relisted_rx);
     lifecycle::run_controller(NAME, controller, reconcile, error_policy, state, stop).await;
 }
@@ -143,6 +149,23 @@ where
         })
     });
     (cache, deleted)
+}
+
+/// Maps a deleted ImageRemovalJob to the NodeImages holding its entries.
+fn holding_removals_of(
+    nodeimages: Store<NodeImage>,
+) -> impl Fn(ImageRemovalJob) -> Vec<ObjectRef<NodeImage>> + Send + Sync + 'static {
+    move |job| {
+        let Some(uid) = job.meta().uid.as_deref() else {
+            return Vec::new();
+        };
+        nodeimages
+            .state()
+            .iter()
+            .filter(|ni| owners::has_removal_uid(&ni.spec, uid))
+            .map(|ni| ObjectRef::from_obj(ni.as_ref()))
+            .collect()
+    }
 }
 
 /// Maps a deleted job to the NodeImages holding tags it owned.

@@ -1,5 +1,6 @@
 //! "Does this owner still exist with this UID", answered from caches of the
-//! three job kinds that own NodeImage tags.
+//! three job kinds that own NodeImage tags and of ImageRemovalJobs, which
+//! own removal entries.
 
 use super::plan::{OwnerLookup, OwnerState};
 use crate::cluster::watch::Synced;
@@ -7,7 +8,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeimage_api::kruise::NodeImageSpec;
-use nodeimage_api::{ImagePrePullJob, ImagePullJob, NodeUpgradeJob};
+use nodeimage_api::{ImagePrePullJob, ImagePullJob, ImageRemovalJob, NodeUpgradeJob};
 
 /// Whether a uid is that of a job that exists but does not decode (the
 /// shared cache skips it, so its store does not hold it).
@@ -61,6 +62,9 @@ pub struct OwnerCaches {
     pub image_pre_pull_jobs: JobCache<ImagePrePullJob>,
     /// KubeEdge NodeUpgradeJobs (cluster-scoped).
     pub node_upgrade_jobs: JobCache<NodeUpgradeJob>,
+    /// ImageRemovalJobs (cluster-scoped; never synced while the controller
+    /// may not list them, so their entries are then kept).
+    pub image_removal_jobs: JobCache<ImageRemovalJob>,
 }
 
 /// Whether `owner` names an object of `group`: true when the reference
@@ -84,9 +88,18 @@ impl OwnerLookup for OwnerCaches {
             Some("NodeUpgradeJob") if in_group(owner, &NodeUpgradeJob::group(&())) => {
                 self.node_upgrade_jobs.state(owner, false)
             }
+            Some("ImageRemovalJob") if in_group(owner, &ImageRemovalJob::group(&())) => {
+                self.image_removal_jobs.state(owner, false)
+            }
             _ => OwnerState::Unknown,
         }
     }
+}
+
+/// Whether `spec` holds a removal entry of job incarnation `uid`, to map a
+/// deleted ImageRemovalJob to the NodeImages holding its entries.
+pub fn has_removal_uid(spec: &NodeImageSpec, uid: &str) -> bool {
+    crate::nodeimage::removals::entry_in(spec, uid).is_some()
 }
 
 /// Whether any tag in `spec` names an owner with this UID, to map a deleted

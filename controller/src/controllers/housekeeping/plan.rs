@@ -15,6 +15,10 @@
 //!   its version within the response timeout of `createdAt`, or when it has
 //!   not finished within `createdAt + activeDeadlineSeconds` plus a grace;
 //! - an image left without tags is removed;
+//! - a removal entry an ImageRemovalJob wrote (`writtenBy`) is dropped once
+//!   that job (name and uid) is gone, also when its finalizer was taken off
+//!   by hand; entries written by hand stay, as do all while the job cache
+//!   has not synced (or cannot be listed);
 //! - status entries of tags no longer in spec are the daemon's to drop (it
 //!   rewrites its status when the spec changes); housekeeping drops them,
 //!   and recomputes the counts, only when they are still there the response
@@ -32,6 +36,7 @@ use nodeimage_api::kruise::{
     ImagePullPhase, ImageSpec, ImageStatus, ImageTagSpec, ImageTagStatus, NodeImage, NodeImageSpec,
     NodeImageStatus,
 };
+use nodeimage_api::nodeimage_dev::{RemovalEntry, RemovalWriter};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -128,6 +133,11 @@ pub enum Change {
         /// Image name.
         image: String,
     },
+    /// A removal entry whose ImageRemovalJob is gone leaves the spec.
+    RemovalDropped {
+        /// The job's name.
+        job: String,
+    },
 }
 
 /// A tag the plan marks Failed; each gets a Warning event.
@@ -150,6 +160,8 @@ pub struct Failure {
 pub struct Plan {
     /// The new `spec.images`, when it differs from the current one.
     pub images: Option<BTreeMap<SharedStr, ImageSpec>>,
+    /// The new `spec.removals`, when an entry goes.
+    pub removals: Option<Vec<RemovalEntry>>,
     /// The new status, when it differs from the current one.
     pub status: Option<NodeImageStatus>,
     /// What changed, for logs.
@@ -166,7 +178,7 @@ pub struct Plan {
 impl Plan {
     /// Whether the plan writes anything.
     pub fn is_noop(&self) -> bool {
-        self.images.is_none() && self.status.is_none()
+        self.images.is_none() && self.status.is_none() && self.removals.is_none()
     }
 }
 
@@ -224,13 +236,55 @@ pub fn plan<O: OwnerLookup>(ni: &NodeImage, inputs: &Inputs<'_, O>) -> Plan {
     // have no entry yet.
     let entries_changed = *old_statuses != out.statuses;
     let status = entries_changed.then(|| new_status(ni, out.statuses, &out.images));
+    let removals = swept_removals(ni, inputs.owners, &mut out.changes);
     Plan {
         images: (out.images != *old_images).then_some(out.images),
+        removals,
         status,
         changes: out.changes,
         failures: out.failures,
         requeue_after: requeue_after(inputs.now, &out.due),
         orphaned,
+    }
+}
+
+/// The removal entries left once those whose ImageRemovalJob is gone are
+/// dropped (each named in `changes`); None when none goes, or when the
+/// list holds an entry nodeimage cannot read (left as stored).
+fn swept_removals<O: OwnerLookup>(
+    ni: &NodeImage,
+    owners: &O,
+    changes: &mut Vec<Change>,
+) -> Option<Vec<RemovalEntry>> {
+    let list = ni.spec.removals.as_deref()?;
+    if salvage::removals_unreadable(ni) {
+        return None;
+    }
+    let gone = |e: &RemovalEntry| {
+        e.written_by == Some(RemovalWriter::ImageRemovalJob)
+            && owners.state(&removal_owner(e)) == OwnerState::Gone
+    };
+    if !list.iter().any(gone) {
+        return None;
+    }
+    let (dropped, kept): (Vec<&RemovalEntry>, Vec<&RemovalEntry>) =
+        list.iter().partition(|e| gone(e));
+    changes.extend(
+        dropped
+            .into_iter()
+            .map(|e| Change::RemovalDropped { job: e.job.clone() }),
+    );
+    Some(kept.into_iter().cloned().collect())
+}
+
+/// The ImageRemovalJob that wrote `e`, as an owner reference.
+fn removal_owner(e: &RemovalEntry) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("nodeimage.dev/v1alpha1".into()),
+        kind: Some("ImageRemovalJob".into()),
+        name: Some(e.job.clone()),
+        uid: Some(e.uid.clone()),
+        ..Default::default()
     }
 }
 

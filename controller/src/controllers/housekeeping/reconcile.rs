@@ -147,13 +147,32 @@ async fn delete(
     }
 }
 
-/// Writes the planned spec, then the planned status. A spec-only change is
-/// guarded by the images it changes as they were planned from (the node's
-/// status writes do not void it); when status changes too, both writes are guarded by the
-/// resourceVersion, since the status was planned from that same read.
+/// Writes the planned removal list, the planned spec, then the planned
+/// status. The removal list is guarded by the resourceVersion read (it is
+/// rarely written). A spec-only change is guarded by the images it changes
+/// as they were planned from (the node's status writes do not void it);
+/// when status changes too, both writes are guarded by the resourceVersion,
+/// since the status was planned from that same read.
 async fn write(api: &Api<Lenient<NodeImage>>, ni: &NodeImage, plan: &Plan) -> Result<(), Error> {
     let name = ni.name_any();
     let mut resource_version = ni.resource_version();
+    if let Some(removals) = &plan.removals {
+        let new = (!removals.is_empty()).then(|| removals.clone());
+        if let Some(body) = patch::guarded(
+            "spec.removals",
+            resource_version.as_deref(),
+            &["spec", "removals"],
+            &ni.spec.removals,
+            &new,
+        )? {
+            let body = patch::clearing_managed_fields(body);
+            let updated = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map_err(|e| Error::api("patching removals of", &name, e))?;
+            resource_version = updated.resource_version();
+        }
+    }
     if let Some(images) = &plan.images {
         let old = ni.spec.images.clone();
         let new = Some(images.clone());
@@ -209,6 +228,9 @@ fn log_changes(name: &str, plan: &Plan) {
             }
             Change::ImageRemoved { image } => {
                 tracing::info!(nodeimage = %name, %image, "removed image without tags");
+            }
+            Change::RemovalDropped { job } => {
+                tracing::info!(nodeimage = %name, %job, "removed removal entry whose ImageRemovalJob is gone");
             }
         }
     }

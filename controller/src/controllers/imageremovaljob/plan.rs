@@ -29,7 +29,8 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use nodeimage_api::NodeImage;
 use nodeimage_api::nodeimage_dev::{
-    ImageRemovalJob, ImageRemovalJobStatus, NodeRemoval, RemovalEntry, RemovalStatus, answer_to,
+    ImageRemovalJob, ImageRemovalJobStatus, NodeRemoval, RemovalEntry, RemovalStatus,
+    RemovalWriter, answer_to,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -102,6 +103,7 @@ pub fn entry(job: &ImageRemovalJob, now: DateTime<Utc>) -> RemovalEntry {
         force: job.spec.forced(),
         block: job.spec.blocks(),
         created_at: Some(clock::api_time(now)),
+        written_by: Some(RemovalWriter::ImageRemovalJob),
     }
 }
 

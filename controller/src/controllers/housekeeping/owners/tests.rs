@@ -29,6 +29,14 @@ fn pre_pull_job(name: &str, uid: &str) -> ImagePrePullJob {
     j
 }
 
+fn removal_job(name: &str, uid: &str) -> ImageRemovalJob {
+    let spec = serde_json::from_value(serde_json::json!({"images": ["r.example/app:v1"]}))
+        .expect("an ImageRemovalJob spec");
+    let mut j = ImageRemovalJob::new(name, spec);
+    j.metadata = meta(None, name, uid);
+    j
+}
+
 /// A cache of `jobs`; `undecodable` is the uid of a job that exists but
 /// does not decode.
 fn cache<K: Resource<DynamicType = ()> + Clone + 'static>(
@@ -76,6 +84,7 @@ fn owner_state_table() {
         image_pull_jobs: cache(vec![pull_job("ns", "pull", "u1")], true, "u5"),
         image_pre_pull_jobs: cache(vec![pre_pull_job("prepull", "u2")], true, ""),
         node_upgrade_jobs: cache(vec![], false, ""),
+        image_removal_jobs: cache(vec![removal_job("cve", "u6")], true, ""),
     };
     use OwnerState::*;
     let cases = [
@@ -134,6 +143,28 @@ fn owner_state_table() {
             "store not synced",
             owner(None, "NodeUpgradeJob", None, "x", "u3"),
             Unknown,
+        ),
+        (
+            "removal job exists",
+            owner(
+                Some("nodeimage.dev/v1alpha1"),
+                "ImageRemovalJob",
+                None,
+                "cve",
+                "u6",
+            ),
+            Exists,
+        ),
+        (
+            "removal job gone",
+            owner(
+                Some("nodeimage.dev/v1alpha1"),
+                "ImageRemovalJob",
+                None,
+                "old",
+                "u7",
+            ),
+            Gone,
         ),
         (
             "unknown kind",

@@ -772,3 +772,51 @@ fn unreadable_images_are_left_as_stored() {
     assert!(p.failures.is_empty(), "{:?}", p.failures);
     assert_eq!(status_tags(&ni, &p), ["bad:v1=Failed"]);
 }
+
+#[test]
+fn removal_entries_go_with_the_job_that_wrote_them() {
+    use nodeimage_api::nodeimage_dev::{RemovalEntry, RemovalWriter};
+    let entry = |job: &str, by_job: bool| RemovalEntry {
+        job: job.into(),
+        uid: format!("uid-{job}"),
+        images: vec!["r.example/app@sha256:aa".into()],
+        block: true,
+        written_by: by_job.then_some(RemovalWriter::ImageRemovalJob),
+        ..Default::default()
+    };
+    // (entries: name, written by a job) -> jobs kept, None: nothing written.
+    type Row<'a> = (&'a str, Vec<(&'a str, bool)>, Option<Vec<&'a str>>);
+    let rows: Vec<Row<'_>> = vec![
+        ("its job exists", vec![("cve", true)], None),
+        ("its job is gone", vec![("gone-cve", true)], Some(vec![])),
+        ("written by hand: stays", vec![("gone-hand", false)], None),
+        (
+            "the job cache has not synced",
+            vec![("unsynced-cve", true)],
+            None,
+        ),
+        (
+            "only the gone job's entry goes",
+            vec![("cve", true), ("gone-old", true), ("gone-hand", false)],
+            Some(vec!["cve", "gone-hand"]),
+        ),
+    ];
+    for (name, entries, want) in rows {
+        let mut ni = nodeimage(&[], None);
+        ni.spec.removals = Some(entries.iter().map(|(j, by)| entry(j, *by)).collect());
+        let p = run(&ni, 0);
+        let got = p
+            .removals
+            .as_ref()
+            .map(|l| l.iter().map(|e| e.job.as_str()).collect::<Vec<_>>());
+        assert_eq!(got, want, "{name}");
+        let dropped = p
+            .changes
+            .iter()
+            .filter(|c| matches!(c, Change::RemovalDropped { .. }))
+            .count();
+        let expected = entries.len() - want.as_ref().map_or(entries.len(), Vec::len);
+        assert_eq!(dropped, expected, "{name}");
+        assert_eq!(p.is_noop(), want.is_none(), "{name}");
+    }
+}

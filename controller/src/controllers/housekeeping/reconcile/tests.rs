@@ -47,6 +47,7 @@ fn housekeeping(replies: Vec<Reply>, nodes: &[&str]) -> (Arc<State>, Script) {
             image_pull_jobs: no_jobs(),
             image_pre_pull_jobs: no_jobs(),
             node_upgrade_jobs: no_jobs(),
+            image_removal_jobs: no_jobs(),
         },
         orphans: Default::default(),
         nodeimages,
@@ -165,4 +166,31 @@ async fn a_refused_stale_write_is_a_retry_and_any_other_failure_an_error() {
         let counted = state.ctx.metrics.errors_of(KIND);
         assert_eq!(counted, u64::from(!stale), "{case}: counted as an error");
     }
+}
+
+#[tokio::test]
+async fn a_removal_entry_whose_job_is_gone_leaves_in_a_guarded_write() {
+    let gone = json!({"job": "cve", "uid": "uid-cve", "images": ["r/a@sha256:aa"],
+                      "block": true, "writtenBy": "ImageRemovalJob"});
+    let by_hand = json!({"job": "hand", "uid": "1", "images": ["r/b:v1"]});
+    let mut raw = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "NodeImage",
+        "metadata": {"name": "n1", "uid": "uid-n1", "resourceVersion": "7"},
+        "spec": {"images": {}, "removals": [gone, by_hand.clone()]},
+    });
+    let ni: Arc<NodeImage> = Arc::new(serde_json::from_value(raw.clone()).expect("a NodeImage"));
+    raw["spec"]["removals"] = json!([by_hand.clone()]);
+    let (result, seen, _) = housekept(ni, vec![Reply::ok(&raw)], &["n1"]).await;
+    assert!(result.is_ok(), "{result:?}");
+    let patch = Seen {
+        method: "PATCH".into(),
+        path: PATH.into(),
+        body: json!({"metadata": {"resourceVersion": "7", "managedFields": [{}]},
+                     "spec": {"removals": [by_hand]}}),
+    };
+    assert_eq!(
+        seen,
+        vec![patch],
+        "the job's entry goes, the hand-written one stays"
+    );
 }
