@@ -357,21 +357,23 @@ impl NodeWriter {
     /// which the cache may not show yet (a soak left such removal entries
     /// behind a deleted job).
     pub fn holding(&self, holds: impl Fn(&NodeImageSpec) -> bool) -> Vec<String> {
+        // Copied out, so that no write waits for the lock during the scan.
+        let written: Vec<(String, Arc<NodeImage>)> = (self.lock().iter())
+            .filter_map(|(node, slot)| Some((node.clone(), slot.written.clone()?)))
+            .collect();
         let cached = self.cache.state();
-        holding(cached.iter().map(|ni| ni.as_ref()), &self.lock(), holds)
+        holding(cached.iter().map(|ni| ni.as_ref()), &written, holds)
     }
 }
 
-/// The names of the NodeImages in `cached`, or of our last writes in
-/// `slots`, whose spec passes `holds`, each once and sorted.
+/// The names of the NodeImages in `cached`, or of our last writes
+/// `written`, whose spec passes `holds`, each once and sorted.
 fn holding<'a>(
     cached: impl Iterator<Item = &'a NodeImage>,
-    slots: &HashMap<String, Slot>,
+    written: &'a [(String, Arc<NodeImage>)],
     holds: impl Fn(&NodeImageSpec) -> bool,
 ) -> Vec<String> {
-    let written = slots
-        .iter()
-        .filter_map(|(node, slot)| Some((node.as_str(), &slot.written.as_ref()?.spec)));
+    let written = written.iter().map(|(node, w)| (node.as_str(), &w.spec));
     let names: std::collections::BTreeSet<&str> = cached
         .filter_map(|ni| Some((ni.metadata.name.as_deref()?, &ni.spec)))
         .chain(written)
@@ -544,18 +546,14 @@ mod tests {
             ni.metadata.name = Some(name.into());
             ni
         };
-        let written = |ni: NodeImage| Slot {
-            pending: Vec::new(),
-            running: false,
-            written: Some(Arc::new(ni)),
-        };
+        let written = |ni: NodeImage| Arc::new(ni);
         let cached = [
             named("cache-holds", "1", "a"),
             named("cache-behind", "1", "b"),
             named("neither", "1", "b"),
             named("we-took-it-out", "1", "a"),
         ];
-        let slots = HashMap::from([
+        let slots = [
             (
                 "cache-behind".to_string(),
                 written(named("cache-behind", "2", "a")),
@@ -564,8 +562,7 @@ mod tests {
                 "we-took-it-out".to_string(),
                 written(named("we-took-it-out", "2", "b")),
             ),
-            ("neither".to_string(), Slot::default()),
-        ]);
+        ];
         let holds_a =
             |spec: &NodeImageSpec| spec.images.as_ref().is_some_and(|i| i.contains_key("a"));
         assert_eq!(

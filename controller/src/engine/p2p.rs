@@ -82,6 +82,10 @@ pub struct World<'a> {
     pub since: &'a dyn Fn(&str) -> DateTime<Utc>,
     /// Each node's topology domain (its value of the waves' key, "" without).
     pub domain: &'a dyn Fn(&str) -> String,
+    /// Failed nodes that never pulled (refused before they started: not
+    /// Ready, not found, skipped by the agent gate or by the waves): not
+    /// failed seeds.
+    pub never_pulled: &'a BTreeSet<String>,
     /// The time.
     pub now: DateTime<Utc>,
 }
@@ -93,8 +97,9 @@ pub fn apply(s: &Settings, nodes: Vec<(String, NodeState)>, w: &World<'_>) -> Ve
     }
     let mut v = Verdict::default();
     let mut blocked: BTreeSet<String> = BTreeSet::new();
-    // Nodes the agent gate skipped never pulled: not failed seeds.
-    let mut skipped: BTreeSet<String> = BTreeSet::new();
+    // Nodes that never pulled, those the agent gate skips now among them:
+    // not failed seeds.
+    let mut skipped: BTreeSet<String> = w.never_pulled.clone();
     let mut out = Vec::with_capacity(nodes.len());
     for (name, state) in nodes {
         let gate = match (&s.agent, &state) {

@@ -45,7 +45,7 @@ pub struct RemovalEntry {
     pub written_by: Option<RemovalWriter>,
 }
 
-/// Who wrote a removal entry.
+// Who wrote a removal entry (no doc comment: the schema takes the field's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum RemovalWriter {
     /// An ImageRemovalJob, named by the entry's `job` and `uid`.

@@ -33,11 +33,12 @@ pub async fn release(
     };
     // The cache may not show entries we wrote a moment ago; our last write does.
     let mut uids = owned(&ni);
-    if uids.is_empty() {
-        uids = writer
-            .written(&ni.name_any())
-            .map(|w| owned(&w))
-            .unwrap_or_default();
+    if let Some(w) = writer.written(&ni.name_any()) {
+        for uid in owned(&w) {
+            if !uids.contains(&uid) {
+                uids.push(uid);
+            }
+        }
     }
     if uids.is_empty() {
         return Ok(());

@@ -148,8 +148,9 @@ async fn delete(
 }
 
 /// Writes the planned removal list, the planned spec, then the planned
-/// status. The removal list is guarded by the resourceVersion read (it is
-/// rarely written). A spec-only change is guarded by the images it changes
+/// status. The removal list is guarded by the resourceVersion read (a
+/// status write of the node in between is a conflict, and the next look
+/// plans again; only a job gone without its cleanup leaves such entries). A spec-only change is guarded by the images it changes
 /// as they were planned from (the node's status writes do not void it);
 /// when status changes too, both writes are guarded by the resourceVersion,
 /// since the status was planned from that same read.

@@ -188,12 +188,17 @@ impl AsWorkload for DaemonSet {
 fn trim_meta(meta: &mut ObjectMeta) -> bool {
     meta.managed_fields = None;
     meta.labels = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.retain(|k, _| is_predownload_annotation(k));
-    }
-    meta.annotations
+    let asks = meta
+        .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(nodeimage_api::predownload::ENABLED))
+        .is_some_and(|a| a.contains_key(nodeimage_api::predownload::ENABLED));
+    if let Some(a) = meta.annotations.as_mut() {
+        // The P2P settings only matter to a workload that pre-downloads.
+        a.retain(|k, _| {
+            is_predownload_annotation(k) && (asks || !nodeimage_api::p2p::ALL.contains(&k.as_str()))
+        });
+    }
+    asks
 }
 
 /// Whether `key` is one of the annotations pre-download reads, its own or
@@ -257,6 +262,15 @@ mod tests {
             )),
             ..Default::default()
         };
+        let mut other = meta.clone();
+        if let Some(a) = other.annotations.as_mut() {
+            a.remove(nodeimage_api::predownload::ENABLED);
+        }
+        assert!(!trim_meta(&mut other), "it does not ask");
+        assert!(
+            other.annotations.iter().flatten().next().is_none(),
+            "{other:?}"
+        );
         assert!(trim_meta(&mut meta), "it asks for pre-download");
         let kept: Vec<&str> = meta
             .annotations

@@ -246,7 +246,18 @@ fn held_back<K: NodeTask>(
     let Some((observed, started)) = p2p else {
         return (budget, None);
     };
-    let mut v = observed.verdict(budget, started, now);
+    // Nodes refused before they started (recorded at Init) never pulled.
+    let never_pulled: BTreeSet<String> =
+        rows.iter()
+            .filter(|(_, r)| match r {
+                Node::Rejected(_) => true,
+                Node::Final(row) => K::task(row)
+                    .is_some_and(|t| t.phase.event.as_deref() == Some(super::event::INIT)),
+                _ => false,
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+    let mut v = observed.verdict(budget, started, &never_pulled, now);
     let held: BTreeMap<&String, &String> = v.held.iter().map(|(n, w)| (n, w)).collect();
     let failed: BTreeMap<&String, &String> = v
         .nodes

@@ -73,6 +73,7 @@ fn run(net: Net, parallelism: usize, waves: Option<Waves>) -> Outcome {
             agents: &agents,
             since: &since,
             domain: &domain,
+            never_pulled: &Default::default(),
             now,
         };
         let v = apply(&settings, nodes, &world);

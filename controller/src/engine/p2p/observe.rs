@@ -26,11 +26,13 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Applies the rules to the job's nodes (`started`: the job's start).
+    /// Applies the rules to the job's nodes (`started`: the job's start;
+    /// `never_pulled`: failed nodes that never pulled).
     pub fn verdict(
         &self,
         nodes: Vec<(String, crate::engine::rollout::NodeState)>,
         started: DateTime<Utc>,
+        never_pulled: &std::collections::BTreeSet<String>,
         now: DateTime<Utc>,
     ) -> super::Verdict {
         let since = |n: &str| self.created.get(n).map_or(started, |c| (*c).max(started));
@@ -39,6 +41,7 @@ impl Observed {
             agents: &self.agents,
             since: &since,
             domain: &domain,
+            never_pulled,
             now,
         };
         super::apply(&self.settings, nodes, &world)

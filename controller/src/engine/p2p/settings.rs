@@ -166,10 +166,16 @@ pub fn read(
                     named(names::FAN_OUT, format!("{e} (0 or 1 would never widen)"))
                 })?,
             },
-            topology_key: get(names::TOPOLOGY_KEY)
-                .filter(|k| !k.is_empty())
-                .unwrap_or(names::DEFAULT_TOPOLOGY_KEY)
-                .to_string(),
+            topology_key: match get(names::TOPOLOGY_KEY).filter(|k| !k.is_empty()) {
+                None => names::DEFAULT_TOPOLOGY_KEY.to_string(),
+                Some(k) if is_label_key(k) => k.to_string(),
+                Some(k) => {
+                    return Err(named(
+                        names::TOPOLOGY_KEY,
+                        format!("{k:?} is not a Node label key"),
+                    ));
+                }
+            },
             seed_deadline: duration(get(names::SEED_DEADLINE), DEFAULT_SEED_DEADLINE_SECONDS)
                 .map_err(|e| named(names::SEED_DEADLINE, e))?,
         }),

@@ -142,6 +142,7 @@ fn waves_seed_first_then_grow_by_holders() {
             agents: &agents,
             since: &at_zero,
             domain: &zone_of,
+            never_pulled: &Default::default(),
             now: t(0),
         };
         let v = apply(&s, nodes, &w);
@@ -180,6 +181,7 @@ fn nodes_freed_by_a_holder_of_their_domain_fetch_from_peers() {
             agents: &agents,
             since: &at_zero,
             domain: &zone_of,
+            never_pulled: &Default::default(),
             now: t(0),
         };
         let v = apply(&s, states(&spec), &w);
@@ -232,6 +234,7 @@ fn held_nodes_never_start_and_skipped_ones_fail() {
         agents: &agents,
         since: &since,
         domain: &zone_of,
+        never_pulled: &Default::default(),
         now: t(10),
     };
     let v = apply(&s, nodes, &w);
@@ -263,6 +266,7 @@ fn the_agent_gate_comes_before_the_waves() {
         agents: &agents,
         since: &at_zero,
         domain: &zone_of,
+        never_pulled: &Default::default(),
         now: t(1),
     };
     let v = apply(&s, nodes, &w);
@@ -337,6 +341,8 @@ fn settings_read_and_refuse() {
         (names::FAN_OUT, "0"),
         (names::AGENT_WAIT, "forever"),
         (names::AGENT_MISSING, "maybe"),
+        (names::TOPOLOGY_KEY, "not a key"),
+        (names::TOPOLOGY_KEY, "example.com/"),
     ];
     for (k, v) in bad {
         let mut pairs = vec![(k, v)];
@@ -400,6 +406,7 @@ fn each_started_node_notes_how_the_rules_started_it() {
         agents: &agents,
         since: &since,
         domain: &zone_of,
+        never_pulled: &Default::default(),
         now: t(1),
     };
     let both = Settings {
@@ -520,6 +527,7 @@ fn a_domain_whose_seeds_keep_failing_stops_seeding() {
         agents: &agents,
         since: &at_zero,
         domain: &zone_of,
+        never_pulled: &Default::default(),
         now: t(0),
     };
     for (spec, free, failed, held) in rows {
@@ -576,8 +584,26 @@ fn nodes_the_agent_gate_skipped_are_not_failed_seeds() {
         agents: &agents,
         since: &at_zero,
         domain: &zone_of,
+        never_pulled: &Default::default(),
         now: t(10_000),
     };
     let v = apply(&s, nodes, &w);
     assert_eq!(names(&v.startable), vec!["a-4"]);
+    // The next step: the three are recorded failed (refused before they
+    // started); the caller says they never pulled, so a-4 still seeds.
+    let next = states(&[("a-1", 'F'), ("a-2", 'F'), ("a-3", 'F'), ("a-4", 'N')]);
+    let never: BTreeSet<String> = ["a-1", "a-2", "a-3"].map(String::from).into();
+    let w = World {
+        never_pulled: &never,
+        ..w
+    };
+    let v = apply(&s, next.clone(), &w);
+    assert_eq!(names(&v.startable), vec!["a-4"], "{:?}", v.nodes);
+    // Had they pulled and failed, the domain would stop.
+    let w = World {
+        never_pulled: &BTreeSet::new(),
+        ..w
+    };
+    let v = apply(&s, next, &w);
+    assert!(names(&v.startable).is_empty(), "{:?}", v.nodes);
 }

@@ -179,9 +179,9 @@ pub struct TagP2p {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<WaveRole>,
     /// With waves: the node's topology domain, `KEY=VALUE` (empty value: a
-    /// node without the label).
+    /// node without the label); at most a label key, `=` and a label value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 317))]
+    #[schemars(length(max = 381))]
     pub domain: Option<String>,
     /// With `Peers`: how many nodes of the domain held the image then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,7 +193,8 @@ pub struct TagP2p {
     pub agent: Option<AgentUse>,
 }
 
-/// Where a node stood in the waves when its pull started.
+// Where a node stood in the waves when its pull started (no doc comment:
+// the schema takes the field's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum WaveRole {
     /// A seed of its domain: from the registry.
@@ -202,7 +203,8 @@ pub enum WaveRole {
     Peers,
 }
 
-/// What the node's P2P agent was when its pull started.
+// What the node's P2P agent was when its pull started (no doc comment: the
+// schema takes the field's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum AgentUse {
     /// The agent's Pod on the node was Ready.

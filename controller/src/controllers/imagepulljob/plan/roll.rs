@@ -72,7 +72,8 @@ pub(super) fn roll_out(
         (failed, Starts::default(), Verdict::default())
     } else {
         let limit = parallelism(job.spec.template.parallelism.as_ref());
-        let mut v = b.p2p.verdict(nodes, b.started, now);
+        // Every failed node of an ImagePullJob had its entry: it pulled.
+        let mut v = b.p2p.verdict(nodes, b.started, &Default::default(), now);
         let start = rollout::to_start_paced(&v.startable, limit, b.cap, &v.from_peers);
         let nodes = std::mem::take(&mut v.nodes);
         (nodes, start, v)
