@@ -798,6 +798,9 @@ fn p2p_held_nodes_wait_in_init_with_the_reason() {
     };
     assert_eq!(p.p2p, BTreeMap::from([("n1".to_string(), ready)]));
     assert_eq!(sea(&p, "n2").0, "Init");
+    // The job looks again when n2's wait ends (600 s after its creation).
+    let near = run(&Ok(observed.clone()), 580);
+    assert_eq!(near.requeue_after, Some(std::time::Duration::from_secs(20)));
     let why = node(&p, "n2").phase.reason.clone().unwrap_or_default();
     assert!(
         why.starts_with("waits for the P2P agent Pods p2p/app=agent"),
