@@ -462,7 +462,11 @@ sample_rss() {
   local pid rss
   pid=$(recorded_pid controller)
   rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
-  [[ -n $rss ]] && printf '%s\t%s\t%s\n' "$1" "$pid" "$rss" >>"$OUT/rss.tsv"
+  # No sample while a fault has the controller down (a check that came
+  # then ended the whole run: `[[ ]] &&` as the last command failed it).
+  if [[ -n $rss ]]; then
+    printf '%s\t%s\t%s\n' "$1" "$pid" "$rss" >>"$OUT/rss.tsv"
+  fi
 }
 
 # The last controller's RSS trend (see the header).
