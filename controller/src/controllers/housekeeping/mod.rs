@@ -25,6 +25,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use nodeimage_api::kruise::NodeImageSpec;
 use nodeimage_api::{ImagePrePullJob, ImagePullJob, ImageRemovalJob, NodeImage, NodeUpgradeJob};
 use owners::{JobCache, OwnerCaches};
 use reconcile::{error_policy, reconcile};
@@ -90,10 +91,22 @@ pub async fn run(
         .watches_stream(node_events, |node: Node| {
             Some(ObjectRef::<NodeImage>::new(&node.name_any()))
         })
-        .watches_stream(pull_deleted, owned_by(nodeimages.clone()))
-        .watches_stream(pre_pull_deleted, owned_by(nodeimages.clone()))
-        .watches_stream(upgrade_deleted, owned_by(nodeimages.clone()))
-        .watches_stream(removal_deleted, holding_removals_of(nodeimages))
+        .watches_stream(
+            pull_deleted,
+            holding(nodeimages.clone(), owners::has_owner_uid),
+        )
+        .watches_stream(
+            pre_pull_deleted,
+            holding(nodeimages.clone(), owners::has_owner_uid),
+        )
+        .watches_stream(
+            upgrade_deleted,
+            holding(nodeimages.clone(), owners::has_owner_uid),
+        )
+        .watches_stream(
+            removal_deleted,
+            holding(nodeimages, owners::has_removal_uid),
+        )
         .reconcile_all_on(relisted_rx);
     lifecycle::run_controller(NAME, controller, reconcile, error_policy, state, stop).await;
 }
@@ -151,26 +164,11 @@ where
     (cache, deleted)
 }
 
-/// Maps a deleted ImageRemovalJob to the NodeImages holding its entries.
-fn holding_removals_of(
+/// Maps a deleted job to the NodeImages whose spec `holds` something of
+/// its uid (tags it owned, or removal entries it wrote).
+fn holding<K: Resource<DynamicType = ()>>(
     nodeimages: Store<NodeImage>,
-) -> impl Fn(ImageRemovalJob) -> Vec<ObjectRef<NodeImage>> + Send + Sync + 'static {
-    move |job| {
-        let Some(uid) = job.meta().uid.as_deref() else {
-            return Vec::new();
-        };
-        nodeimages
-            .state()
-            .iter()
-            .filter(|ni| owners::has_removal_uid(&ni.spec, uid))
-            .map(|ni| ObjectRef::from_obj(ni.as_ref()))
-            .collect()
-    }
-}
-
-/// Maps a deleted job to the NodeImages holding tags it owned.
-fn owned_by<K: Resource<DynamicType = ()>>(
-    nodeimages: Store<NodeImage>,
+    holds: fn(&NodeImageSpec, &str) -> bool,
 ) -> impl Fn(K) -> Vec<ObjectRef<NodeImage>> + Send + Sync + 'static {
     move |job| {
         let Some(uid) = job.meta().uid.as_deref() else {
@@ -179,7 +177,7 @@ fn owned_by<K: Resource<DynamicType = ()>>(
         nodeimages
             .state()
             .iter()
-            .filter(|ni| owners::has_owner_uid(&ni.spec, uid))
+            .filter(|ni| holds(&ni.spec, uid))
             .map(|ni| ObjectRef::from_obj(ni.as_ref()))
             .collect()
     }

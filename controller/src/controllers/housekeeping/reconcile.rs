@@ -159,19 +159,16 @@ async fn write(api: &Api<Lenient<NodeImage>>, ni: &NodeImage, plan: &Plan) -> Re
     let mut resource_version = ni.resource_version();
     if let Some(removals) = &plan.removals {
         let new = (!removals.is_empty()).then(|| removals.clone());
-        if let Some(body) = patch::guarded(
+        let at = resource_version.as_deref();
+        let body = patch::guarded(
             "spec.removals",
-            resource_version.as_deref(),
+            at,
             &["spec", "removals"],
             &ni.spec.removals,
             &new,
-        )? {
-            let body = patch::clearing_managed_fields(body);
-            let updated = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .map_err(|e| Error::api("patching removals of", &name, e))?;
-            resource_version = updated.resource_version();
+        )?;
+        if let Some(rv) = spec_merge(api, &name, "patching removals of", body).await? {
+            resource_version = rv;
         }
     }
     if let Some(images) = &plan.images {
@@ -182,19 +179,12 @@ async fn write(api: &Api<Lenient<NodeImage>>, ni: &NodeImage, plan: &Plan) -> Re
             api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(body))
                 .await
                 .map_err(|e| Error::api("patching spec of", &name, e))?;
-        } else if let Some(body) = patch::guarded(
-            "spec",
-            resource_version.as_deref(),
-            &["spec", "images"],
-            &old,
-            &new,
-        )? {
-            let body = patch::clearing_managed_fields(body);
-            let updated = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .map_err(|e| Error::api("patching spec of", &name, e))?;
-            resource_version = updated.resource_version();
+        } else {
+            let at = resource_version.as_deref();
+            let body = patch::guarded("spec", at, &["spec", "images"], &old, &new)?;
+            if let Some(rv) = spec_merge(api, &name, "patching spec of", body).await? {
+                resource_version = rv;
+            }
         }
     }
     if let Some(status) = &plan.status {
@@ -212,6 +202,25 @@ async fn write(api: &Api<Lenient<NodeImage>>, ni: &NodeImage, plan: &Plan) -> Re
         }
     }
     Ok(())
+}
+
+/// Sends a guarded merge patch of the spec, if there is one (clearing the
+/// managed fields); returns the resourceVersion it wrote.
+async fn spec_merge(
+    api: &Api<Lenient<NodeImage>>,
+    name: &str,
+    action: &'static str,
+    body: Option<serde_json::Value>,
+) -> Result<Option<Option<String>>, Error> {
+    let Some(body) = body else {
+        return Ok(None);
+    };
+    let body = patch::clearing_managed_fields(body);
+    let updated = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map_err(|e| Error::api(action, name, e))?;
+    Ok(Some(updated.resource_version()))
 }
 
 /// One log line per change the plan made.
